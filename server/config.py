@@ -1,0 +1,79 @@
+"""Every hub setting, with its default and its `CONVSYNC_*` environment variable."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from sync.errors import UsageError
+
+__all__ = ["HubConfig"]
+
+
+@dataclass(frozen=True)
+class HubConfig:
+    """How a hub behaves. Each field can be set from `CONVSYNC_<FIELD>` by `from_env`.
+
+    Attributes:
+        max_frame: the largest frame, in bytes, a peer may send and the hub sends (1 MiB).
+            A larger incoming frame gets `error too_big`; catch-up is chunked below it.
+        strict_pairing: reject pushes that leave an orphan tool result or two assistant
+            messages in a row (a retry after a failed reply is allowed).
+        send_queue: frames queued per subscriber before it counts as lagging and is sent to
+            resync (closed with code 4000, reason `lagging`).
+        idle_unload: seconds a conversation with no subscriber stays loaded.
+        snapshot_every: records between two snapshots written to the store.
+        recent_records: encoded records kept in memory per conversation for catch-up.
+        compression: `None` (default) or `"deflate"` (permessage-deflate).
+        ping_interval: seconds between keepalive pings (`None`: no pings).
+        max_connections: connections served at once; more are refused with HTTP 503.
+    """
+
+    max_frame: int = 1 << 20
+    strict_pairing: bool = True
+    send_queue: int = 4096
+    idle_unload: float = 30.0
+    snapshot_every: int = 1000
+    recent_records: int = 1000
+    compression: str | None = None
+    ping_interval: float | None = 20.0
+    max_connections: int = 10_000
+
+    def __post_init__(self) -> None:
+        if self.max_frame < 4096:
+            raise UsageError("bad_setting", "max_frame must be at least 4096 bytes")
+        if self.send_queue < 1 or self.snapshot_every < 1 or self.recent_records < 0:
+            raise UsageError("bad_setting", "queue, snapshot and recent sizes must be positive")
+        if self.compression not in (None, "deflate"):
+            raise UsageError("bad_setting", "compression is None or 'deflate'")
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> HubConfig:
+        """Defaults, then `CONVSYNC_*` variables, then `overrides` (the CLI's flags)."""
+        environ = dict(os.environ) if environ is None else environ
+        values: dict[str, Any] = {}
+        for field in fields(cls):
+            raw = environ.get(f"CONVSYNC_{field.name.upper()}")
+            if raw is None:
+                continue
+            values[field.name] = _parse(field.name, raw, getattr(cls(), field.name))
+        config = replace(cls(), **values)
+        return replace(config, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def _parse(name: str, raw: str, default: Any) -> Any:
+    try:
+        if isinstance(default, bool):
+            if raw.lower() not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+                raise ValueError(raw)
+            return raw.lower() in ("1", "true", "yes", "on")
+        if raw.lower() in ("", "none", "off") and name in ("compression", "ping_interval"):
+            return None
+        if isinstance(default, int):
+            return int(raw)
+        if isinstance(default, float) or name == "ping_interval":
+            return float(raw)
+        return raw
+    except ValueError as exc:
+        raise UsageError("bad_setting", f"CONVSYNC_{name.upper()}={raw!r} is not valid") from exc

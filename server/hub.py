@@ -1,0 +1,277 @@
+"""`Hub`: the websocket server that owns every conversation's log.
+
+How this works: one `websockets` server on one port. Plain HTTP requests get `/healthz`,
+`/metrics` and `GET /v1/conversations/{id}`; websocket upgrades on `/v1/conversations/{id}` get a
+replica session. A connection reads frames one at a time: the pure `HubSession` decodes and
+checks each (bad input: `error`, then close), a `hello` joins the conversation's `Room`, a `push`
+goes through the room's pipeline. Rooms load on first use and unload when nobody has used them
+for `idle_unload` seconds. Every long-lived task (the server, the unloader, each connection's
+writer) lives in one anyio task group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from types import TracebackType
+from typing import Self
+
+import anyio
+import anyio.abc
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.datastructures import Headers
+from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request, Response
+
+from sync.errors import ProtocolError
+from sync.protocol import SUBPROTOCOL, Hello, PushBatch
+
+from .config import HubConfig
+from .metrics import Metrics
+from .room import Room, Subscriber
+from .session import HubSession, conversation_id_of, is_conversation_id
+from .store import LogStore, MemoryStore
+
+__all__ = ["Hub"]
+
+log = logging.getLogger("convsync.hub")
+
+
+class Hub:
+    """The hub: serves replicas and the read-only HTTP surface on one port.
+
+    Use as `async with Hub(store=..., host="127.0.0.1", port=0) as hub:`; the port is bound when
+    the block starts (`hub.port`, `hub.url`). Leaving the block stops accepting connections,
+    lets appends under way finish, closes every socket (1001), and closes the store if the hub
+    opened it.
+
+    Args:
+        store: the log store; a `MemoryStore` when omitted.
+        host: the address to bind.
+        port: the port to bind; 0 picks a free one.
+        config: every other setting (`HubConfig`).
+    """
+
+    def __init__(
+        self,
+        store: LogStore | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        config: HubConfig | None = None,
+    ) -> None:
+        self.config = config or HubConfig()
+        self.metrics = Metrics()
+        self._store: LogStore = store if store is not None else MemoryStore()
+        self._host = host
+        self._port = port
+        self._rooms: dict[str, Room] = {}
+        self._loading: dict[str, asyncio.Future[Room]] = {}
+        self._server: Server | None = None
+        self._group: anyio.abc.TaskGroup | None = None
+        self._stack = contextlib.AsyncExitStack()
+        self._closing = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def port(self) -> int:
+        """The port bound."""
+        assert self._server is not None, "the hub is not started"
+        return int(self._server.sockets[0].getsockname()[1])
+
+    @property
+    def url(self) -> str:
+        """`ws://host:port`, the base replicas connect to."""
+        host = self._host if ":" not in self._host else f"[{self._host}]"
+        return f"ws://{host}:{self.port}"
+
+    @property
+    def store(self) -> LogStore:
+        return self._store
+
+    async def __aenter__(self) -> Self:
+        stack = self._stack
+        await stack.enter_async_context(self._store)
+        self._group = await stack.enter_async_context(anyio.create_task_group())
+        self._server = await stack.enter_async_context(
+            serve(
+                self._connection,
+                self._host,
+                self._port,
+                subprotocols=[SUBPROTOCOL],  # type: ignore[list-item]
+                process_request=self._http,
+                max_size=4 * self.config.max_frame,
+                compression="deflate" if self.config.compression == "deflate" else None,
+                ping_interval=self.config.ping_interval,
+            )
+        )
+        self._group.start_soon(self._unload_idle)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop accepting, finish appends under way, close every socket, close the store."""
+        if self._closing:
+            return
+        self._closing = True
+        if self._server is not None:
+            self._server.close(close_connections=False)
+        for room in list(self._rooms.values()):
+            async with room.lock:  # an append under way finishes first
+                for sub in list(room.subscribers):
+                    sub.close(1001, "hub shutting down")
+        if self._server is not None:
+            self._server.close(close_connections=True)
+            with anyio.move_on_after(5):
+                await self._server.wait_closed()
+        if self._group is not None:
+            self._group.cancel_scope.cancel()
+        await self._stack.aclose()
+
+    async def serve_forever(self) -> None:
+        """Serve until cancelled."""
+        await anyio.sleep_forever()
+
+    # ------------------------------------------------------------------ rooms
+
+    async def _acquire(self, conversation_id: str) -> Room:
+        room = self._rooms.get(conversation_id)
+        if room is None:
+            loading = self._loading.get(conversation_id)
+            if loading is None:
+                loading = asyncio.get_running_loop().create_future()
+                self._loading[conversation_id] = loading
+                try:
+                    room = Room(conversation_id, self._store, self.config, self.metrics)
+                    await room.load()
+                    self._rooms[conversation_id] = room
+                    self.metrics.conversations_loaded = len(self._rooms)
+                    loading.set_result(room)
+                except BaseException as exc:
+                    loading.set_exception(exc)
+                    loading.exception()  # retrieved: callers get it through their await
+                    raise
+                finally:
+                    del self._loading[conversation_id]
+            else:
+                room = await asyncio.shield(loading)
+        room.users += 1
+        return room
+
+    def _release(self, room: Room) -> None:
+        room.users -= 1
+        if room.users == 0:
+            room.idle_since = time.monotonic()
+
+    async def _unload_idle(self) -> None:
+        period = max(0.05, min(self.config.idle_unload / 2, 5.0))
+        while True:
+            await anyio.sleep(period)
+            now = time.monotonic()
+            for conversation_id, room in list(self._rooms.items()):
+                if room.users == 0 and now - room.idle_since >= self.config.idle_unload:
+                    if not room.lock.locked():
+                        del self._rooms[conversation_id]
+            self.metrics.conversations_loaded = len(self._rooms)
+
+    async def room_for_read(self, conversation_id: str) -> Room | None:
+        """The room of `conversation_id` for a read, loading it for the moment if needed;
+        None when the conversation has no log."""
+        room = await self._acquire(conversation_id)
+        self._release(room)
+        return room if room.exists else None
+
+    # ------------------------------------------------------------------ HTTP
+
+    async def _http(self, connection: ServerConnection, request: Request) -> Response | None:
+        path = request.path.split("?", 1)[0]
+        upgrade = request.headers.get("Upgrade", "").lower() == "websocket"
+        if upgrade:
+            if self._closing:
+                return connection.respond(503, "shutting down\n")
+            if self.metrics.connections >= self.config.max_connections:
+                return connection.respond(503, "too many connections\n")
+            return None  # the handshake goes on; bad ids are answered on the socket
+        if path == "/healthz":
+            return connection.respond(200, "ok\n")
+        if path == "/metrics":
+            response = connection.respond(200, self.metrics.render())
+            response.headers["Content-Type"] = "text/plain; version=0.0.4"
+            return response
+        conversation_id = conversation_id_of(path)
+        if conversation_id is None:
+            return connection.respond(404, "not found\n")
+        if not is_conversation_id(conversation_id):
+            return connection.respond(400, "bad conversation id\n")
+        room = await self.room_for_read(conversation_id)
+        if room is None:
+            return connection.respond(404, "no such conversation\n")
+        async with room.lock:
+            body = room.snapshot_json()
+        headers = Headers(
+            [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+        )
+        return Response(200, "OK", headers, body)
+
+    # ------------------------------------------------------------------ websockets
+
+    async def _connection(self, ws: ServerConnection) -> None:
+        assert self._group is not None
+        metrics = self.metrics
+        metrics.connections += 1
+        sub = Subscriber(ws, self.config.send_queue, metrics)
+        room: Room | None = None
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(sub.run)
+                try:
+                    room = await self._serve(ws, sub)
+                finally:
+                    sub.close(1000, "")  # the writer flushes what is queued, then closes
+                    group.cancel_scope.deadline = anyio.current_time() + 10
+        finally:
+            metrics.connections -= 1
+            if room is not None:
+                room.leave(sub)
+                self._release(room)
+
+    async def _serve(self, ws: ServerConnection, sub: Subscriber) -> Room | None:
+        """Read and handle frames until the socket closes or fails; returns the room used."""
+        conversation_id = conversation_id_of(ws.request.path if ws.request else "")
+        if conversation_id is None or not is_conversation_id(conversation_id):
+            self._fail(sub, ProtocolError("bad_conversation_id", "expected /v1/conversations/{id}"))
+            return None
+        session = HubSession(self.config.max_frame)
+        room: Room | None = None
+        while not sub.closing:
+            try:
+                data = await ws.recv(decode=False)
+            except ConnectionClosed:
+                break
+            try:
+                message = session.receive(data)
+            except ProtocolError as error:
+                self._fail(sub, error)
+                break
+            match message:
+                case Hello():
+                    room = await self._acquire(conversation_id)
+                    await room.join(sub, message)
+                case PushBatch():
+                    assert room is not None
+                    await room.push(sub, message, closing=self._closing)
+        return room
+
+    def _fail(self, sub: Subscriber, error: ProtocolError) -> None:
+        self.metrics.protocol_errors[error.reason] += 1
+        sub.fail(error.reason, error.message, 1009 if error.reason == "too_big" else 1008)

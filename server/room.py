@@ -1,0 +1,425 @@
+"""One conversation on the hub: its folded log, its subscribers, and the push pipeline.
+
+How this works: a `Room` holds the conversation folded from the store's log and the encoded
+tail of that log. Pushes and joins take the room's lock, so per conversation they run one at a
+time, in log order. A push is checked against the log's position, folded into the conversation
+(validate-then-mutate per record; a later record that fails, or a strict-pairing breach, rolls
+the whole batch back by reloading from the store), stamped, appended durably with the client's
+new seq in one transaction, and only then acked to its pusher and broadcast, encoded once, to
+every other subscriber. Each subscriber has a bounded queue and one writer task; one that falls
+behind is closed with code 4000 (`lagging`) and catches up when it reconnects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from collections.abc import Sequence
+
+import msgspec
+from websockets.asyncio.server import ServerConnection
+from websockets.exceptions import ConnectionClosed
+
+from sync import ChangeRecord, Conversation, Lineage, decode_record, decode_state, encode
+from sync.errors import ApplyError
+from sync.ids import now_ms
+from sync.protocol import (
+    Ack,
+    EntriesOut,
+    Error,
+    Hello,
+    PushBatch,
+    PushOrigin,
+    Reject,
+    RejectReason,
+    StateOut,
+    Welcome,
+    encode_message,
+    records_frame,
+)
+from sync.strict import strict_violation
+
+from .config import HubConfig
+from .metrics import Metrics
+from .store import ClientMark, LogMoved, LogStore, SeqTaken
+
+__all__ = ["LAGGING", "Room", "Subscriber"]
+
+log = logging.getLogger("convsync.hub")
+
+LAGGING = 4000
+"""Close code for a subscriber sent to resync: reconnect and catch up from your revision."""
+
+_FRAME_OVERHEAD = 256
+
+
+class Subscriber:
+    """The sending side of one connection: a bounded queue of frames and one writer task."""
+
+    def __init__(self, ws: ServerConnection, limit: int, metrics: Metrics) -> None:
+        self._ws = ws
+        self._queue: collections.deque[bytes] = collections.deque()
+        self._limit = limit
+        self._metrics = metrics
+        self._wake = asyncio.Event()
+        self._closing: tuple[int, str] | None = None
+        self.client: str | None = None
+
+    @property
+    def closing(self) -> bool:
+        return self._closing is not None
+
+    def send(self, frame: bytes, *, catch_up: bool = False) -> None:
+        """Queue `frame`. A full queue sends this subscriber to resync (live frames only:
+        a catch-up is bounded by the log and always queued)."""
+        if self._closing is not None:
+            return
+        if not catch_up and len(self._queue) >= self._limit:
+            self._queue.clear()
+            self._metrics.send_queue_drops += 1
+            self.close(LAGGING, "lagging")
+            return
+        self._queue.append(frame)
+        self._wake.set()
+
+    def fail(self, code: str, detail: str, close_code: int = 1008) -> None:
+        """Send `error` and close: bad input, or the hub cannot serve this socket now."""
+        if self._closing is None:
+            self._queue.append(encode_message(Error(code, detail)))
+            self.close(close_code, code)
+
+    def close(self, code: int, reason: str) -> None:
+        if self._closing is None:
+            self._closing = (code, reason)
+            self._wake.set()
+
+    async def run(self) -> None:
+        """Write queued frames until closed; then close the socket with the reason given."""
+        ws, queue = self._ws, self._queue
+        try:
+            while True:
+                while queue:
+                    await ws.send(queue.popleft(), text=True)
+                if self._closing is not None:
+                    break
+                self._wake.clear()
+                await self._wake.wait()
+            await ws.close(*self._closing)
+        except ConnectionClosed:
+            pass
+
+
+class Room:
+    """One conversation: the folded log, the subscribers, and the push pipeline."""
+
+    def __init__(
+        self, conversation_id: str, store: LogStore, config: HubConfig, metrics: Metrics
+    ) -> None:
+        self.id = conversation_id
+        self._store = store
+        self._config = config
+        self._metrics = metrics
+        self.lock = asyncio.Lock()
+        self.subscribers: set[Subscriber] = set()
+        self.users = 0  # connections holding this room (joined or about to)
+        self.idle_since = time.monotonic()
+        self.conversation = Conversation()
+        self.lineage: int = Lineage.fresh()
+        self.revision = 0
+        self.exists = False
+        self.clients: dict[str, ClientMark] = {}
+        self._recent: list[bytes] = []
+        self._recent_from = 0
+        self._snapshot_revision = 0
+
+    # ------------------------------------------------------------------ loading
+
+    async def load(self) -> None:
+        """Fold the store's log (its latest snapshot, then the records after it)."""
+        loaded = await self._store.load(self.id)
+        if loaded is None:
+            self.conversation = Conversation()
+            self.lineage, self.revision, self.exists = Lineage.fresh(), 0, False
+            self.clients, self._recent, self._recent_from = {}, [], 0
+            self._snapshot_revision = 0
+            return
+        conversation = decode_state(loaded.snapshot) if loaded.snapshot else Conversation()
+        for data in loaded.records:
+            conversation.apply(decode_record(data))
+        conversation.continue_log(loaded.lineage, loaded.revision)
+        self.conversation = conversation
+        self.lineage, self.revision, self.exists = loaded.lineage, loaded.revision, True
+        self.clients = dict(loaded.clients)
+        keep = self._config.recent_records
+        self._recent = list(loaded.records[-keep:]) if keep else []
+        self._recent_from = loaded.revision - len(self._recent)
+        self._snapshot_revision = loaded.snapshot_revision
+
+    # ------------------------------------------------------------------ joining
+
+    async def join(self, sub: Subscriber, hello: Hello) -> None:
+        """Welcome `sub`, bring it up to date, then deliver every record appended after."""
+        async with self.lock:
+            mark = self.clients.get(hello.client)
+            sub.client = hello.client
+            sub.send(
+                encode_message(Welcome(self.lineage, self.revision, mark.seq if mark else 0)),
+                catch_up=True,
+            )
+            await self._catch_up(sub, hello.lineage, hello.revision)
+            self.subscribers.add(sub)
+
+    async def _catch_up(self, sub: Subscriber, lineage: int, revision: int) -> None:
+        fresh = lineage == Lineage.EMPTY and revision == 0
+        if (lineage == self.lineage or fresh) and revision <= self.revision:
+            missing = self.revision - revision
+            if missing == 0:
+                return
+            state_items = len(self.conversation) + len(self.conversation.asides())
+            if not (fresh and missing > state_items):
+                records = await self._records_since(revision)
+                if records is not None:
+                    self._send_records(sub, revision, records, None, catch_up=True)
+                    return
+        self._send_state(sub)
+
+    async def _records_since(self, revision: int) -> Sequence[bytes] | None:
+        if revision >= self._recent_from:
+            return self._recent[revision - self._recent_from :]
+        return await self._store.read(self.id, self.lineage, revision)
+
+    def _send_records(
+        self,
+        sub: Subscriber,
+        from_: int,
+        records: Sequence[bytes],
+        origin: PushOrigin | None,
+        *,
+        catch_up: bool,
+    ) -> None:
+        for start, chunk in _chunks(records, self._config.max_frame - _FRAME_OVERHEAD):
+            sub.send(records_frame(from_ + start, chunk, origin), catch_up=catch_up)
+
+    def _send_state(self, sub: Subscriber) -> None:
+        """The whole state, the entries spread over as many frames as the limit needs."""
+        state = self.conversation.state()
+        entries = [encode(entry) for entry in state.entries]
+        asides = [encode(aside) for aside in state.asides]
+        first_budget = (
+            self._config.max_frame
+            - _FRAME_OVERHEAD
+            - sum(len(a) + 1 for a in asides)
+            - 40 * len(state.retired)
+        )
+        head: list[bytes] = []
+        size = 0
+        for data in entries:
+            if size + len(data) + 1 > first_budget:
+                break
+            head.append(data)
+            size += len(data) + 1
+        rest = entries[len(head) :]
+        raw = msgspec.Raw
+        sub.send(
+            encode_message(
+                StateOut.of(
+                    self.lineage,
+                    self.revision,
+                    [raw(e) for e in head],
+                    [raw(a) for a in asides],
+                    state.halt,
+                    state.retired,
+                    bool(rest),
+                )
+            ),
+            catch_up=True,
+        )
+        chunks = list(_chunks(rest, self._config.max_frame - _FRAME_OVERHEAD))
+        for k, (_, chunk) in enumerate(chunks):
+            more = k < len(chunks) - 1
+            sub.send(encode_message(EntriesOut([raw(e) for e in chunk], more)), catch_up=True)
+
+    def leave(self, sub: Subscriber) -> None:
+        self.subscribers.discard(sub)
+
+    # ------------------------------------------------------------------ pushing
+
+    async def push(self, sub: Subscriber, batch: PushBatch, closing: bool = False) -> None:
+        """Append `batch` if it continues the log and fits; answer `sub`; broadcast."""
+        started = time.monotonic()
+        client = sub.client
+        assert client is not None
+        async with self.lock:
+            if closing:
+                sub.fail("shutting_down", "the hub is shutting down; reconnect later", 1001)
+                return
+            mark = self.clients.get(client)
+            if mark is not None and batch.seq <= mark.seq:
+                # A resend of a push that landed: answer with its ack, append nothing.
+                sub.send(encode_message(Ack(batch.seq, mark.ack_from, mark.ack_revision)))
+                return
+            fresh_log = batch.lineage == Lineage.EMPTY and self.revision == 0
+            if batch.lineage != self.lineage and not fresh_log:
+                self._reject(sub, batch, "lineage", "the log was rewritten; a state follows")
+                self._send_state(sub)
+                return
+            if batch.revision != self.revision:
+                self._reject(sub, batch, "behind", f"the log is at revision {self.revision}")
+                return
+            problem = await self._fold(batch.records)
+            if problem is not None:
+                self._reject(sub, batch, "invalid", problem)
+                return
+            await self._append(sub, batch, client, started)
+
+    async def _fold(self, records: Sequence[ChangeRecord]) -> str | None:
+        """Fold `records` into the conversation, or leave it as it was and say why not."""
+        conversation = self.conversation
+        since = len(conversation)
+        check = False
+        for k, record in enumerate(records):
+            try:
+                conversation.apply(record)
+            except ApplyError as error:
+                if k:
+                    await self._reload()
+                return f"record {k}: {error}"
+            changed, touches = _reach(record, len(conversation))
+            since = min(since, changed)
+            check = check or touches
+        if self._config.strict_pairing and check:
+            violation = strict_violation(conversation, since)
+            if violation is not None:
+                await self._reload()
+                return f"strict pairing: {violation.message}"
+        return None
+
+    async def _append(self, sub: Subscriber, batch: PushBatch, client: str, started: float) -> None:
+        now = now_ms()
+        records = [
+            record if record.at is not None else msgspec.structs.replace(record, at=now)
+            for record in batch.records
+        ]
+        encoded = [encode(record) for record in records]
+        from_ = self.revision
+        mark = ClientMark(batch.seq, from_, from_ + len(encoded))
+        try:
+            await self._store.append(self.id, self.lineage, from_, encoded, client, mark)
+        except SeqTaken as taken:  # another hub (or we, before a restart) appended it
+            await self._reload()
+            sub.send(encode_message(Ack(batch.seq, taken.mark.ack_from, taken.mark.ack_revision)))
+            return
+        except LogMoved:  # another hub sharing the store appended first
+            await self._reload_and_forward(from_)
+            self._reject(sub, batch, "behind", "the log moved on another hub")
+            return
+        except Exception as exc:
+            log.exception("append to %s failed", self.id)
+            await self._reload()
+            sub.fail("unavailable", f"storage failed: {exc}; reconnect and resend", 1011)
+            return
+        self.exists = True
+        self.revision = mark.ack_revision
+        self.clients[client] = mark
+        self._remember(encoded)
+        sub.send(encode_message(Ack(batch.seq, from_, self.revision)))
+        frame = records_frame(from_, encoded, PushOrigin(client, batch.seq))
+        for other in self.subscribers:
+            if other is not sub:
+                other.send(frame)
+        metrics = self._metrics
+        metrics.records_appended += len(encoded)
+        metrics.pushes_accepted += 1
+        metrics.observe_append(time.monotonic() - started)
+        if self.revision - self._snapshot_revision >= self._config.snapshot_every:
+            await self._snapshot()
+
+    def _reject(self, sub: Subscriber, batch: PushBatch, reason: RejectReason, detail: str) -> None:
+        self._metrics.pushes_rejected[reason] += 1
+        sub.send(encode_message(Reject(batch.seq, reason, detail, self.lineage, self.revision)))
+
+    def _remember(self, encoded: list[bytes]) -> None:
+        keep = self._config.recent_records
+        if not keep:
+            self._recent_from = self.revision
+            return
+        self._recent.extend(encoded)
+        if len(self._recent) > 2 * keep:
+            drop = len(self._recent) - keep
+            del self._recent[:drop]
+            self._recent_from += drop
+
+    async def _snapshot(self) -> None:
+        try:
+            await self._store.write_snapshot(
+                self.id, self.lineage, self.revision, encode(self.conversation)
+            )
+            self._snapshot_revision = self.revision
+        except Exception:  # a snapshot only speeds up loading; the log is intact
+            log.exception("snapshot of %s failed", self.id)
+
+    async def _reload(self) -> None:
+        await self.load()
+
+    async def _reload_and_forward(self, known: int) -> None:
+        """Reload after another hub moved the log; bring every subscriber up to date."""
+        lineage = self.lineage
+        await self.load()
+        records = (
+            await self._store.read(self.id, lineage, known) if lineage == self.lineage else None
+        )
+        for sub in list(self.subscribers):
+            if records is not None:
+                self._send_records(sub, known, records, None, catch_up=True)
+            else:
+                self._send_state(sub)
+
+    # ------------------------------------------------------------------ reads
+
+    def snapshot_json(self) -> bytes:
+        """`{"lineage", "revision", "state"}` for `GET /v1/conversations/{id}`."""
+        state = encode(self.conversation)
+        return b'{"lineage":%d,"revision":%d,"state":%s}' % (self.lineage, self.revision, state)
+
+
+def _reach(record: ChangeRecord, length: int) -> tuple[int, bool]:
+    """Where `record` changed the messages from, and whether pairing could have broken."""
+    from sync import Assistant, Push, Reset, Splice, User
+    from sync.messages import ToolResult
+
+    change = record.change
+    if isinstance(change, Push):
+        touches = any(
+            isinstance(e.message, Assistant)
+            or (
+                isinstance(e.message, User)
+                and any(isinstance(p, ToolResult) for p in e.message.content)
+            )
+            for e in change.entries
+        )
+        return length - len(change.entries), touches
+    if isinstance(change, Splice):
+        return change.start, True
+    if isinstance(change, Reset):
+        return 0, True
+    return length, False
+
+
+def _chunks(items: Sequence[bytes], budget: int) -> list[tuple[int, list[bytes]]]:
+    """Split `items` into runs whose sizes (plus a comma each) fit `budget`; each run keeps
+    at least one item. Returns (offset, run) pairs."""
+    runs: list[tuple[int, list[bytes]]] = []
+    start = 0
+    current: list[bytes] = []
+    size = 0
+    for k, item in enumerate(items):
+        if current and size + len(item) + 1 > budget:
+            runs.append((start, current))
+            start, current, size = k, [], 0
+        current.append(item)
+        size += len(item) + 1
+    if current:
+        runs.append((start, current))
+    return runs

@@ -1,0 +1,96 @@
+"""What a hub connection may receive and when: pure, no sockets.
+
+`HubSession.receive` takes one frame's bytes and returns the decoded `Hello` or `PushBatch`, or
+raises `ProtocolError` with the code the hub sends in its `error` message before closing that
+socket. A session expects exactly one `hello` first, then pushes.
+"""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+
+from sync.errors import DecodeError, ProtocolError
+from sync.lineage import Lineage
+from sync.protocol import Hello, PushBatch, decode_client_message
+
+__all__ = ["CONVERSATION_PATH", "HubSession", "conversation_id_of", "is_conversation_id"]
+
+CONVERSATION_PATH = "/v1/conversations/"
+_CONVERSATION_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+_CLIENT_ID = re.compile(r"[^\x00-\x1f]{1,128}")
+_KNOWN_TYPES = frozenset({"hello", "push"})
+
+
+def is_conversation_id(value: str) -> bool:
+    """1 to 128 characters of `[A-Za-z0-9._:-]`."""
+    return _CONVERSATION_ID.fullmatch(value) is not None
+
+
+def conversation_id_of(path: str) -> str | None:
+    """The conversation id in a `/v1/conversations/{id}` path (query ignored), else None."""
+    path = path.split("?", 1)[0]
+    if not path.startswith(CONVERSATION_PATH):
+        return None
+    return path[len(CONVERSATION_PATH) :]
+
+
+class HubSession:
+    """The protocol state of one replica connection.
+
+    Args:
+        max_frame: the largest frame accepted, in bytes.
+    """
+
+    def __init__(self, max_frame: int) -> None:
+        self.max_frame = max_frame
+        self.hello: Hello | None = None
+
+    def receive(self, data: bytes | str) -> Hello | PushBatch:
+        """Decode and check one frame.
+
+        Raises:
+            ProtocolError: with code `too_big`, `malformed_json`, `unknown_type`,
+                `bad_message`, `no_hello`, `unexpected` (a second hello) or `bad_client`.
+        """
+        if len(data) > self.max_frame:
+            raise ProtocolError("too_big", f"frame of {len(data)} bytes over {self.max_frame}")
+        try:
+            message = decode_client_message(data)
+        except DecodeError as exc:
+            raise _explain(data, exc) from exc
+        match message:
+            case Hello(client, lineage, revision):
+                if self.hello is not None:
+                    raise ProtocolError("unexpected", "hello was already received")
+                if _CLIENT_ID.fullmatch(client) is None:
+                    raise ProtocolError("bad_client", "client id must be 1 to 128 printable chars")
+                _check_position(lineage, revision)
+                self.hello = message
+            case PushBatch(seq, lineage, revision, records):
+                if self.hello is None:
+                    raise ProtocolError("no_hello", "push before hello")
+                if seq < 1:
+                    raise ProtocolError("bad_message", "push seq starts at 1")
+                if not records:
+                    raise ProtocolError("bad_message", "a push carries at least one record")
+                _check_position(lineage, revision)
+        return message
+
+
+def _check_position(lineage: int, revision: int) -> None:
+    if not Lineage.EMPTY <= lineage <= Lineage.DETACHED or revision < 0:
+        raise ProtocolError("bad_message", "lineage or revision out of range")
+
+
+def _explain(data: bytes | str, exc: DecodeError) -> ProtocolError:
+    """Tell malformed JSON, an unknown type and wrong fields apart."""
+    try:
+        raw = msgspec.json.decode(data)
+    except msgspec.DecodeError:
+        return ProtocolError("malformed_json", exc.message)
+    if not isinstance(raw, dict) or raw.get("type") not in _KNOWN_TYPES:
+        kind = raw.get("type") if isinstance(raw, dict) else None
+        return ProtocolError("unknown_type", f"unknown message type {kind!r}")
+    return ProtocolError("bad_message", exc.message)

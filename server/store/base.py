@@ -1,0 +1,350 @@
+"""The `LogStore` interface every storage backend of the hub implements, and its value types.
+
+A store keeps, per conversation, an append-only log of encoded change records (the bytes the
+codec produced; the store never decodes them), the log's lineage and revision (its record
+count), at most one snapshot (an encoded state at some revision of the current lineage) and,
+per client, the last push it accepted (`ClientMark`).
+
+Several hubs may share one store, so nothing here trusts a hub's idea of the log: every write
+that depends on the log's position names the lineage and revision it expects and fails with
+`LogMoved`, changing nothing, when the log is elsewhere (compare-and-append). A hub that gets
+`LogMoved` reloads or reads the records it missed; it never overwrites.
+
+The pure checks both backends run (`check_*`) live here, so the in-memory and the durable
+store enforce the same rules by the same code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Protocol, Self
+
+import msgspec
+
+from sync.errors import ConvsyncError, UsageError
+
+__all__ = [
+    "MAX_LINEAGE",
+    "NO_LINEAGE",
+    "ClientMark",
+    "Loaded",
+    "LogMoved",
+    "LogStore",
+    "SeqTaken",
+    "StoreError",
+    "check_append_args",
+    "check_base",
+    "check_mark",
+    "check_new_lineage",
+    "check_read_args",
+    "check_records",
+    "check_rewrite",
+]
+
+NO_LINEAGE = 0
+"""The lineage `LogMoved` reports for a conversation that has no log (equals `Lineage.EMPTY`)."""
+
+MAX_LINEAGE = 2**53 - 1
+"""Lineages must stay below this (`Lineage.DETACHED`) so they survive JSON in a browser."""
+
+
+class ClientMark(msgspec.Struct, frozen=True):
+    """The last push a store accepted from one client of one conversation, and its ack.
+
+    Attributes:
+        seq: the push's batch sequence number (strictly increasing per client).
+        ack_from: the first revision of the ack that push got.
+        ack_revision: the log's revision right after that push was appended.
+    """
+
+    seq: int
+    ack_from: int
+    ack_revision: int
+
+
+class Loaded(msgspec.Struct, frozen=True):
+    """What `LogStore.load` hands back: everything needed to rebuild a conversation.
+
+    Fold `records` onto `snapshot` (or onto an empty conversation when it is None) to get the
+    state at `revision`.
+
+    Attributes:
+        lineage: the log's lineage.
+        revision: the log's revision (how many records it has).
+        snapshot: the latest snapshot of this lineage, or None when there is none.
+        snapshot_revision: the revision the snapshot was taken at (0 without a snapshot).
+        records: the encoded records after the snapshot, revisions
+            `snapshot_revision + 1 .. revision`, in order.
+        clients: each client's last accepted push, by client id.
+    """
+
+    lineage: int
+    revision: int
+    snapshot: bytes | None
+    snapshot_revision: int
+    records: list[bytes]
+    clients: dict[str, ClientMark]
+
+
+class LogMoved(ConvsyncError):
+    """The log is not at the lineage and revision the caller expected; nothing was written.
+
+    Attributes:
+        conversation_id: the conversation concerned.
+        lineage: the log's actual lineage (`NO_LINEAGE` when there is no log).
+        revision: the log's actual revision (0 when there is no log).
+    """
+
+    def __init__(self, conversation_id: str, lineage: int, revision: int) -> None:
+        super().__init__(
+            "moved", f"{conversation_id!r} is at lineage {lineage} revision {revision}"
+        )
+        self.conversation_id = conversation_id
+        self.lineage = lineage
+        self.revision = revision
+
+
+class SeqTaken(ConvsyncError):
+    """The client's push seq is at or below one the store already accepted; nothing was written.
+
+    Another hub (or this one before a restart) appended that push already. Answer the push with
+    the ack in `mark` instead of appending it again.
+
+    Attributes:
+        conversation_id: the conversation concerned.
+        client: the client whose seq it is.
+        mark: the client's stored mark (its last accepted seq and ack).
+    """
+
+    def __init__(self, conversation_id: str, client: str, mark: ClientMark) -> None:
+        super().__init__(
+            "seq_taken",
+            f"{client!r} already has push {mark.seq} accepted in {conversation_id!r}",
+        )
+        self.conversation_id = conversation_id
+        self.client = client
+        self.mark = mark
+
+
+class StoreError(ConvsyncError):
+    """The storage backend failed (disk, lock timeout, corrupt file); the cause is chained.
+
+    The write was most likely not made, but a disk error during the commit can leave that
+    uncertain: reload the conversation before trusting an in-memory copy of its log.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__("storage", message)
+
+
+class LogStore(Protocol):
+    """Durable logs of change records, shared safely by any number of hubs.
+
+    Every method is a coroutine that never blocks the event loop. A store is an async context
+    manager: `async with store:` closes it on the way out. After `close`, every method raises
+    `UsageError` (reason `closed`).
+
+    `appends` counts append calls that were committed or rejected, `commits` the transactions
+    that carried them; `appends / commits` is the group-commit factor.
+    """
+
+    @property
+    def commits(self) -> int:
+        """How many write transactions the store has committed."""
+        ...
+
+    @property
+    def appends(self) -> int:
+        """How many `append` calls the store has run to an outcome."""
+        ...
+
+    async def load(self, conversation_id: str) -> Loaded | None:
+        """Read a conversation's log: lineage, revision, latest snapshot, the tail after it.
+
+        Returns:
+            The conversation, or None when it has no log. Reading costs time proportional to
+            the records after the latest snapshot, not to the whole log.
+        """
+        ...
+
+    async def append(
+        self,
+        conversation_id: str,
+        lineage: int,
+        revision: int,
+        records: Sequence[bytes],
+        client: str | None = None,
+        mark: ClientMark | None = None,
+    ) -> int:
+        """Append records to the log only if it is at exactly `lineage` and `revision`.
+
+        A conversation without a log counts as being at revision 0 of any lineage: appending at
+        revision 0 creates it with the lineage given. `client` and `mark` go together: the
+        client's new mark is stored in the same transaction as the records, so either both are
+        durable or neither is. When this returns, the records are durable (an ack may be sent).
+
+        Returns:
+            The log's new revision (`revision + len(records)`).
+
+        Raises:
+            SeqTaken: `mark.seq` is at or below the client's stored seq; nothing was written.
+                Checked first: a push that already landed is answered with its stored ack.
+            LogMoved: the log is at another lineage or revision; nothing was written.
+            UsageError: bad arguments (one of `client`/`mark` without the other, a negative
+                revision, a record that is not bytes, a lineage not strictly between
+                `NO_LINEAGE` and `MAX_LINEAGE`).
+            StoreError: the backend failed.
+        """
+        ...
+
+    async def read(
+        self, conversation_id: str, lineage: int, from_revision: int, limit: int | None = None
+    ) -> list[bytes] | None:
+        """Read the records after `from_revision` (revisions `from_revision + 1 ..`), in order.
+
+        Args:
+            limit: at most this many records (all of them when None).
+
+        Returns:
+            The records (empty when `from_revision` is the log's revision), or None when the
+            conversation has no log, its lineage is not `lineage`, `from_revision` is past the
+            log's revision, or the store no longer holds the first record asked for. None
+            means: send the reader a whole state instead.
+        """
+        ...
+
+    async def write_snapshot(
+        self, conversation_id: str, lineage: int, revision: int, state: bytes
+    ) -> None:
+        """Keep `state` as the conversation's snapshot at `revision` of `lineage`.
+
+        Only the latest snapshot is kept. Ignored (no error) when the log is no longer at
+        `lineage`, or the store already holds a snapshot at `revision` or later.
+
+        Raises:
+            UsageError: `revision` is negative or past the log's revision.
+        """
+        ...
+
+    async def rewrite(
+        self,
+        conversation_id: str,
+        lineage: int,
+        records: Sequence[bytes],
+        *,
+        base: tuple[int, int] | None = None,
+    ) -> None:
+        """Replace the whole log with `records` under the fresh `lineage`.
+
+        Old records and snapshots are dropped; client marks are kept (push seqs stay
+        strictly increasing across a rewrite). Creates the conversation when it has no log.
+        The log's revision becomes `len(records)`.
+
+        Args:
+            base: when given, the `(lineage, revision)` the log must be at; compare-and-swap.
+
+        Raises:
+            LogMoved: `base` was given and the log is elsewhere; nothing was written.
+            UsageError: `lineage` is the log's current lineage or out of range.
+        """
+        ...
+
+    async def list_conversations(self) -> list[str]:
+        """Every conversation id that has a log, sorted."""
+        ...
+
+    async def client_mark(self, conversation_id: str, client: str) -> ClientMark | None:
+        """The client's last accepted push in this conversation, or None if it has none."""
+        ...
+
+    async def close(self) -> None:
+        """Finish every write already started, then release files and threads. Idempotent."""
+        ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+
+# Pure checks shared by every backend. Argument checks run on the caller's side before anything
+# is queued; position checks run inside the backend's transaction.
+
+
+def check_records(records: Sequence[bytes]) -> tuple[bytes, ...]:
+    """Freeze `records` into a tuple, raising `UsageError` if one is not `bytes`."""
+    frozen = tuple(records)
+    for record in frozen:
+        if not isinstance(record, bytes):
+            raise UsageError("not_bytes", f"a record must be bytes, not {type(record).__name__}")
+    return frozen
+
+
+def check_new_lineage(lineage: int) -> None:
+    """Raise `UsageError` unless `lineage` may name a stored log (strictly between the ends)."""
+    if not NO_LINEAGE < lineage < MAX_LINEAGE:
+        raise UsageError("bad_lineage", f"lineage {lineage} is not a fresh lineage")
+
+
+def check_append_args(
+    lineage: int,
+    revision: int,
+    records: Sequence[bytes],
+    client: str | None,
+    mark: ClientMark | None,
+) -> tuple[bytes, ...]:
+    """Validate `append`'s arguments; return the records frozen."""
+    check_new_lineage(lineage)
+    if revision < 0:
+        raise UsageError("bad_revision", f"revision {revision} is negative")
+    if (client is None) != (mark is None):
+        raise UsageError("bad_mark", "client and mark go together")
+    return check_records(records)
+
+
+def check_read_args(from_revision: int, limit: int | None) -> None:
+    """Validate `read`'s arguments."""
+    if from_revision < 0:
+        raise UsageError("bad_revision", f"revision {from_revision} is negative")
+    if limit is not None and limit < 0:
+        raise UsageError("bad_limit", f"limit {limit} is negative")
+
+
+def check_base(
+    conversation_id: str, current: tuple[int, int] | None, lineage: int, revision: int
+) -> None:
+    """Raise `LogMoved` unless a log at `current` (None: no log) is at `lineage`, `revision`.
+
+    A missing log is at revision 0 of every lineage.
+    """
+    if current is None:
+        if revision != 0:
+            raise LogMoved(conversation_id, NO_LINEAGE, 0)
+    elif current != (lineage, revision):
+        raise LogMoved(conversation_id, *current)
+
+
+def check_rewrite(
+    conversation_id: str,
+    current: tuple[int, int] | None,
+    lineage: int,
+    base: tuple[int, int] | None,
+) -> None:
+    """Raise unless a log at `current` may be rewritten under `lineage` (see `rewrite`)."""
+    if base is not None:
+        check_base(conversation_id, current, *base)
+    if current is not None and current[0] == lineage:
+        raise UsageError("same_lineage", f"{conversation_id!r} is already at lineage {lineage}")
+
+
+def check_mark(
+    conversation_id: str, client: str, stored: ClientMark | None, mark: ClientMark
+) -> None:
+    """Raise `SeqTaken` when `mark.seq` does not come after the client's stored seq."""
+    if stored is not None and mark.seq <= stored.seq:
+        raise SeqTaken(conversation_id, client, stored)

@@ -1,0 +1,194 @@
+"""`MemoryStore`: the `LogStore` for tests and `--db :memory:`; nothing outlives the process.
+
+It enforces compare-and-append exactly like the durable store (same checks, from `base`).
+Each method runs to completion without awaiting, so on one event loop every call is atomic,
+which is what a transaction gives the durable store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Self
+
+from sync.errors import UsageError
+
+from .base import (
+    ClientMark,
+    Loaded,
+    check_append_args,
+    check_base,
+    check_mark,
+    check_new_lineage,
+    check_read_args,
+    check_records,
+    check_rewrite,
+)
+
+__all__ = ["MemoryStore"]
+
+
+class _Log:
+    """One conversation: `records[i]` is revision `i + 1`."""
+
+    __slots__ = ("clients", "lineage", "records", "snapshot")
+
+    def __init__(self, lineage: int) -> None:
+        self.lineage = lineage
+        self.records: list[bytes] = []
+        self.snapshot: tuple[int, int, bytes] | None = None  # lineage, revision, state
+        self.clients: dict[str, ClientMark] = {}
+
+    @property
+    def revision(self) -> int:
+        return len(self.records)
+
+
+class MemoryStore:
+    """A `LogStore` held in dicts. Every append is its own commit."""
+
+    def __init__(self) -> None:
+        self._logs: dict[str, _Log] = {}
+        self._closed = False
+        self._commits = 0
+        self._appends = 0
+
+    @property
+    def commits(self) -> int:
+        """How many writes the store has committed (one per successful write)."""
+        return self._commits
+
+    @property
+    def appends(self) -> int:
+        """How many `append` calls the store has run to an outcome."""
+        return self._appends
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise UsageError("closed", "the store is closed")
+
+    async def load(self, conversation_id: str) -> Loaded | None:
+        """See `LogStore.load`."""
+        self._check_open()
+        log = self._logs.get(conversation_id)
+        if log is None:
+            return None
+        snapshot: bytes | None = None
+        snapshot_revision = 0
+        if log.snapshot is not None and log.snapshot[0] == log.lineage:
+            _, snapshot_revision, snapshot = log.snapshot
+        return Loaded(
+            lineage=log.lineage,
+            revision=log.revision,
+            snapshot=snapshot,
+            snapshot_revision=snapshot_revision,
+            records=log.records[snapshot_revision:],
+            clients=dict(log.clients),
+        )
+
+    async def append(
+        self,
+        conversation_id: str,
+        lineage: int,
+        revision: int,
+        records: Sequence[bytes],
+        client: str | None = None,
+        mark: ClientMark | None = None,
+    ) -> int:
+        """See `LogStore.append`."""
+        self._check_open()
+        frozen = check_append_args(lineage, revision, records, client, mark)
+        log = self._logs.get(conversation_id)
+        self._appends += 1
+        if client is not None and mark is not None:
+            stored = log.clients.get(client) if log is not None else None
+            check_mark(conversation_id, client, stored, mark)
+        current = None if log is None else (log.lineage, log.revision)
+        check_base(conversation_id, current, lineage, revision)
+        if log is None:
+            log = self._logs[conversation_id] = _Log(lineage)
+        log.records.extend(frozen)
+        if client is not None and mark is not None:
+            log.clients[client] = mark
+        self._commits += 1
+        return log.revision
+
+    async def read(
+        self, conversation_id: str, lineage: int, from_revision: int, limit: int | None = None
+    ) -> list[bytes] | None:
+        """See `LogStore.read`."""
+        self._check_open()
+        check_read_args(from_revision, limit)
+        log = self._logs.get(conversation_id)
+        if log is None or log.lineage != lineage or from_revision > log.revision:
+            return None
+        stop = log.revision if limit is None else min(log.revision, from_revision + limit)
+        return log.records[from_revision:stop]
+
+    async def write_snapshot(
+        self, conversation_id: str, lineage: int, revision: int, state: bytes
+    ) -> None:
+        """See `LogStore.write_snapshot`."""
+        self._check_open()
+        check_records([state])
+        log = self._logs.get(conversation_id)
+        if log is None or log.lineage != lineage:
+            return
+        if not 0 <= revision <= log.revision:
+            raise UsageError(
+                "bad_revision", f"no revision {revision} in a log of {log.revision} records"
+            )
+        if log.snapshot is not None and log.snapshot[0] == lineage and log.snapshot[1] >= revision:
+            return
+        log.snapshot = (lineage, revision, state)
+        self._commits += 1
+
+    async def rewrite(
+        self,
+        conversation_id: str,
+        lineage: int,
+        records: Sequence[bytes],
+        *,
+        base: tuple[int, int] | None = None,
+    ) -> None:
+        """See `LogStore.rewrite`."""
+        self._check_open()
+        frozen = check_records(records)
+        check_new_lineage(lineage)
+        log = self._logs.get(conversation_id)
+        current = None if log is None else (log.lineage, log.revision)
+        check_rewrite(conversation_id, current, lineage, base)
+        fresh = _Log(lineage)
+        fresh.records.extend(frozen)
+        if log is not None:
+            fresh.clients = log.clients
+        self._logs[conversation_id] = fresh
+        self._commits += 1
+
+    async def list_conversations(self) -> list[str]:
+        """See `LogStore.list_conversations`."""
+        self._check_open()
+        return sorted(self._logs)
+
+    async def client_mark(self, conversation_id: str, client: str) -> ClientMark | None:
+        """See `LogStore.client_mark`."""
+        self._check_open()
+        log = self._logs.get(conversation_id)
+        return None if log is None else log.clients.get(client)
+
+    async def close(self) -> None:
+        """Drop every log. Idempotent."""
+        self._closed = True
+        self._logs.clear()
+
+    async def __aenter__(self) -> Self:
+        self._check_open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()

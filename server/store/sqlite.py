@@ -1,0 +1,705 @@
+"""`SqliteStore`: the embedded, durable `LogStore` (stdlib `sqlite3`, WAL mode).
+
+How this works
+--------------
+- **One writer thread** owns the only connection that writes. A caller on the event loop checks
+  its arguments, puts a job on a queue and awaits an asyncio future; nothing that touches the
+  disk runs on the loop. The writer hands each outcome back with `loop.call_soon_threadsafe`.
+- **Group commit.** The writer waits for a job, opens a transaction with `BEGIN IMMEDIATE` (it
+  takes the file's write lock, so several processes sharing the file still serialize), then
+  pulls every job queued by then (up to `max_batch`) into that one transaction. Jobs queued
+  while it waits for the lock or for the previous fsync ride along, so under load one commit
+  carries many appends. Each job runs under its own `SAVEPOINT` and does its own
+  compare-and-append check against what the jobs before it left: one that fails (`LogMoved`,
+  `SeqTaken`, a database error) is rolled back to its savepoint and fails alone.
+- **Durable before resolved.** A job's future is resolved only after `COMMIT` returned. With
+  `synchronous=FULL` in WAL mode the commit syncs the WAL, so once `await append(...)` returns,
+  the records and the client mark survive `kill -9` of the process (and a power cut). If the
+  commit itself fails, every job of the batch fails with `StoreError` and nothing of it is kept.
+- **Reads** (`load`, `read`, `list_conversations`, `client_mark`) run in worker threads
+  (`asyncio.to_thread`) on a small pool of read-only connections, each inside one read
+  transaction, so a load sees one consistent state; WAL lets them run beside the writer.
+- **Schema** (version 1 in `PRAGMA user_version`): `conversations(id, lineage, revision)`;
+  `records(conversation_id, revision, data)` clustered on its key (`WITHOUT ROWID`) so a
+  conversation's tail is one range scan; `snapshots(conversation_id, lineage, revision, data)`,
+  one row per conversation, the latest; `clients(conversation_id, client, seq, ack_from,
+  ack_revision)`. `load` reads the snapshot and only the records after it.
+- **`:memory:` is refused**: every sqlite3 connection to it is a separate database, and the
+  writer/reader split needs one shared file. `MemoryStore` is the in-memory store
+  (`open_store(":memory:")` picks it).
+- The store is bound to asyncio (futures and `call_soon_threadsafe`). Cancelling a caller that
+  awaits an append does not withdraw the append: it may still commit; reload to find out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import queue
+import sqlite3
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+from sync.errors import UsageError
+
+from .base import (
+    ClientMark,
+    Loaded,
+    StoreError,
+    check_append_args,
+    check_base,
+    check_mark,
+    check_new_lineage,
+    check_read_args,
+    check_records,
+    check_rewrite,
+)
+
+__all__ = ["SqliteStore"]
+
+T = TypeVar("T")
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE conversations (
+    id TEXT PRIMARY KEY,
+    lineage INTEGER NOT NULL,
+    revision INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE records (
+    conversation_id TEXT NOT NULL,
+    revision INTEGER NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY (conversation_id, revision)
+) WITHOUT ROWID;
+CREATE TABLE snapshots (
+    conversation_id TEXT PRIMARY KEY,
+    lineage INTEGER NOT NULL,
+    revision INTEGER NOT NULL,
+    data BLOB NOT NULL
+);
+CREATE TABLE clients (
+    conversation_id TEXT NOT NULL,
+    client TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    ack_from INTEGER NOT NULL,
+    ack_revision INTEGER NOT NULL,
+    PRIMARY KEY (conversation_id, client)
+) WITHOUT ROWID;
+"""
+
+_SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+_IDLE_READERS = 4
+
+
+def _connect(
+    path: str, synchronous: str, busy_timeout: float, *, reader: bool
+) -> sqlite3.Connection:
+    # isolation_level=None: no implicit transactions; every one is begun explicitly.
+    conn = sqlite3.connect(
+        path, timeout=busy_timeout, isolation_level=None, check_same_thread=not reader
+    )
+    try:
+        conn.execute(f"PRAGMA synchronous = {synchronous}")
+        if reader:
+            conn.execute("PRAGMA query_only = ON")
+        else:
+            (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            if str(mode).lower() != "wal":
+                raise StoreError(f"cannot put {path!r} in WAL mode (got {mode})")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _create_schema(conn: sqlite3.Connection, path: str) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        (version,) = conn.execute("PRAGMA user_version").fetchone()
+        if version == 0:
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        elif version != SCHEMA_VERSION:
+            raise StoreError(f"{path!r} has schema version {version}, not {SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+# Statements run inside a transaction, on whichever connection is given.
+
+
+def _position_in(conn: sqlite3.Connection, conversation_id: str) -> tuple[int, int] | None:
+    row = conn.execute(
+        "SELECT lineage, revision FROM conversations WHERE id = ?", (conversation_id,)
+    ).fetchone()
+    return None if row is None else (row[0], row[1])
+
+
+def _mark_in(conn: sqlite3.Connection, conversation_id: str, client: str) -> ClientMark | None:
+    row = conn.execute(
+        "SELECT seq, ack_from, ack_revision FROM clients WHERE conversation_id = ? AND client = ?",
+        (conversation_id, client),
+    ).fetchone()
+    return None if row is None else ClientMark(row[0], row[1], row[2])
+
+
+def _insert_records(
+    conn: sqlite3.Connection, conversation_id: str, after: int, records: tuple[bytes, ...]
+) -> None:
+    conn.executemany(
+        "INSERT INTO records (conversation_id, revision, data) VALUES (?, ?, ?)",
+        ((conversation_id, after + i, data) for i, data in enumerate(records, 1)),
+    )
+
+
+def _append_in(
+    conn: sqlite3.Connection,
+    conversation_id: str,
+    lineage: int,
+    revision: int,
+    records: tuple[bytes, ...],
+    client: str | None,
+    mark: ClientMark | None,
+) -> int:
+    if client is not None and mark is not None:
+        check_mark(conversation_id, client, _mark_in(conn, conversation_id, client), mark)
+    current = _position_in(conn, conversation_id)
+    check_base(conversation_id, current, lineage, revision)
+    new_revision = revision + len(records)
+    if current is None:
+        conn.execute(
+            "INSERT INTO conversations (id, lineage, revision) VALUES (?, ?, ?)",
+            (conversation_id, lineage, new_revision),
+        )
+    elif records:
+        conn.execute(
+            "UPDATE conversations SET revision = ? WHERE id = ?", (new_revision, conversation_id)
+        )
+    _insert_records(conn, conversation_id, revision, records)
+    if client is not None and mark is not None:
+        conn.execute(
+            "INSERT OR REPLACE INTO clients (conversation_id, client, seq, ack_from, ack_revision)"
+            " VALUES (?, ?, ?, ?, ?)",
+            (conversation_id, client, mark.seq, mark.ack_from, mark.ack_revision),
+        )
+    return new_revision
+
+
+def _snapshot_in(
+    conn: sqlite3.Connection, conversation_id: str, lineage: int, revision: int, state: bytes
+) -> None:
+    current = _position_in(conn, conversation_id)
+    if current is None or current[0] != lineage:
+        return
+    if not 0 <= revision <= current[1]:
+        raise UsageError("bad_revision", f"no revision {revision} in a log of {current[1]} records")
+    row = conn.execute(
+        "SELECT lineage, revision FROM snapshots WHERE conversation_id = ?", (conversation_id,)
+    ).fetchone()
+    if row is not None and row[0] == lineage and row[1] >= revision:
+        return
+    conn.execute(
+        "INSERT OR REPLACE INTO snapshots (conversation_id, lineage, revision, data)"
+        " VALUES (?, ?, ?, ?)",
+        (conversation_id, lineage, revision, state),
+    )
+
+
+def _rewrite_in(
+    conn: sqlite3.Connection,
+    conversation_id: str,
+    lineage: int,
+    records: tuple[bytes, ...],
+    base: tuple[int, int] | None,
+) -> None:
+    check_rewrite(conversation_id, _position_in(conn, conversation_id), lineage, base)
+    conn.execute("DELETE FROM records WHERE conversation_id = ?", (conversation_id,))
+    conn.execute("DELETE FROM snapshots WHERE conversation_id = ?", (conversation_id,))
+    conn.execute(
+        "INSERT OR REPLACE INTO conversations (id, lineage, revision) VALUES (?, ?, ?)",
+        (conversation_id, lineage, len(records)),
+    )
+    _insert_records(conn, conversation_id, 0, records)
+
+
+def _load_in(conn: sqlite3.Connection, conversation_id: str) -> Loaded | None:
+    current = _position_in(conn, conversation_id)
+    if current is None:
+        return None
+    lineage, revision = current
+    snapshot: bytes | None = None
+    snapshot_revision = 0
+    row = conn.execute(
+        "SELECT revision, data FROM snapshots WHERE conversation_id = ? AND lineage = ?",
+        (conversation_id, lineage),
+    ).fetchone()
+    if row is not None:
+        snapshot_revision, snapshot = row
+    records = [
+        data
+        for (data,) in conn.execute(
+            "SELECT data FROM records WHERE conversation_id = ? AND revision > ? ORDER BY revision",
+            (conversation_id, snapshot_revision),
+        )
+    ]
+    if len(records) != revision - snapshot_revision:
+        raise StoreError(
+            f"{conversation_id!r} holds {len(records)} records after revision"
+            f" {snapshot_revision}, expected {revision - snapshot_revision}"
+        )
+    clients = {
+        client: ClientMark(seq, ack_from, ack_revision)
+        for client, seq, ack_from, ack_revision in conn.execute(
+            "SELECT client, seq, ack_from, ack_revision FROM clients WHERE conversation_id = ?",
+            (conversation_id,),
+        )
+    }
+    return Loaded(
+        lineage=lineage,
+        revision=revision,
+        snapshot=snapshot,
+        snapshot_revision=snapshot_revision,
+        records=records,
+        clients=clients,
+    )
+
+
+def _read_in(
+    conn: sqlite3.Connection,
+    conversation_id: str,
+    lineage: int,
+    from_revision: int,
+    limit: int | None,
+) -> list[bytes] | None:
+    current = _position_in(conn, conversation_id)
+    if current is None or current[0] != lineage or from_revision > current[1]:
+        return None
+    rows = conn.execute(
+        "SELECT revision, data FROM records WHERE conversation_id = ? AND revision > ?"
+        " ORDER BY revision LIMIT ?",
+        (conversation_id, from_revision, -1 if limit is None else limit),
+    ).fetchall()
+    if from_revision < current[1] and limit != 0 and (not rows or rows[0][0] != from_revision + 1):
+        return None  # the first record asked for is no longer held
+    return [data for _, data in rows]
+
+
+def _list_in(conn: sqlite3.Connection) -> list[str]:
+    return [cid for (cid,) in conn.execute("SELECT id FROM conversations ORDER BY id")]
+
+
+# The writer thread.
+
+
+class _Job:
+    """One write: a function run in the writer's transaction, and where its outcome goes."""
+
+    __slots__ = ("future", "is_append", "loop", "run")
+
+    def __init__(
+        self,
+        run: Callable[[sqlite3.Connection], Any],
+        loop: asyncio.AbstractEventLoop,
+        future: asyncio.Future[Any],
+        *,
+        is_append: bool,
+    ) -> None:
+        self.run = run
+        self.loop = loop
+        self.future = future
+        self.is_append = is_append
+
+    def settle(self, result: Any = None, error: BaseException | None = None) -> None:
+        """Resolve the future on its loop; a loop that is gone has nobody waiting."""
+        try:
+            self.loop.call_soon_threadsafe(_resolve, self.future, result, error)
+        except RuntimeError:
+            pass
+
+
+def _resolve(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.done():  # the caller was cancelled
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+def _store_error(message: str, exc: BaseException) -> StoreError:
+    error = StoreError(f"{message}: {exc}")
+    error.__cause__ = exc
+    return error
+
+
+class _Writer:
+    """The writer thread and its connection.
+
+    It holds no reference to the store, so a store dropped without `close` can still be
+    collected; the store's finalizer then stops this thread.
+    """
+
+    def __init__(self, path: str, synchronous: str, busy_timeout: float, max_batch: int) -> None:
+        self.path = path
+        self.synchronous = synchronous
+        self.busy_timeout = busy_timeout
+        self.max_batch = max_batch
+        self.jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self.ready = threading.Event()
+        self.error: StoreError | None = None
+        self.commits = 0
+        self.appends = 0
+        self.thread = threading.Thread(
+            target=self._main, name="convsync-sqlite-writer", daemon=True
+        )
+        self.thread.start()
+
+    def stop(self) -> None:
+        """Ask the thread to finish the jobs queued so far and exit."""
+        self.jobs.put(None)
+
+    def _main(self) -> None:
+        try:
+            conn = _connect(self.path, self.synchronous, self.busy_timeout, reader=False)
+        except Exception as exc:
+            self._fail_until_stopped(exc)
+            return
+        try:
+            _create_schema(conn, self.path)
+        except Exception as exc:
+            conn.close()
+            self._fail_until_stopped(exc)
+            return
+        self.ready.set()
+        try:
+            while True:
+                first = self.jobs.get()
+                if first is None or self._run_batch(conn, first):
+                    break
+        finally:
+            conn.close()
+            self._fail_until_empty(UsageError("closed", "the store is closed"))
+
+    def _fail_until_stopped(self, exc: Exception) -> None:
+        self.error = exc if isinstance(exc, StoreError) else _store_error("cannot open", exc)
+        self.ready.set()
+        while (job := self.jobs.get()) is not None:
+            job.settle(error=self.error)
+        self._fail_until_empty(self.error)
+
+    def _fail_until_empty(self, error: BaseException) -> None:
+        while True:
+            try:
+                job = self.jobs.get_nowait()
+            except queue.Empty:
+                return
+            if job is not None:
+                job.settle(error=error)
+
+    def _run_batch(self, conn: sqlite3.Connection, first: _Job) -> bool:
+        """Run `first` and every job queued meanwhile in one transaction; True: stop after."""
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            first.settle(error=_store_error("cannot begin a write", exc))
+            return False
+        # Taken after the lock: jobs that queued while we waited for it join this commit.
+        batch = [first]
+        stop = False
+        while len(batch) < self.max_batch:
+            try:
+                job = self.jobs.get_nowait()
+            except queue.Empty:
+                break
+            if job is None:
+                stop = True
+                break
+            batch.append(job)
+        outcomes: list[tuple[Any, BaseException | None]] = []
+        try:
+            for job in batch:
+                conn.execute("SAVEPOINT job")
+                try:
+                    result = job.run(conn)
+                except Exception as exc:
+                    # Some errors (disk full, I/O) end the whole transaction; then ROLLBACK TO
+                    # fails and the whole batch fails below.
+                    conn.execute("ROLLBACK TO job")
+                    if isinstance(exc, sqlite3.Error):
+                        outcomes.append((None, _store_error("write failed", exc)))
+                    else:  # LogMoved, SeqTaken, UsageError: the caller's to handle
+                        outcomes.append((None, exc))
+                else:
+                    outcomes.append((result, None))
+                conn.execute("RELEASE job")
+            conn.execute("COMMIT")
+        except Exception as exc:
+            if conn.in_transaction:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+            failure = _store_error("commit failed", exc)
+            for job in batch:
+                job.settle(error=failure)
+            return stop
+        self.commits += 1
+        self.appends += sum(job.is_append for job in batch)
+        for job, (result, error) in zip(batch, outcomes, strict=True):
+            job.settle(result, error)
+        return stop
+
+
+class _Readers:
+    """A small pool of read-only connections, used from worker threads."""
+
+    def __init__(self, writer: _Writer) -> None:
+        self._writer = writer
+        self._lock = threading.Lock()
+        self._idle: list[sqlite3.Connection] = []
+        self._closed = False
+
+    def run(self, read: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `read` in one read transaction (called in a worker thread)."""
+        self._writer.ready.wait()
+        if self._writer.error is not None:
+            raise self._writer.error
+        conn = self._take()
+        try:
+            conn.execute("BEGIN")
+            try:
+                return read(conn)
+            finally:
+                conn.execute("ROLLBACK")
+        except sqlite3.Error as exc:
+            raise _store_error("read failed", exc) from exc
+        finally:
+            self._give_back(conn)
+
+    def _take(self) -> sqlite3.Connection:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        w = self._writer
+        try:
+            return _connect(w.path, w.synchronous, w.busy_timeout, reader=True)
+        except sqlite3.Error as exc:
+            raise _store_error("cannot open a reader", exc) from exc
+
+    def _give_back(self, conn: sqlite3.Connection) -> None:
+        with self._lock:
+            if not self._closed and len(self._idle) < _IDLE_READERS:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+
+class SqliteStore:
+    """The durable `LogStore` in one SQLite file (see the module docstring for how it works).
+
+    Args:
+        path: the database file, created when missing. `:memory:` is refused (use
+            `MemoryStore`).
+        synchronous: SQLite's `synchronous` setting. `FULL` (the default) makes every acked
+            append survive a power cut; `NORMAL` keeps it across a process crash only.
+        busy_timeout: seconds to wait for another process's write lock before failing.
+        max_batch: most jobs one transaction carries.
+
+    Raises:
+        UsageError: a `:memory:` or empty path, an unknown `synchronous` value or a batch
+            size below 1. Failures to open the file surface on `__aenter__` or the first use,
+            as `StoreError`.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] = "./convsync.db",
+        *,
+        synchronous: str = "FULL",
+        busy_timeout: float = 5.0,
+        max_batch: int = 1000,
+    ) -> None:
+        path = os.fspath(path)
+        if path in ("", ":memory:"):
+            raise UsageError("bad_path", "SqliteStore needs a file; use MemoryStore for memory")
+        synchronous = synchronous.upper()
+        if synchronous not in _SYNCHRONOUS:
+            raise UsageError("bad_synchronous", f"synchronous must be one of {_SYNCHRONOUS}")
+        if max_batch < 1:
+            raise UsageError("bad_batch", f"max_batch {max_batch} is below 1")
+        self.path = path
+        self._closed = False
+        self._writer = _Writer(path, synchronous, busy_timeout, max_batch)
+        self._readers = _Readers(self._writer)
+        # A store dropped without close still stops its thread and frees its connections.
+        self._finalizer = weakref.finalize(self, _stop, self._writer, self._readers)
+
+    @property
+    def commits(self) -> int:
+        """How many write transactions the store has committed."""
+        return self._writer.commits
+
+    @property
+    def appends(self) -> int:
+        """How many `append` calls were carried by committed transactions (rejected or not)."""
+        return self._writer.appends
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise UsageError("closed", "the store is closed")
+
+    async def _write(self, run: Callable[[sqlite3.Connection], T], *, is_append: bool) -> T:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._writer.jobs.put(_Job(run, loop, future, is_append=is_append))
+        return await future
+
+    async def _read(self, read: Callable[[sqlite3.Connection], T]) -> T:
+        self._check_open()
+        return await asyncio.to_thread(self._readers.run, read)
+
+    async def load(self, conversation_id: str) -> Loaded | None:
+        """See `LogStore.load`."""
+        return await self._read(functools.partial(_load_in, conversation_id=conversation_id))
+
+    async def append(
+        self,
+        conversation_id: str,
+        lineage: int,
+        revision: int,
+        records: Sequence[bytes],
+        client: str | None = None,
+        mark: ClientMark | None = None,
+    ) -> int:
+        """See `LogStore.append`. Resolves once the transaction carrying it has committed."""
+        self._check_open()
+        frozen = check_append_args(lineage, revision, records, client, mark)
+        run = functools.partial(
+            _append_in,
+            conversation_id=conversation_id,
+            lineage=lineage,
+            revision=revision,
+            records=frozen,
+            client=client,
+            mark=mark,
+        )
+        return await self._write(run, is_append=True)
+
+    async def read(
+        self, conversation_id: str, lineage: int, from_revision: int, limit: int | None = None
+    ) -> list[bytes] | None:
+        """See `LogStore.read`."""
+        check_read_args(from_revision, limit)
+        return await self._read(
+            functools.partial(
+                _read_in,
+                conversation_id=conversation_id,
+                lineage=lineage,
+                from_revision=from_revision,
+                limit=limit,
+            )
+        )
+
+    async def write_snapshot(
+        self, conversation_id: str, lineage: int, revision: int, state: bytes
+    ) -> None:
+        """See `LogStore.write_snapshot`."""
+        self._check_open()
+        check_records([state])
+        run = functools.partial(
+            _snapshot_in,
+            conversation_id=conversation_id,
+            lineage=lineage,
+            revision=revision,
+            state=state,
+        )
+        await self._write(run, is_append=False)
+
+    async def rewrite(
+        self,
+        conversation_id: str,
+        lineage: int,
+        records: Sequence[bytes],
+        *,
+        base: tuple[int, int] | None = None,
+    ) -> None:
+        """See `LogStore.rewrite`."""
+        self._check_open()
+        frozen = check_records(records)
+        check_new_lineage(lineage)
+        run = functools.partial(
+            _rewrite_in,
+            conversation_id=conversation_id,
+            lineage=lineage,
+            records=frozen,
+            base=base,
+        )
+        await self._write(run, is_append=False)
+
+    async def list_conversations(self) -> list[str]:
+        """See `LogStore.list_conversations`."""
+        return await self._read(_list_in)
+
+    async def client_mark(self, conversation_id: str, client: str) -> ClientMark | None:
+        """See `LogStore.client_mark`."""
+        return await self._read(
+            functools.partial(_mark_in, conversation_id=conversation_id, client=client)
+        )
+
+    async def close(self) -> None:
+        """Commit every write already queued, then stop the writer and close all connections.
+
+        Idempotent. Writes queued before `close` still resolve normally.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._finalizer.detach()
+        _stop(self._writer, self._readers)
+        await asyncio.to_thread(self._writer.thread.join)
+
+    async def __aenter__(self) -> Self:
+        """Wait until the file is open and its schema ready.
+
+        Raises:
+            StoreError: the file cannot be opened or has an unknown schema.
+        """
+        self._check_open()
+        await asyncio.to_thread(self._writer.ready.wait)
+        if self._writer.error is not None:
+            error = self._writer.error
+            await self.close()
+            raise error
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+def _stop(writer: _Writer, readers: _Readers) -> None:
+    writer.stop()
+    readers.close()

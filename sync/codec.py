@@ -1,0 +1,70 @@
+"""JSON encoding of every wire type, with the encoder and the typed decoders built once."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import msgspec
+
+from .changes import ChangeRecord, ConversationState
+from .errors import DecodeError
+from .messages import AnyMessage
+
+if TYPE_CHECKING:
+    from .conversation import Conversation
+
+__all__ = ["decode", "decode_message", "decode_record", "decode_state", "encode"]
+
+T = TypeVar("T")
+
+_encoder = msgspec.json.Encoder()
+_record_decoder = msgspec.json.Decoder(ChangeRecord)
+_message_decoder: msgspec.json.Decoder[AnyMessage] = msgspec.json.Decoder(AnyMessage)
+_state_decoder = msgspec.json.Decoder(ConversationState)
+_decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
+
+
+def encode(value: object) -> bytes:
+    """JSON bytes of any wire type; a `Conversation` encodes as its state."""
+    from .conversation import Conversation
+
+    if isinstance(value, Conversation):
+        value = value.state()
+    return _encoder.encode(value)
+
+
+def _run(decoder: msgspec.json.Decoder[T], data: bytes | str) -> T:
+    try:
+        return decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise DecodeError(str(exc)) from exc
+
+
+def decode(data: bytes | str, type_: Any) -> Any:
+    """Decode `data` as `type_` (any wire type), with a decoder cached per type."""
+    decoder = _decoders.get(type_)
+    if decoder is None:
+        decoder = _decoders[type_] = msgspec.json.Decoder(type_)
+    return _run(decoder, data)
+
+
+def decode_record(data: bytes | str) -> ChangeRecord:
+    """A `ChangeRecord` from JSON; raises `DecodeError` saying where the input is wrong."""
+    return _run(_record_decoder, data)
+
+
+def decode_message(data: bytes | str) -> AnyMessage:
+    """A `Message` from JSON; raises `DecodeError` saying where the input is wrong."""
+    return _run(_message_decoder, data)
+
+
+def decode_state(data: bytes | str) -> Conversation:
+    """A `Conversation` from its state JSON, with lineage `DETACHED` and revision 0.
+
+    Raises:
+        DecodeError: the JSON is malformed or is not a state.
+        ApplyError: the state is well-typed but inconsistent (repeated or bad ids).
+    """
+    from .conversation import Conversation
+
+    return Conversation.from_state(_run(_state_decoder, data))

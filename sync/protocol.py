@@ -1,0 +1,221 @@
+"""The wire protocol `convsync.v1`: one JSON message per websocket text frame.
+
+Replica -> hub: `Hello`, `PushBatch`. Hub -> replica: `Welcome`, `Records`, `State`, `Entries`,
+`Ack`, `Reject`, `Error`. Each direction is one tagged union (tag field `"type"`) with its
+decoder built once. The hub sends records it already holds as JSON bytes; the `*Out` variants
+carry those bytes verbatim (`msgspec.Raw`) so a record is encoded once, however many receive it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from .changes import ChangeRecord, ConversationState
+from .entries import Entry, Halt
+from .errors import DecodeError
+from .ids import MessageId
+
+__all__ = [
+    "SUBPROTOCOL",
+    "Ack",
+    "ClientMessage",
+    "Entries",
+    "EntriesOut",
+    "Error",
+    "Hello",
+    "HubMessage",
+    "PushBatch",
+    "PushOrigin",
+    "Records",
+    "Reject",
+    "RejectReason",
+    "State",
+    "StateOut",
+    "Welcome",
+    "decode_client_message",
+    "decode_hub_message",
+    "encode_message",
+    "push_frame",
+    "records_frame",
+]
+
+SUBPROTOCOL = "convsync.v1"
+
+RejectReason = Literal["behind", "lineage", "invalid"]
+
+
+# ---------------------------------------------------------------- replica -> hub
+
+
+class Hello(msgspec.Struct, frozen=True, tag_field="type", tag="hello"):
+    """Opens a session: who the replica is and which log state it holds."""
+
+    client: str
+    lineage: int
+    revision: int
+    token: str | None = None
+
+
+class PushBatch(msgspec.Struct, frozen=True, tag_field="type", tag="push"):
+    """A batch of records made on log `lineage` at `revision`; `seq` rises per client."""
+
+    seq: int
+    lineage: int
+    revision: int
+    records: list[ChangeRecord]
+
+
+ClientMessage = Hello | PushBatch
+
+
+# ---------------------------------------------------------------- hub -> replica
+
+
+class Welcome(msgspec.Struct, frozen=True, tag_field="type", tag="welcome"):
+    """The log's lineage and revision, and the last push seq the hub holds from this client."""
+
+    lineage: int
+    revision: int
+    acked: int
+
+
+class PushOrigin(msgspec.Struct, frozen=True):
+    client: str
+    seq: int
+
+
+class Records(
+    msgspec.Struct, frozen=True, tag_field="type", tag="records", rename={"from_": "from"}
+):
+    """Records `from_ + 1 ..` of the log, in order."""
+
+    from_: int
+    records: list[ChangeRecord]
+    origin: PushOrigin | None = None
+
+
+class State(msgspec.Struct, frozen=True, tag_field="type", tag="state"):
+    """The log's whole state; when `more`, `Entries` messages with the rest follow."""
+
+    lineage: int
+    revision: int
+    state: ConversationState
+    more: bool = False
+
+
+class Entries(msgspec.Struct, frozen=True, tag_field="type", tag="entries"):
+    """More entries of the state just sent."""
+
+    entries: list[Entry]
+    more: bool
+
+
+class Ack(msgspec.Struct, frozen=True, tag_field="type", tag="ack", rename={"from_": "from"}):
+    """Push `seq` landed as records `from_ + 1 .. revision`."""
+
+    seq: int
+    from_: int
+    revision: int
+
+
+class Reject(msgspec.Struct, frozen=True, tag_field="type", tag="reject"):
+    """Push `seq` was not appended, and why; the log is at `lineage`/`revision`."""
+
+    seq: int
+    reason: RejectReason
+    detail: str
+    lineage: int
+    revision: int
+
+
+class Error(msgspec.Struct, frozen=True, tag_field="type", tag="error"):
+    """Sent before the hub closes the socket for bad input."""
+
+    code: str
+    detail: str
+
+
+HubMessage = Welcome | Records | State | Entries | Ack | Reject | Error
+
+
+# ---------------------------------------------------------------- pre-encoded hub messages
+
+
+class _StateBodyOut(msgspec.Struct, frozen=True):
+    entries: list[msgspec.Raw]
+    asides: list[msgspec.Raw]
+    halt: Halt | None
+    retired: list[MessageId]
+
+
+class StateOut(msgspec.Struct, frozen=True, tag_field="type", tag="state"):
+    """`State` with entries and asides already encoded."""
+
+    lineage: int
+    revision: int
+    state: _StateBodyOut
+    more: bool = False
+
+    @staticmethod
+    def of(
+        lineage: int,
+        revision: int,
+        entries: list[msgspec.Raw],
+        asides: list[msgspec.Raw],
+        halt: Halt | None,
+        retired: list[MessageId],
+        more: bool,
+    ) -> StateOut:
+        return StateOut(lineage, revision, _StateBodyOut(entries, asides, halt, retired), more)
+
+
+class EntriesOut(msgspec.Struct, frozen=True, tag_field="type", tag="entries"):
+    """`Entries` with the entries already encoded."""
+
+    entries: list[msgspec.Raw]
+    more: bool
+
+
+_encoder = msgspec.json.Encoder()
+_client_decoder = msgspec.json.Decoder(ClientMessage)
+_hub_decoder = msgspec.json.Decoder(HubMessage)
+
+
+def encode_message(message: msgspec.Struct) -> bytes:
+    """JSON bytes of any protocol message."""
+    return _encoder.encode(message)
+
+
+def records_frame(from_: int, records: list[bytes], origin: PushOrigin | None = None) -> bytes:
+    """A `records` message from records already encoded, without decoding them."""
+    head = b'{"type":"records","from":%d,"records":[' % from_
+    tail = b"]," + (b'"origin":' + _encoder.encode(origin) if origin else b'"origin":null') + b"}"
+    return head + b",".join(records) + tail
+
+
+def push_frame(seq: int, lineage: int, revision: int, records: list[bytes]) -> bytes:
+    """A `push` message from records already encoded (so the replica measures each once)."""
+    head = b'{"type":"push","seq":%d,"lineage":%d,"revision":%d,"records":[' % (
+        seq,
+        lineage,
+        revision,
+    )
+    return head + b",".join(records) + b"]}"
+
+
+def decode_client_message(data: bytes | str) -> ClientMessage:
+    """A replica's message; raises `DecodeError` saying what is wrong."""
+    try:
+        return _client_decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise DecodeError(str(exc)) from exc
+
+
+def decode_hub_message(data: bytes | str) -> HubMessage:
+    """A hub's message; raises `DecodeError` saying what is wrong."""
+    try:
+        return _hub_decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise DecodeError(str(exc)) from exc

@@ -1,0 +1,150 @@
+"""Rebase: replay pending records, by intent, on a log that moved on.
+
+How this works: a replica's pending records were made, in order, on `base` (the log's state it
+last confirmed). The log has since become `onto`. `rebase` rereads the application's value from
+`onto` and replays each pending record by what it meant, not where it pointed:
+
+- push: entries the log already holds or retired are dropped (they made it); the rest go in
+  with their ids.
+- splice: re-targeted by the ids it removed (they must still stand together, in order) or, for
+  a pure insertion, after the entry it followed in `base` (or first, if it was first).
+- halt: set again only while the model still owes an answer; a clear with nothing to clear is
+  dropped.
+- aside put: replayed; removal of an aside already gone: dropped silently.
+- reset: replayed.
+
+A record that cannot be replayed comes back as a `Conflict`; nothing is dropped silently and no
+id changes. The hub may use the same function to rebase a stale push.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+
+from .changes import AsideChange, ChangeRecord, HaltChange, Push, Reset, Splice
+from .conversation import Conversation
+from .errors import ApplyError
+from .ids import MessageId
+
+__all__ = ["Conflict", "needs_base", "rebase"]
+
+
+class Conflict(msgspec.Struct, frozen=True):
+    """A pending record that could not be replayed on the log, and why."""
+
+    record: ChangeRecord
+    reason: str
+    detail: str = ""
+
+
+def needs_base(pending: Sequence[ChangeRecord]) -> bool:
+    """Whether `rebase` needs the base `pending` was made on: only a pure insertion (a splice
+    removing nothing) is placed by its neighbour there."""
+    return any(
+        isinstance(record.change, Splice) and not record.change.removed for record in pending
+    )
+
+
+def rebase(
+    local: Conversation,
+    onto: Conversation,
+    pending: Sequence[ChangeRecord],
+    base: Conversation | None = None,
+) -> list[Conflict]:
+    """Make `local` hold `onto` plus `pending` replayed by intent; return the conflicts.
+
+    Args:
+        local: the application's value. Its outbox must be empty (the caller took its records
+            into `pending`); its unsaved asides stay.
+        onto: the log's value now (no outbox). Not changed.
+        pending: the records to replay.
+        base: the value `pending` was made on, in order; needed only when `needs_base`.
+            Not changed.
+
+    Afterwards `local.unsaved()` holds the replayed records, ready to push on `onto`.
+
+    Raises:
+        ApplyError: `mismatch` when `local` still has unsaved records.
+    """
+    walk = base.copy() if base is not None and needs_base(pending) else None
+    local.reread(onto.copy())
+    conflicts: list[Conflict] = []
+    for record in pending:
+        anchor: MessageId | None = _NO_ANCHOR
+        if walk is not None:
+            anchor = _anchor(walk, record)
+            try:
+                walk.apply(record)
+            except ApplyError as error:  # the caller broke the contract; report, not guess
+                conflicts.append(Conflict(record, error.reason, "does not fit the base"))
+                continue
+        replayed = _retarget(local, record, anchor)
+        if isinstance(replayed, Conflict):
+            conflicts.append(replayed)
+        elif replayed is not None:
+            try:
+                local.replay(replayed)
+            except ApplyError as error:
+                conflicts.append(Conflict(record, error.reason, error.message))
+    return conflicts
+
+
+_NO_ANCHOR = ""
+
+
+def _anchor(walk: Conversation, record: ChangeRecord) -> MessageId | None:
+    """For a pure insertion, the id of the entry it went after in `walk` (None: first)."""
+    change = record.change
+    if isinstance(change, Splice) and change.start == change.stop:
+        return walk.id(change.start - 1) if change.start > 0 else None
+    return _NO_ANCHOR
+
+
+def _retarget(
+    local: Conversation, record: ChangeRecord, anchor: MessageId | None
+) -> ChangeRecord | Conflict | None:
+    """The record to replay on `local` now, a conflict, or None when it is moot."""
+    change = record.change
+    match change:
+        case Push(entries):
+            fresh = [e for e in entries if not (local.holds(e.id) or local.is_retired(e.id))]  # type: ignore[arg-type]
+            if not fresh:
+                return None
+            if len(fresh) == len(entries):
+                return record
+            return msgspec.structs.replace(record, change=Push(fresh))
+        case Splice(start, stop, removed, entries):
+            if removed:
+                at = local.index_of(removed[0])
+                if at is None or [local.id(at + k) for k in range(len(removed))] != removed:
+                    return Conflict(record, "removed_moved", "the entries it replaced changed")
+            elif anchor is None:
+                at = 0
+            elif anchor == _NO_ANCHOR:
+                return Conflict(record, "anchor_unknown", "no base to place the insertion")
+            else:
+                held = local.index_of(anchor)
+                if held is None:
+                    return Conflict(record, "anchor_gone", "the entry it followed is gone")
+                at = held + 1
+            if at == start and (not removed or stop - start == len(removed)):
+                return record
+            return msgspec.structs.replace(
+                record, change=Splice(at, at + len(removed), removed, entries)
+            )
+        case HaltChange(halt):
+            if halt is None:
+                return record if local.halted() is not None else None
+            if not local.awaits_model():
+                return Conflict(record, "answered", "the model no longer owes an answer")
+            return record
+        case AsideChange(id_, aside):
+            if aside is None:
+                current = local.aside(id_)
+                return record if current is not None and current.saved else None
+            return record
+        case Reset():
+            return record
+    return Conflict(record, "unknown_change", type(change).__name__)
