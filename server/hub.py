@@ -25,6 +25,7 @@ from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
+from sync import Conversation
 from sync.errors import ProtocolError
 from sync.protocol import SUBPROTOCOL, Hello, PushBatch
 
@@ -183,6 +184,16 @@ class Hub:
                     if not room.lock.locked():
                         del self._rooms[conversation_id]
             self.metrics.conversations_loaded = len(self._rooms)
+
+    async def rewrite(self, conversation_id: str, conversation: Conversation) -> None:
+        """Rewrite the log of `conversation_id` under a fresh lineage, holding `conversation`
+        (an import that replaces history, a compaction). Replicas are sent the new state,
+        reread it, and replay their pending edits on it."""
+        room = await self._acquire(conversation_id)
+        try:
+            await room.rewrite(conversation)
+        finally:
+            self._release(room)
 
     async def room_for_read(self, conversation_id: str) -> Room | None:
         """The room of `conversation_id` for a read, loading it for the moment if needed;

@@ -16,13 +16,27 @@ import asyncio
 import collections
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import msgspec
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
-from sync import ChangeRecord, Conversation, Lineage, decode_record, decode_state, encode
+from sync import (
+    Assistant,
+    Author,
+    ChangeRecord,
+    Conversation,
+    Lineage,
+    Push,
+    Reset,
+    Splice,
+    ToolResult,
+    User,
+    decode_record,
+    decode_state,
+    encode,
+)
 from sync.errors import ApplyError
 from sync.ids import now_ms
 from sync.protocol import (
@@ -65,6 +79,8 @@ class Subscriber:
         self._metrics = metrics
         self._wake = asyncio.Event()
         self._closing: tuple[int, str] | None = None
+        self._sending = False
+        self._closer: asyncio.Task[None] | None = None
         self.client: str | None = None
 
     @property
@@ -94,6 +110,18 @@ class Subscriber:
         if self._closing is None:
             self._closing = (code, reason)
             self._wake.set()
+            if self._sending:
+                # The writer is stuck on a peer that stopped reading: close around it.
+                self._closer = asyncio.get_running_loop().create_task(self._close_stuck())
+
+    async def _close_stuck(self) -> None:
+        assert self._closing is not None
+        try:
+            await asyncio.wait_for(self._ws.close(*self._closing), timeout=2)
+        except (TimeoutError, ConnectionClosed):
+            pass
+        finally:
+            self._ws.transport.abort()
 
     async def run(self) -> None:
         """Write queued frames until closed; then close the socket with the reason given."""
@@ -101,7 +129,9 @@ class Subscriber:
         try:
             while True:
                 while queue:
+                    self._sending = True
                     await ws.send(queue.popleft(), text=True)
+                    self._sending = False
                 if self._closing is not None:
                     break
                 self._wake.clear()
@@ -268,35 +298,29 @@ class Room:
             if batch.revision != self.revision:
                 self._reject(sub, batch, "behind", f"the log is at revision {self.revision}")
                 return
-            problem = await self._fold(batch.records)
-            if problem is not None:
-                self._reject(sub, batch, "invalid", problem)
-                return
-            await self._append(sub, batch, client, started)
-
-    async def _fold(self, records: Sequence[ChangeRecord]) -> str | None:
-        """Fold `records` into the conversation, or leave it as it was and say why not."""
-        conversation = self.conversation
-        since = len(conversation)
-        check = False
-        for k, record in enumerate(records):
+            conversation = self.conversation
+            since = len(conversation)
             try:
-                conversation.apply(record)
+                undo = conversation.apply_batch(batch.records)
             except ApplyError as error:
-                if k:
-                    await self._reload()
-                return f"record {k}: {error}"
-            changed, touches = _reach(record, len(conversation))
-            since = min(since, changed)
-            check = check or touches
-        if self._config.strict_pairing and check:
-            violation = strict_violation(conversation, since)
-            if violation is not None:
-                await self._reload()
-                return f"strict pairing: {violation.message}"
-        return None
+                self._reject(sub, batch, "invalid", str(error))
+                return
+            if self._config.strict_pairing:
+                violation = _strict_check(conversation, batch.records, since)
+                if violation is not None:
+                    undo()
+                    self._reject(sub, batch, "invalid", f"strict pairing: {violation}")
+                    return
+            await self._append(sub, batch, client, started, undo)
 
-    async def _append(self, sub: Subscriber, batch: PushBatch, client: str, started: float) -> None:
+    async def _append(
+        self,
+        sub: Subscriber,
+        batch: PushBatch,
+        client: str,
+        started: float,
+        undo: Callable[[], None],
+    ) -> None:
         now = now_ms()
         records = [
             record if record.at is not None else msgspec.structs.replace(record, at=now)
@@ -308,7 +332,7 @@ class Room:
         try:
             await self._store.append(self.id, self.lineage, from_, encoded, client, mark)
         except SeqTaken as taken:  # another hub (or we, before a restart) appended it
-            await self._reload()
+            await self.load()
             sub.send(encode_message(Ack(batch.seq, taken.mark.ack_from, taken.mark.ack_revision)))
             return
         except LogMoved:  # another hub sharing the store appended first
@@ -317,7 +341,9 @@ class Room:
             return
         except Exception as exc:
             log.exception("append to %s failed", self.id)
-            await self._reload()
+            # The write may or may not have landed: trust only what the store says.
+            undo()
+            await self.load()
             sub.fail("unavailable", f"storage failed: {exc}; reconnect and resend", 1011)
             return
         self.exists = True
@@ -360,9 +386,6 @@ class Room:
         except Exception:  # a snapshot only speeds up loading; the log is intact
             log.exception("snapshot of %s failed", self.id)
 
-    async def _reload(self) -> None:
-        await self.load()
-
     async def _reload_and_forward(self, known: int) -> None:
         """Reload after another hub moved the log; bring every subscriber up to date."""
         lineage = self.lineage
@@ -376,6 +399,17 @@ class Room:
             else:
                 self._send_state(sub)
 
+    async def rewrite(self, conversation: Conversation) -> None:
+        """Replace the log with one `reset` record holding `conversation`'s state, under a
+        fresh lineage; every subscriber is sent the new state and rereads."""
+        async with self.lock:
+            record = ChangeRecord(Reset(conversation.state()), Author.rig(), now_ms())
+            lineage = Lineage.fresh()
+            await self._store.rewrite(self.id, lineage, [encode(record)])
+            await self.load()
+            for sub in list(self.subscribers):
+                self._send_state(sub)
+
     # ------------------------------------------------------------------ reads
 
     def snapshot_json(self) -> bytes:
@@ -384,27 +418,29 @@ class Room:
         return b'{"lineage":%d,"revision":%d,"state":%s}' % (self.lineage, self.revision, state)
 
 
-def _reach(record: ChangeRecord, length: int) -> tuple[int, bool]:
-    """Where `record` changed the messages from, and whether pairing could have broken."""
-    from sync import Assistant, Push, Reset, Splice, User
-    from sync.messages import ToolResult
+def _strict_check(
+    conversation: Conversation, records: Sequence[ChangeRecord], since: int
+) -> str | None:
+    """Strict pairing over what `records` changed (`since` is the length before them)."""
+    touches = False
+    for record in records:
+        change = record.change
+        if isinstance(change, Push):
+            touches = touches or any(_pairs(entry.message) for entry in change.entries)
+        elif isinstance(change, Splice | Reset):
+            since = min(since, change.start if isinstance(change, Splice) else 0)
+            touches = True
+    if not touches:
+        return None
+    violation = strict_violation(conversation, since)
+    return None if violation is None else violation.message
 
-    change = record.change
-    if isinstance(change, Push):
-        touches = any(
-            isinstance(e.message, Assistant)
-            or (
-                isinstance(e.message, User)
-                and any(isinstance(p, ToolResult) for p in e.message.content)
-            )
-            for e in change.entries
-        )
-        return length - len(change.entries), touches
-    if isinstance(change, Splice):
-        return change.start, True
-    if isinstance(change, Reset):
-        return 0, True
-    return length, False
+
+def _pairs(message: object) -> bool:
+    """Whether a pushed message takes part in pairing (an assistant turn or a result)."""
+    if isinstance(message, Assistant):
+        return True
+    return isinstance(message, User) and any(isinstance(p, ToolResult) for p in message.content)
 
 
 def _chunks(items: Sequence[bytes], budget: int) -> list[tuple[int, list[bytes]]]:

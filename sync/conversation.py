@@ -5,14 +5,16 @@ runs for a record read from a log or sent by the hub), and keeps the record in t
 folding a value's outbox onto an empty conversation gives an equal value (the fold law), and a
 record that does not fit is refused by `_fold` before anything moves.
 
-`_fold` checks a change completely, then mutates. The id -> index map `_index` holds every
-held id: a push adds to it (O(1)), a splice re-indexes only the entries from its start on.
+`_fold` checks a change completely, then mutates, and hands back a closure that undoes it, so
+a batch of records applies all or nothing (`apply_batch`). The map `_index` holds every held id
+with its position: a push adds to it (O(1)); a splice changes the keys at once but leaves the
+positions after it stale, refreshed in one pass when a lookup next finds a stale one.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from types import EllipsisType
 from typing import Any, overload
 
@@ -51,6 +53,7 @@ __all__ = ["Conversation", "EntryLike", "Range", "Spliced"]
 EntryLike = Entry | Message
 Range = slice | range | EllipsisType
 
+_Undo = Callable[[], None]
 _replace = msgspec.structs.replace
 _RIG = Author.rig()
 
@@ -139,6 +142,7 @@ class Conversation:
         "_asides",
         "_dated",
         "_entries",
+        "_fresh_upto",
         "_halt",
         "_ids",
         "_index",
@@ -155,6 +159,7 @@ class Conversation:
     ) -> None:
         self._entries: list[Entry] = []
         self._index: dict[MessageId, int] = {}
+        self._fresh_upto = 0  # positions in `_index` below this are right; above, maybe stale
         self._retired: dict[MessageId, None] = {}
         self._asides: dict[AsideId, Aside] = {}
         self._halt: Halt | None = None
@@ -195,6 +200,7 @@ class Conversation:
         other = Conversation(ids=self._ids)
         other._entries = list(self._entries)
         other._index = dict(self._index)
+        other._fresh_upto = self._fresh_upto
         other._retired = dict(self._retired)
         other._asides = dict(self._asides)
         other._halt = self._halt
@@ -269,16 +275,16 @@ class Conversation:
 
     def index_of(self, id_: MessageId) -> int | None:
         """Where entry `id_` is now; `None` once an edit took it out (or before it is made)."""
-        return self._index.get(id_)
+        return self._position(id_)
 
     def index_of_key(self, key: MessageId) -> int | None:
         """As `index_of`: an id is its own key."""
-        return self._index.get(key)
+        return self._position(key)
 
     def start_of(self, id_: MessageId) -> int:
         """Where a span that began at `id_` begins now: its index while held, 0 once retired
         (what stands there now summarises it), the end for an id not made yet."""
-        at = self._index.get(id_)
+        at = self._position(id_)
         if at is not None:
             return at
         return 0 if id_ in self._retired else len(self._entries)
@@ -355,7 +361,7 @@ class Conversation:
         after what stands for it now (`start_of`)."""
         if aside.after is None:
             return 0
-        at = self._index.get(aside.after)
+        at = self._position(aside.after)
         return at + 1 if at is not None else self.start_of(aside.after)
 
     def turns(self) -> list[tuple[AsideId, TurnRecord]]:
@@ -413,6 +419,31 @@ class Conversation:
         self._fold(record.change)
         self._revision += 1
 
+    def apply_batch(self, records: Sequence[ChangeRecord]) -> _Undo:
+        """Apply `records` in order, all or nothing: when one does not fit, those before it
+        are undone and its `ApplyError` raised. Counts one revision per record.
+
+        Returns:
+            A function that undoes the whole batch, revision included; valid only until the
+            next change of this value (the hub uses it when a durable append fails).
+        """
+        undos: list[_Undo] = []
+        try:
+            for record in records:
+                undos.append(self._fold(record.change))
+        except ApplyError:
+            for undo in reversed(undos):
+                undo()
+            raise
+        self._revision += len(undos)
+
+        def undo_all() -> None:
+            for undo in reversed(undos):
+                undo()
+            self._revision -= len(undos)
+
+        return undo_all
+
     def replay(self, record: ChangeRecord) -> None:
         """Fold `record` as an edit made here: unlike `apply`, it goes into the outbox. A rebase
         replays pending records this way.
@@ -463,6 +494,7 @@ class Conversation:
             raise ApplyError("mismatch", "an unsaved aside's id is saved in the log")
         self._entries = list(from_log._entries)
         self._index = dict(from_log._index)
+        self._fresh_upto = from_log._fresh_upto
         self._retired = dict(from_log._retired)
         self._asides = {id_: a for id_, a in from_log._asides.items() if a.saved} | unsaved
         self._halt = from_log._halt
@@ -732,10 +764,13 @@ class Conversation:
 
     def _put_aside(self, id_: AsideId, aside: Aside, by: Author | None) -> None:
         aside = _plain(aside)
+        old = self._asides.get(id_)
         if aside.saved:
+            if old is not None and not old.saved:
+                # The log never had it: it goes in at the end there, so here too.
+                del self._asides[id_]
             self._record(AsideChange(id_, aside), by)
             return
-        old = self._asides.get(id_)
         if old is not None and old.saved:
             # The log forgets it; this value keeps it, unsaved, in its place.
             order = list(self._asides)
@@ -771,33 +806,29 @@ class Conversation:
 
     # ------------------------------------------------------------------ the fold
 
-    def _fold(self, change: AnyChange) -> None:
-        """Check `change` completely, then apply it. Raises `ApplyError` changing nothing."""
+    def _fold(self, change: AnyChange) -> _Undo:
+        """Check `change` completely, then apply it; return what undoes it (valid until the
+        next change). Raises `ApplyError` changing nothing."""
         match change:
             case Push(entries):
-                self._check_new(entries, 0, 0, allow_retired=False)
-                index = self._index
-                held = self._entries
-                for entry in entries:
-                    index[entry.id] = len(held)  # type: ignore[index]
-                    held.append(entry)
-                self._halt = None
+                return self._fold_push(entries)
             case Splice(start, stop, removed, entries):
-                self._fold_splice(start, stop, removed, entries)
+                return self._fold_splice(start, stop, removed, entries)
             case HaltChange(halt):
+                old = self._halt
                 self._halt = halt
+                return lambda: setattr(self, "_halt", old)
             case AsideChange(id_, aside):
-                self._fold_aside(id_, aside)
+                return self._fold_aside(id_, aside)
             case Reset(state):
-                self._fold_reset(state)
-            case _:
-                raise ApplyError("unknown_change", f"unknown change {type(change).__name__}")
+                return self._fold_reset(state)
+        raise ApplyError("unknown_change", f"unknown change {type(change).__name__}")
 
     def _check_new(
-        self, entries: Sequence[Entry], start: int, stop: int, *, allow_retired: bool
+        self, entries: Sequence[Entry], removed: Collection[MessageId], *, allow_retired: bool
     ) -> None:
-        """Entries going in at `start:stop` must bring well-formed ids, none repeated, none
-        held outside the range; only a splice may bring back a retired id."""
+        """Entries going in must bring well-formed ids, none repeated, none held except those
+        the change removes; only a splice may bring back a retired id."""
         index = self._index
         retired = self._retired
         seen: set[MessageId | None] = set()
@@ -808,53 +839,133 @@ class Conversation:
             if id_ in seen:
                 raise ApplyError("repeated", f"entry id {id_} appears twice")
             seen.add(id_)
-            at = index.get(id_)  # type: ignore[arg-type]
-            if at is not None and not start <= at < stop:
-                raise ApplyError("held", f"entry id {id_} is already held at {at}")
+            if id_ in index and id_ not in removed:
+                raise ApplyError("held", f"entry id {id_} is already held")
             if not allow_retired and id_ in retired:
                 raise ApplyError("retired", f"entry id {id_} was taken out and cannot be pushed")
 
+    def _fold_push(self, entries: list[Entry]) -> _Undo:
+        if len(entries) == 1:  # the common case, checked inline
+            id_ = entries[0].id
+            if not is_message_id(id_):
+                raise ApplyError("bad_id", f"entry id {id_!r} is not a message id")
+            if id_ in self._index:
+                raise ApplyError("held", f"entry id {id_} is already held")
+            if id_ in self._retired:
+                raise ApplyError("retired", f"entry id {id_} was taken out and cannot be pushed")
+        else:
+            self._check_new(entries, (), allow_retired=False)
+        index = self._index
+        held = self._entries
+        length = len(held)
+        for entry in entries:
+            index[entry.id] = len(held)  # type: ignore[index]
+            held.append(entry)
+        if self._fresh_upto == length:
+            self._fresh_upto = len(held)
+        halt, self._halt = self._halt, None
+
+        def undo() -> None:
+            for entry in held[length:]:
+                del index[entry.id]  # type: ignore[arg-type]
+            del held[length:]
+            self._fresh_upto = min(self._fresh_upto, length)
+            self._halt = halt
+
+        return undo
+
     def _fold_splice(
         self, start: int, stop: int, removed: list[MessageId], entries: list[Entry]
-    ) -> None:
+    ) -> _Undo:
         held = self._entries
         if not 0 <= start <= stop <= len(held):
             raise ApplyError(
                 "range", f"range {start}:{stop} is outside a conversation of {len(held)}"
             )
-        if removed != [entry.id for entry in held[start:stop]]:
+        old = held[start:stop]
+        if removed != [entry.id for entry in old]:
             raise ApplyError("removed", f"the ids at {start}:{stop} are not the ones removed")
-        self._check_new(entries, start, stop, allow_retired=True)
+        self._check_new(entries, set(removed), allow_retired=True)
         put = {entry.id for entry in entries}
+        retired_now = [id_ for id_ in removed if id_ not in put]
+        unretired = [id_ for id_ in put if id_ in self._retired]
+        halt = self._halt
         reaches_end = stop == len(held)
-        for id_ in removed:
-            del self._index[id_]
-            if id_ not in put:
-                self._retired[id_] = None
-        for put_id in put:
-            if put_id is not None:
-                self._retired.pop(put_id, None)
-        held[start:stop] = entries
-        index = self._index
-        for at in range(start, len(held)):
-            index[held[at].id] = at  # type: ignore[index]
+        self._replace_run(start, stop, old, entries)
+        for id_ in retired_now:
+            self._retired[id_] = None
+        for id_ in unretired:
+            del self._retired[id_]
         if reaches_end:
             self._halt = None
 
-    def _fold_aside(self, id_: AsideId, aside: Aside | None) -> None:
+        def undo() -> None:
+            self._replace_run(start, start + len(entries), entries, old)
+            for id_ in retired_now:
+                del self._retired[id_]
+            for id_ in unretired:
+                self._retired[id_] = None
+            self._halt = halt
+
+        return undo
+
+    def _replace_run(self, start: int, stop: int, old: list[Entry], new: list[Entry]) -> None:
+        """Put `new` in place of `old` (the entries at `start:stop`); the index keys follow at
+        once, the positions after `start` are refreshed when next asked for."""
+        index = self._index
+        for entry in old:
+            del index[entry.id]  # type: ignore[arg-type]
+        for offset, entry in enumerate(new):
+            index[entry.id] = start + offset  # type: ignore[index]
+        self._entries[start:stop] = new
+        if len(new) != len(old):
+            self._fresh_upto = min(self._fresh_upto, start + len(new))
+
+    def _position(self, id_: MessageId) -> int | None:
+        """Where entry `id_` is, refreshing positions a splice left stale (O(1) amortised)."""
+        at = self._index.get(id_)
+        if at is None:
+            return None
+        held = self._entries
+        if at < len(held) and held[at].id == id_:
+            return at
+        index = self._index
+        for at in range(self._fresh_upto, len(held)):
+            index[held[at].id] = at  # type: ignore[index]
+        self._fresh_upto = len(held)
+        return index[id_]
+
+    def _fold_aside(self, id_: AsideId, aside: Aside | None) -> _Undo:
         if not is_aside_id(id_):
             raise ApplyError("bad_id", f"aside id {id_!r} is not an aside id")
+        asides = self._asides
+        old = asides.get(id_)
         if aside is None:
-            old = self._asides.get(id_)
             if old is None or not old.saved:
                 raise ApplyError("no_aside", f"aside {id_} is not here to remove")
-            del self._asides[id_]
-        elif not aside.saved:
-            raise ApplyError("unsaved", f"aside {id_} is unsaved and cannot be recorded")
-        else:
-            self._asides[id_] = aside
+            order = list(asides)
+            del asides[id_]
 
-    def _fold_reset(self, state: ConversationState) -> None:
+            def put_back() -> None:
+                asides[id_] = old
+                ordered = {key: asides[key] for key in order if key in asides}
+                asides.clear()
+                asides.update(ordered)
+
+            return put_back
+        if not aside.saved:
+            raise ApplyError("unsaved", f"aside {id_} is unsaved and cannot be recorded")
+        asides[id_] = aside
+
+        def undo() -> None:
+            if old is None:
+                del asides[id_]
+            else:
+                asides[id_] = old
+
+        return undo
+
+    def _fold_reset(self, state: ConversationState) -> _Undo:
         index: dict[MessageId, int] = {}
         for at, entry in enumerate(state.entries):
             if not is_message_id(entry.id):
@@ -873,8 +984,16 @@ class Conversation:
         for id_, aside in self._asides.items():
             if not aside.saved and id_ not in asides:
                 asides[id_] = aside
+        before = (self._entries, self._index, self._retired, self._asides, self._halt)
         self._entries = list(state.entries)
         self._index = index
+        self._fresh_upto = len(self._entries)
         self._retired = retired
         self._asides = asides
         self._halt = state.halt
+
+        def undo() -> None:
+            self._entries, self._index, self._retired, self._asides, self._halt = before
+            self._fresh_upto = 0
+
+        return undo

@@ -64,6 +64,7 @@ __all__ = [
     "check_answers",
     "close_pending",
     "close_pending_with",
+    "findings",
     "normalize",
     "pair",
     "pending_calls",
@@ -479,3 +480,10 @@ def safe_start(messages: Sequence[Message], at: int) -> int:
         if message.tool_results():
             start = index + 1
     return min(start, len(messages))
+
+
+def findings(messages: Sequence[Message], pairing: Pairing = CANONICAL) -> list[PairingError]:
+    """Everything `repair` would mend in `messages`, in the order found (`check` is the
+    first). User messages side by side are no fault."""
+    run = _Pass(pairing, merge_users=False, merge_assistants=True).read_all(messages).finish()
+    return list(run.repairs)

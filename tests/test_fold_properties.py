@@ -265,3 +265,51 @@ def test_misfit_list_is_checked_against_msgspec_types() -> None:
     """Records built in these tests are valid wire values (they encode and decode)."""
     record = ChangeRecord(Push([Entry(Message.user("x"), id="msg_" + "0" * 32)]))
     assert msgspec.json.decode(encode(record))["change"]["type"] == "push"
+
+
+@SETTINGS
+@given(st.lists(operations, max_size=20), st.lists(operations, min_size=1, max_size=8))
+def test_apply_batch_is_all_or_nothing_and_undoable(
+    ops: list[tuple[Any, ...]], more: list[tuple[Any, ...]]
+) -> None:
+    """`apply_batch` of records then `undo` leaves the value exactly as it was; a batch whose
+    last record does not fit changes nothing."""
+    run = Run()
+    for op in ops:
+        run.do(op)
+    target = run.conversation
+    records = target.take_unsaved()
+    follower = folded(records)
+    source = target.copy()
+    ahead = Run(conversation=source)
+    for op in more:
+        ahead.do(op)
+    batch = source.take_unsaved()
+    before = encode(follower)
+    revision = follower.revision
+    undo = follower.apply_batch(batch)
+    assert follower == source
+    undo()
+    assert encode(follower) == before and follower.revision == revision
+    assert [ref.id for ref in follower.entries()] == [ref.id for ref in target.entries()]
+    for ref in target.entries():
+        assert follower.index_of(ref.id) == ref.index
+    bad = ChangeRecord(Splice(0, len(source) + 5, [], []))
+    try:
+        follower.apply_batch([*batch, bad])
+    except ApplyError:
+        pass
+    else:
+        raise AssertionError("a batch ending in a misfit must not apply")
+    assert encode(follower) == before and follower.revision == revision
+
+
+@SETTINGS
+@given(st.lists(operations, max_size=30))
+def test_index_of_agrees_with_entries_after_any_edits(ops: list[tuple[Any, ...]]) -> None:
+    """Positions stay right through splices (the index is refreshed lazily, never wrong)."""
+    run = Run()
+    for op in ops:
+        run.do(op)
+        for ref in run.conversation.entries():
+            assert run.conversation.index_of(ref.id) == ref.index
