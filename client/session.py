@@ -193,7 +193,8 @@ class ReplicaSession:
             ]
             keep = [record for k, record in enumerate(records) if k not in bad]
             conflicts += rebase(self.local, self.confirmed, keep, self.confirmed)
-            return None, conflicts
+            frame, more = self.next_push()
+            return frame, conflicts + more
         size = overhead
         count = 0
         for data in encoded:

@@ -270,4 +270,3 @@ def _redraw(out: TextIO, lines: list[str]) -> None:
         body = [f"… {len(body) - room + 1} lines above", *body[-(room - 1) :]]
     out.write(_CLEAR + "\n".join(_fit([lines[0], *body], size.columns)) + "\n")
     out.flush()
-

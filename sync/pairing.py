@@ -87,8 +87,8 @@ class Pairing:
             call id, instead of being dropped as orphans. They stop counting as such at the
             first turn, `None` or user message with more than results, as any call's wait does.
         answers: make up an error result for each call nothing answered. `False` for requests
-            that send calls and results as text, where a call may stay unanswered; such a call
-            is then no finding either.
+            that send calls and results as text, where a call may stay unanswered (no finding
+            then) and a system message may come between a call and its result (it is not held).
     """
 
     stored: bool = False
@@ -229,7 +229,10 @@ class _Pass:
 
     def _system(self, index: int, message: System, source: Entry | None) -> None:
         slot = _Slot(message, source)
-        if self.waiting:
+        # Holding keeps results next to their calls, as a provider's tool protocol needs; calls
+        # sent as text need no such thing. (There a wait a `None` ended would also leave no
+        # mark, so a held system message would read differently once the `None` is gone.)
+        if self.waiting and self.pairing.answers:
             self.held.append(_Held(slot, index, self.waiting[0].call.id))
         else:
             self.out.append(slot)

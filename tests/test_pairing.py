@@ -329,18 +329,18 @@ PAIR_CASES: list[tuple[str, Pairing, list[Message | None], list[Message], list[P
         [orphan(2, "c1")],
     ),
     (
-        "as text: a system message is still held past results",
+        "as text: a system message is not held",
         AS_TEXT,
-        [a(C1), s(), u(r(C1))],
-        [a(C1), u(r(C1)), s()],
-        [interrupted(1, "c1")],
+        [a(C1, C2), s(), u(r(C1)), s("two"), u(r(C2))],
+        [a(C1, C2), s(), u(r(C1)), s("two"), u(r(C2))],
+        [],
     ),
     (
-        "as text: a held system message stays before the next turn",
+        "as text: None still ends the wait",
         AS_TEXT,
-        [a(C1), s(), a("next")],
-        [a(C1), s(), a("next")],
-        [],
+        [a(C1), None, s(), u(r(C1), "x")],
+        [a(C1), s(), u("x")],
+        [orphan(3, "c1")],
     ),
 ]
 

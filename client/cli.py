@@ -1,0 +1,730 @@
+"""The `convsync` command: run a hub, watch, write to, export and import conversations.
+
+How this works: `main(argv)` parses the command line with one argparse parser per subcommand
+and runs the command's coroutine with `asyncio.run`; it returns the exit code instead of
+exiting, so tests call it directly. Every failure a user can cause (a bad flag, a malformed
+file, a conversation that is not empty, a hub that is not there) ends as one line on stderr:
+exit code 2 for input that is wrong as given, 1 when the command was fine but could not be
+done. Only bugs give a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from typing import IO, Any, NoReturn
+
+import anyio
+import msgspec
+
+from server.config import HubConfig
+from server.session import is_conversation_id
+from sync import (
+    AsideChange,
+    ChangeRecord,
+    Conversation,
+    ConversationState,
+    ConvsyncError,
+    Entry,
+    HaltChange,
+    Message,
+    Push,
+    Reset,
+    UsageError,
+    decode,
+    encode,
+)
+from sync.snapshot import ConversationSnapshot
+from sync.strict import strict_violation
+
+from .replica import Replica, connect
+from .session import Conflict
+
+__all__ = ["CliError", "HubView", "main"]
+
+DEFAULT_URL = "ws://127.0.0.1:8765"
+DEFAULT_DB = "./convsync.db"
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8765
+BATCH = 500  # messages per push record when importing
+_SLACK = 4096  # bytes of a push frame that are not the record's entries
+
+
+class CliError(Exception):
+    """A failure to report as one line on stderr, with exit `code` (2: bad input)."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+class HubView(msgspec.Struct, frozen=True):
+    """What `GET /v1/conversations/{id}` answers."""
+
+    lineage: int
+    revision: int
+    state: ConversationState
+
+
+# ---------------------------------------------------------------------- arguments
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argparse parser whose errors are one line (and an exit code 2), not a usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        raise CliError(f"{self.prog}: {message} (see --help)", 2)
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(f"CONVSYNC_{name}", default)
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port {port} is not in 0..65535")
+    return port
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive number")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
+    return value
+
+
+def _conversation_id(text: str) -> str:
+    if not is_conversation_id(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a conversation id (1-128 characters of A-Z a-z 0-9 . _ : -)"
+        )
+    return text
+
+
+def _url(text: str) -> str:
+    parts = urllib.parse.urlsplit(text)
+    if parts.scheme not in ("ws", "wss") or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a ws:// or wss:// url")
+    try:
+        parts.port  # noqa: B018 - raises for a bad port
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+    return text.rstrip("/")
+
+
+def _client_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--url",
+        type=_url,
+        default=_env("URL", DEFAULT_URL),
+        help=f"the hub (env CONVSYNC_URL; default {DEFAULT_URL})",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=10.0,
+        help="seconds to wait for the hub to connect or answer (default 10)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `convsync` parser, one subparser per command."""
+    parser = _Parser(
+        prog="convsync",
+        description="Mirror LLM-agent conversations between processes in real time.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    serve = commands.add_parser(
+        "serve",
+        help="run a hub",
+        description="Run a hub: owns each conversation's log and broadcasts its changes. "
+        "SIGINT or SIGTERM stops it cleanly (appends under way finish first).",
+    )
+    serve.add_argument(
+        "--db",
+        default=None,
+        help=f"the store: a SQLite file, sqlite://PATH or :memory: "
+        f"(env CONVSYNC_DB; default {DEFAULT_DB})",
+    )
+    serve.add_argument("--host", default=None, help="address to bind (env CONVSYNC_HOST)")
+    serve.add_argument(
+        "--port",
+        type=_port,
+        default=None,
+        help=f"port to bind, 0 for any free one (env CONVSYNC_PORT; default {DEFAULT_PORT})",
+    )
+    serve.add_argument(
+        "--max-frame", type=_positive, default=None, help="largest frame in bytes (1 MiB)"
+    )
+    serve.add_argument(
+        "--no-strict-pairing",
+        action="store_true",
+        help="accept pushes that leave an orphan tool result or two assistant messages in a row",
+    )
+    serve.add_argument(
+        "--compression", choices=["deflate"], default=None, help="offer permessage-deflate"
+    )
+
+    tail = commands.add_parser(
+        "tail",
+        help="watch a conversation live",
+        description="Show a conversation and follow it live: the screen is redrawn when "
+        "stdout is a terminal, else the lines for each change are printed. Ctrl-C stops.",
+    )
+    tail.add_argument("id", type=_conversation_id, metavar="ID", help="the conversation")
+    _client_options(tail)
+    tail.add_argument("--once", action="store_true", help="print the conversation and exit")
+
+    send = commands.add_parser(
+        "send",
+        help="push a user message",
+        description="Push a user message, wait until the hub has it, print the new revision.",
+    )
+    send.add_argument("id", type=_conversation_id, metavar="ID", help="the conversation")
+    send.add_argument("text", metavar="TEXT", help="the message")
+    _client_options(send)
+    send.add_argument(
+        "--client",
+        default=None,
+        help="client name shown to other replicas (a unique suffix is added)",
+    )
+
+    export = commands.add_parser(
+        "export",
+        help="write a conversation to a file",
+        description="Write a conversation as a snapshot v1 (messages and pins) or as its "
+        "whole state (entries with ids and authors, asides, halt).",
+    )
+    export.add_argument("id", type=_conversation_id, metavar="ID", help="the conversation")
+    _client_options(export)
+    export.add_argument(
+        "--format", choices=["snapshot", "state"], default="snapshot", help="default snapshot"
+    )
+    export.add_argument("-o", "--output", metavar="FILE", help="write here (default stdout)")
+
+    imp = commands.add_parser(
+        "import",
+        help="load a file into a conversation",
+        description="Load a snapshot v1 or a state file into a conversation. An empty "
+        "conversation gets the entries in batches, then the asides and halt; a conversation "
+        "that is not empty is left alone unless --replace is given, which replaces it with "
+        "one reset record (that record must fit one frame).",
+    )
+    imp.add_argument("file", metavar="FILE", help="the file to read ('-' for stdin)")
+    imp.add_argument("id", type=_conversation_id, metavar="ID", help="the conversation")
+    _client_options(imp)
+    imp.add_argument(
+        "--format",
+        choices=["auto", "snapshot", "state"],
+        default="auto",
+        help="auto (default): a snapshot when the file has a 'version' key",
+    )
+    imp.add_argument(
+        "--replace", action="store_true", help="replace a conversation that is not empty"
+    )
+    imp.add_argument(
+        "--progress",
+        action="store_true",
+        help="show the progress bar on stderr even when it is not a terminal",
+    )
+    imp.add_argument(
+        "--no-pairing-check",
+        action="store_true",
+        help="skip the local tool-call pairing check (for a hub run with --no-strict-pairing)",
+    )
+    imp.add_argument(
+        "--max-frame",
+        type=_positive,
+        default=1 << 20,
+        help="the hub's frame limit in bytes (default 1 MiB)",
+    )
+
+    demo = commands.add_parser(
+        "demo",
+        help="run a hub, an agent worker and a UI, and check they agree",
+        description="Start a hub on a SQLite store, a scripted agent worker doing turns with "
+        "tool calls and a UI replica mirroring it (and writing to it mid-turn); at the end "
+        "check both replicas equal the hub's state. Exit 0 only when they do.",
+    )
+    demo.add_argument(
+        "--db",
+        default=None,
+        help=f"the store (env CONVSYNC_DB; default {DEFAULT_DB}); each run uses a new conversation",
+    )
+    demo.add_argument("--turns", type=_positive, default=3, help="agent turns (default 3)")
+    demo.add_argument("--fast", action="store_true", help="no pauses between steps")
+    return parser
+
+
+# ---------------------------------------------------------------------- entry point
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run `convsync` with `argv` (default: the process arguments); returns the exit code."""
+    parser = build_parser()
+    try:
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:  # --help
+            return exc.code if isinstance(exc.code, int) else 0
+        command: Callable[[argparse.Namespace], Awaitable[int]] = _COMMANDS[args.command]
+        return asyncio.run(_run(command, args))
+    except CliError as exc:
+        print(f"convsync: error: {exc.message}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # The reader went away (`convsync demo | head`): stop quietly, as other tools do.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 1
+
+
+async def _run(command: Callable[[argparse.Namespace], Awaitable[int]], ns: Any) -> int:
+    try:
+        return await command(ns)
+    except UsageError as exc:
+        raise CliError(exc.message, 2) from exc
+    except ConvsyncError as exc:
+        raise CliError(f"{exc.reason}: {exc.message}") from exc
+
+
+@contextlib.contextmanager
+def _on_signals(callback: Callable[[], None]) -> Iterator[None]:
+    """Call `callback` on SIGINT and SIGTERM while inside (no-op off the main thread)."""
+    loop = asyncio.get_running_loop()
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, callback)
+            installed.append(sig)
+        except (ValueError, RuntimeError, NotImplementedError):
+            pass
+    try:
+        yield
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+
+# ---------------------------------------------------------------------- serve
+
+
+async def cmd_serve(args: argparse.Namespace) -> int:
+    """Run a hub until SIGINT or SIGTERM."""
+    from server.hub import Hub
+    from server.store import open_store
+
+    db = args.db if args.db is not None else _env("DB", DEFAULT_DB)
+    host = args.host if args.host is not None else _env("HOST", DEFAULT_HOST)
+    if args.port is not None:
+        port = args.port
+    else:
+        try:
+            port = _port(_env("PORT", str(DEFAULT_PORT)))
+        except argparse.ArgumentTypeError as exc:
+            raise CliError(f"CONVSYNC_PORT: {exc}", 2) from None
+    config = HubConfig.from_env(
+        max_frame=args.max_frame,
+        strict_pairing=False if args.no_strict_pairing else None,
+        compression=args.compression,
+    )
+    stop = asyncio.Event()
+    with _on_signals(stop.set):
+        try:
+            async with Hub(store=open_store(db), host=host, port=port, config=config) as hub:
+                pairing = "on" if config.strict_pairing else "off"
+                print(
+                    f"convsync hub at {hub.url} (store {db}, strict pairing {pairing})",
+                    flush=True,
+                )
+                await stop.wait()
+                print("convsync: stopping", file=sys.stderr, flush=True)
+        except OSError as exc:
+            raise CliError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from exc
+    return 0
+
+
+# ---------------------------------------------------------------------- hub access
+
+
+def http_url(url: str, conversation_id: str | None = None) -> str:
+    """The http(s) url of the hub at ws(s) `url`, of one conversation's read endpoint when
+    `conversation_id` is given."""
+    parts = urllib.parse.urlsplit(url)
+    scheme = "https" if parts.scheme == "wss" else "http"
+    path = parts.path.rstrip("/")
+    if conversation_id is not None:
+        path += f"/v1/conversations/{conversation_id}"
+    return urllib.parse.urlunsplit((scheme, parts.netloc, path, "", ""))
+
+
+_opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via a proxy
+
+
+def _get(url: str, timeout: float) -> tuple[int, bytes]:
+    try:
+        with _opener.open(url, timeout=timeout) as response:
+            return int(response.status), bytes(response.read())
+    except urllib.error.HTTPError as exc:
+        try:
+            return exc.code, exc.read()
+        finally:
+            exc.close()
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise CliError(f"cannot reach the hub at {url}: {reason}") from exc
+
+
+async def fetch(url: str, conversation_id: str, wait: float) -> HubView | None:
+    """The hub's view of a conversation (None when it has no log), over HTTP; `wait` bounds
+    the request in seconds."""
+    status, body = await anyio.to_thread.run_sync(_get, http_url(url, conversation_id), wait)
+    if status == 404:
+        return None
+    if status != 200:
+        detail = body.decode(errors="replace").strip()
+        raise CliError(f"the hub answered {status}: {detail}")
+    view: HubView = decode(body, HubView)
+    return view
+
+
+@contextlib.asynccontextmanager
+async def _replica(
+    url: str, conversation_id: str, wait: float, client: str | None = None
+) -> AsyncIterator[Replica]:
+    """A connected replica; the hub's absence is a one-line error, quickly. `wait` bounds
+    the connection in seconds."""
+    status, _ = await anyio.to_thread.run_sync(_get, http_url(url) + "/healthz", wait)
+    if status != 200:
+        raise CliError(f"{url} does not look like a convsync hub (healthz answered {status})")
+    try:
+        replica = connect(url, conversation_id, client=client, connect_timeout=wait)
+        await replica.__aenter__()
+    except TimeoutError:
+        raise CliError(f"timed out after {wait:g}s connecting to {url}") from None
+    try:
+        yield replica
+    finally:
+        await replica.aclose()
+
+
+def _conflicts(replica: Replica) -> list[Conflict]:
+    return [event for event in replica.events_nowait() if isinstance(event, Conflict)]
+
+
+async def _flush(replica: Replica, wait: float, what: str) -> None:
+    """Wait (at most `wait` seconds) until the hub took every edit; a refusal is an error."""
+    try:
+        with anyio.fail_after(wait):
+            await replica.flush()
+    except TimeoutError:
+        raise CliError(f"timed out after {wait:g}s waiting for the hub to take {what}") from None
+    conflicts = _conflicts(replica)
+    if conflicts:
+        first = conflicts[0]
+        raise CliError(f"the hub refused {what}: {first.reason} {first.detail}".rstrip())
+
+
+# ---------------------------------------------------------------------- tail, send
+
+
+async def cmd_tail(args: argparse.Namespace) -> int:
+    """Show a conversation, live until SIGINT/SIGTERM, or once."""
+    from .tail import tail
+
+    out = sys.stdout
+    async with _replica(args.url, args.id, args.timeout) as replica:
+        if args.once:
+            await tail(replica, out, once=True, tty=False)
+            return 0
+        with anyio.CancelScope() as scope, _on_signals(scope.cancel):
+            await tail(replica, out, once=False, tty=out.isatty())
+    return 0
+
+
+async def cmd_send(args: argparse.Namespace) -> int:
+    """Push one user message and print the revision the log reached."""
+    # A fresh client id per run: the hub numbers pushes per client id, and a new process
+    # would start that numbering over.
+    name = args.client or "convsync-send"
+    client = f"{name}-{os.urandom(4).hex()}"
+    async with _replica(args.url, args.id, args.timeout, client) as replica:
+        replica.conversation.push(Message.user(args.text))
+        await _flush(replica, args.timeout, "the message")
+        print(replica.session.confirmed.revision)
+    return 0
+
+
+# ---------------------------------------------------------------------- export
+
+
+async def cmd_export(args: argparse.Namespace) -> int:
+    """Write a conversation's snapshot or state to a file or stdout."""
+    view = await fetch(args.url, args.id, args.timeout)
+    if view is None:
+        raise CliError(f"the hub has no conversation {args.id!r}")
+    conversation = Conversation.from_state(view.state)
+    if args.format == "snapshot":
+        data = ConversationSnapshot.from_conversation(conversation).encode()
+    else:
+        data = encode(conversation)
+    if args.output is None or args.output == "-":
+        sys.stdout.buffer.write(data + b"\n")
+        sys.stdout.flush()
+    else:
+        try:
+            await anyio.Path(args.output).write_bytes(data + b"\n")
+        except OSError as exc:
+            raise CliError(f"cannot write {args.output}: {exc.strerror or exc}", 2) from exc
+        print(
+            f"exported {len(conversation)} messages of {args.id} at revision {view.revision} "
+            f"to {args.output} ({args.format})",
+            file=sys.stderr,
+        )
+    return 0
+
+
+# ---------------------------------------------------------------------- import
+
+
+def read_conversation(data: bytes, fmt: str, where: str) -> Conversation:
+    """The conversation a snapshot v1 or state file holds.
+
+    `fmt` is `snapshot`, `state` or `auto` (a snapshot when the JSON object has a `version`
+    key; a `{"lineage","revision","state"}` answer of the hub is read as its state).
+
+    Raises:
+        CliError: (code 2) the file is not JSON, or not a valid snapshot or state.
+    """
+    try:
+        if fmt == "auto":
+            try:
+                top = msgspec.json.decode(data)
+            except msgspec.DecodeError as exc:
+                raise CliError(f"{where}: not JSON: {exc}", 2) from None
+            if not isinstance(top, dict):
+                raise CliError(f"{where}: expected a JSON object, not {type(top).__name__}", 2)
+            if "version" in top:
+                fmt = "snapshot"
+            elif "state" in top and "revision" in top:
+                return Conversation.from_state(decode(data, HubView).state)
+            else:
+                fmt = "state"
+        if fmt == "snapshot":
+            return ConversationSnapshot.decode(data).to_conversation().view()
+        return Conversation.from_state(decode(data, ConversationState))
+    except ConvsyncError as exc:
+        raise CliError(f"{where}: {exc.message}", 2) from exc
+
+
+class Progress:
+    """A one-line progress bar on a stream: percent, count and rate, redrawn in place."""
+
+    def __init__(self, total: int, stream: IO[str], label: str = "import", width: int = 30):
+        self.total = total
+        self.stream = stream
+        self.label = label
+        self.width = width
+        self.started = time.monotonic()
+        self.done = 0
+
+    def update(self, done: int) -> None:
+        self.done = done
+        fraction = done / self.total if self.total else 1.0
+        filled = int(self.width * fraction)
+        bar = "#" * filled + "-" * (self.width - filled)
+        elapsed = max(time.monotonic() - self.started, 1e-6)
+        rate = done / elapsed
+        self.stream.write(
+            f"\r{self.label} [{bar}] {fraction:4.0%} {done}/{self.total} messages {rate:,.0f}/s"
+        )
+        self.stream.flush()
+
+    def close(self) -> None:
+        self.stream.write("\n")
+        self.stream.flush()
+
+
+def batches(entries: Sequence[Entry], budget: int, count: int = BATCH) -> list[list[Entry]]:
+    """`entries` cut into runs of at most `count` whose encodings add up to at most `budget`
+    bytes (an entry larger than the budget alone makes a run).
+
+    Each run becomes one push record, so it has to fit one frame.
+    """
+    runs: list[list[Entry]] = []
+    run: list[Entry] = []
+    size = 0
+    for entry in entries:
+        length = len(encode(entry)) + 1
+        if run and (len(run) == count or size + length > budget):
+            runs.append(run)
+            run, size = [], 0
+        run.append(entry)
+        size += length
+    if run:
+        runs.append(run)
+    return runs
+
+
+def _too_large(entries: Sequence[Entry], budget: int) -> tuple[int, int] | None:
+    for at, entry in enumerate(entries):
+        length = len(encode(entry))
+        if length > budget:
+            return at, length
+    return None
+
+
+async def cmd_import(args: argparse.Namespace) -> int:
+    """Load a file into a conversation (see the subcommand's description)."""
+    where = "stdin" if args.file == "-" else args.file
+    try:
+        if args.file == "-":
+            data = await anyio.to_thread.run_sync(sys.stdin.buffer.read)
+        else:
+            data = await anyio.Path(args.file).read_bytes()
+    except OSError as exc:
+        raise CliError(f"cannot read {where}: {exc.strerror or exc}", 2) from exc
+    source = read_conversation(data, args.format, where)
+    if not args.no_pairing_check:
+        violation = strict_violation(source, 0)
+        if violation is not None:
+            raise CliError(
+                f"{where}: {violation.message}; a hub with strict pairing refuses it "
+                "(--no-pairing-check skips this check)",
+                2,
+            )
+    budget = args.max_frame - _SLACK
+    state = source.state()
+    entries = state.entries
+
+    # Everything that can be checked before touching the hub is checked here.
+    if args.replace:
+        size = len(encode(ChangeRecord(Reset(state))))
+        if size > budget:
+            raise CliError(
+                f"{where}: as one reset record it is {size:,} bytes, over the frame limit "
+                f"({args.max_frame:,}); --replace cannot send it. Import it into a new "
+                "(empty) conversation instead: that goes in batches",
+                2,
+            )
+    big = _too_large(entries, budget)
+    if big is not None:
+        raise CliError(
+            f"{where}: message {big[0]} is {big[1]:,} bytes, over the frame limit "
+            f"({args.max_frame:,}); it cannot be sent",
+            2,
+        )
+    if (
+        state.retired
+        and len(encode(ChangeRecord(Reset(ConversationState(retired=state.retired))))) > budget
+    ):
+        raise CliError(f"{where}: too many retired ids to send in one record", 2)
+
+    show = args.progress or sys.stderr.isatty()
+    async with _replica(
+        args.url, args.id, args.timeout, f"convsync-import-{os.urandom(4).hex()}"
+    ) as replica:
+        target = replica.conversation
+        if len(target) or any(aside.saved for _, aside in target.asides()):
+            if not args.replace:
+                raise CliError(
+                    f"conversation {args.id} is not empty ({len(target)} entries); "
+                    "nothing imported (--replace replaces it)",
+                    2,
+                )
+            target.reset(source)
+            await _flush(replica, args.timeout, "the reset")
+            print(
+                f"replaced {args.id} with {len(source)} messages from {where} "
+                f"(revision {replica.session.confirmed.revision})",
+                file=sys.stderr,
+            )
+            return 0
+        progress = Progress(len(entries), sys.stderr) if show else None
+        done = 0
+        try:
+            if state.retired:
+                # Ids the file says were taken out stay taken out here too.
+                target.replay(ChangeRecord(Reset(ConversationState(retired=state.retired))))
+            if progress is not None:
+                progress.update(0)
+            for run in batches(entries, budget):
+                target.replay(ChangeRecord(Push(run), run[-1].author))
+                await _flush(replica, args.timeout, f"messages {done}..{done + len(run) - 1}")
+                done += len(run)
+                if progress is not None:
+                    progress.update(done)
+            for saved in state.asides:
+                target.replay(ChangeRecord(AsideChange(saved.id, saved.aside), saved.author))
+            if state.halt is not None:
+                target.replay(ChangeRecord(HaltChange(state.halt)))
+            await _flush(replica, args.timeout, "the asides")
+        except CliError as exc:
+            if done:
+                exc.message += f" ({done} of {len(entries)} messages were imported)"
+            raise
+        finally:
+            if progress is not None:
+                progress.close()
+        print(
+            f"imported {len(entries)} messages and {len(state.asides)} asides from {where} "
+            f"into {args.id} (revision {replica.session.confirmed.revision})",
+            file=sys.stderr,
+        )
+    return 0
+
+
+# ---------------------------------------------------------------------- demo
+
+
+async def cmd_demo(args: argparse.Namespace) -> int:
+    """Run the demo (`client.demo`)."""
+    from .demo import run_demo
+
+    db = args.db if args.db is not None else _env("DB", DEFAULT_DB)
+    return await run_demo(db, turns=args.turns, fast=args.fast, out=sys.stdout)
+
+
+_COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
+    "serve": cmd_serve,
+    "tail": cmd_tail,
+    "send": cmd_send,
+    "export": cmd_export,
+    "import": cmd_import,
+    "demo": cmd_demo,
+}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

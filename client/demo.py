@@ -1,0 +1,200 @@
+"""`convsync demo`: a hub, a scripted agent worker and a UI replica, checked against each other.
+
+How this works: one hub on the SQLite store (port 0) and two replicas of a new conversation.
+The worker plays a user and an agent: each turn it pushes a question, opens a turn record,
+answers with a tool call, pushes the tool's result, then the answer, and ends the turn. The UI
+prints every change it receives as it arrives (`Watcher` lines, prefixed `ui   |`) and, once
+in the run, pushes a message of its own right after a tool result, before the answer (a user
+message between a call and its result would orphan the result). The worker waits, bounded, to
+see that message through its own mirror and answers it. At the end both replicas flush, wait
+for the hub's revision, and each must equal the hub's state read over HTTP.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, TextIO
+
+import anyio
+
+from server.config import HubConfig
+from server.hub import Hub
+from server.store import open_store
+from sync import Assistant, Conversation, Message, Stop, Text, ToolCall, TurnEnd, User
+from sync.messages import AnyMessage
+
+from .cli import CliError, HubView, fetch
+from .replica import Replica, connect
+from .session import Applied, Conflict, Rebased, Reset
+from .tail import Watcher, describe_entry, one_line
+
+__all__ = ["SCRIPT", "run_demo"]
+
+SCRIPT: list[tuple[str, str, dict[str, Any], str, str]] = [
+    (
+        "What's the weather in Lisbon right now?",
+        "weather",
+        {"city": "Lisbon"},
+        "18°C, clear sky, wind 12 km/h from the north",
+        "It is 18°C and clear in Lisbon, with a light north wind.",
+    ),
+    (
+        "How many open issues does the convsync repo have?",
+        "search_issues",
+        {"repo": "convsync", "state": "open"},
+        '{"count": 12, "oldest": "2024-11-02"}',
+        "There are 12 open issues; the oldest is from November 2024.",
+    ),
+    (
+        "Convert 250 EUR to USD.",
+        "convert_currency",
+        {"amount": 250, "from": "EUR", "to": "USD"},
+        "271.25 USD (rate 1.085)",
+        "250 EUR is 271.25 USD at today's rate of 1.085.",
+    ),
+]
+INTERJECTION = "Also: keep the answers short, please."
+_WAIT = 10.0 * float(os.environ.get("CONVSYNC_TIMEOUT_SCALE", "1"))
+
+
+class _Printer:
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+
+    def __call__(self, prefix: str, line: str) -> None:
+        print(f"{prefix}| {line}", file=self.out, flush=True)
+
+
+async def _pause(fast: bool, seconds: float = 0.6) -> None:
+    if not fast:
+        await anyio.sleep(seconds)
+
+
+def _interjected(conversation: Conversation, since: int) -> bool:
+    """Whether a request (a user message with text) stands at or after `since`."""
+    refs = conversation.entries()
+    return any(ref.is_request() for ref in refs[since:])
+
+
+def _text(message: AnyMessage) -> str:
+    if isinstance(message, User):
+        return " ".join(part.text for part in message.content if isinstance(part, Text))
+    return ""
+
+
+async def _worker(
+    worker: Replica, turns: int, interject_turn: int, fast: bool, say: _Printer
+) -> None:
+    conversation = worker.conversation
+    for turn in range(turns):
+        question, tool, arguments, result, answer = SCRIPT[turn % len(SCRIPT)]
+        await _pause(fast, 1.0)
+        conversation.push(Message.user(question))
+        say("agent", f"user asks: {question}")
+        conversation.open_turn()
+        say("agent", f"opens turn {turn}")
+        await _pause(fast)
+        call = ToolCall(f"call_{turn}_{tool}", tool, arguments)
+        conversation.push(Assistant([Text("Let me check."), call], stop=Stop("tool_use")))
+        say("agent", f"calls {tool}({one_line(str(arguments), 60)})")
+        await _pause(fast, 1.0)
+        since = len(conversation)
+        conversation.push(Message.tool_result(call.id, tool, result))
+        say("agent", f"tool {tool} returns: {result}")
+        await worker.flush()
+        if turn == interject_turn:
+            say("agent", "waits for the ui to chime in")
+            with anyio.move_on_after(_WAIT):
+                while not _interjected(conversation, since):
+                    await worker.wait_for(worker.session.confirmed.revision + 1)
+            if not _interjected(conversation, since):
+                say("agent", "heard nothing from the ui; answering anyway")
+        await _pause(fast)
+        heard = [ref for ref in conversation.entries()[since:] if ref.is_request()]
+        if heard:
+            text = f"(Noted: {one_line(_text(heard[-1].message), 40)}) {answer}"
+        else:
+            text = answer
+        answer_id = conversation.push(Message.assistant(text, stop=Stop("stop")))
+        conversation.end_turn(TurnEnd.answered(answer_id))
+        say("agent", f"answers: {text}")
+        say("agent", f"ends turn {turn}")
+        await worker.flush()
+    worker.events_nowait()
+
+
+async def _ui(ui: Replica, interject_turn: int, say: _Printer, watcher: Watcher) -> None:
+    conversation = ui.conversation
+    interjected = False
+    async for event in ui.events():
+        events = [event, *ui.events_nowait()]
+        for item in events:
+            if isinstance(item, Conflict):
+                say("ui   ", f"conflict: {item.reason} {item.detail}")
+        if not any(isinstance(item, Applied | Rebased | Reset) for item in events):
+            continue
+        for line in watcher.changes(conversation):
+            say("ui   ", line)
+        if interjected:
+            continue
+        turns = conversation.turns()
+        last = conversation.entry(len(conversation) - 1)
+        if (
+            turns
+            and turns[-1][1].index == interject_turn
+            and turns[-1][1].end is None
+            and last is not None
+            and last.message.tool_results()
+        ):
+            interjected = True
+            conversation.push(Message.user(INTERJECTION))
+            say("ui   ", f"user types mid-turn: {INTERJECTION}")
+            for line in watcher.changes(conversation):
+                say("ui   ", line)
+
+
+async def _hub_view(url: str, conversation_id: str) -> HubView:
+    view = await fetch(url, conversation_id, _WAIT)
+    if view is None:
+        raise CliError(f"the hub lost conversation {conversation_id}")
+    return view
+
+
+async def run_demo(db: str, *, turns: int = 3, fast: bool = False, out: TextIO) -> int:
+    """Run the demo on store `db`, printing to `out`; 0 when both replicas equal the hub."""
+    say = _Printer(out)
+    conversation_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(2).hex()}"
+    interject_turn = 1 if turns > 1 else 0
+    async with Hub(store=open_store(db), port=0, config=HubConfig.from_env()) as hub:
+        say("hub  ", f"serving {hub.url} on store {db}")
+        say("hub  ", f"conversation {conversation_id}")
+        async with (
+            connect(hub.url, conversation_id, client="demo-worker") as worker,
+            connect(hub.url, conversation_id, client="demo-ui") as ui,
+        ):
+            say("agent", f"connected as {worker.client}")
+            say("ui   ", f"connected as {ui.client}, mirroring live")
+            watcher = Watcher()
+            watcher.changes(ui.conversation)
+            async with anyio.create_task_group() as group:
+                group.start_soon(_ui, ui, interject_turn, say, watcher)
+                await _worker(worker, turns, interject_turn, fast, say)
+                with anyio.fail_after(_WAIT):
+                    await worker.flush()
+                    await ui.flush()
+                    view = await _hub_view(hub.url, conversation_id)
+                    await worker.wait_for(view.revision)
+                    await ui.wait_for(view.revision)
+                group.cancel_scope.cancel()
+            for line in watcher.changes(ui.conversation):  # anything not printed yet
+                say("ui   ", line)
+            hub_state = Conversation.from_state(view.state)
+            say("hub  ", f"revision {view.revision}, {len(hub_state)} entries:")
+            for ref in hub_state.entries():
+                say("hub  ", describe_entry(ref.index, ref.entry))
+            worker_ok = worker.conversation == hub_state
+            ui_ok = ui.conversation == hub_state
+    print(f"check: worker == hub: {worker_ok}", file=out)
+    print(f"check: ui == hub: {ui_ok}", file=out, flush=True)
+    return 0 if worker_ok and ui_ok else 1

@@ -1,0 +1,137 @@
+"""Shared Hypothesis strategies: random edits of every kind on a `Conversation`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import strategies as st
+
+from sync import (
+    Aside,
+    Assistant,
+    Author,
+    Conversation,
+    Entry,
+    Halt,
+    Message,
+    Stop,
+    System,
+    ToolCall,
+    TurnEnd,
+)
+
+MESSAGES = [
+    Message.user("hi"),
+    Message.user("again"),
+    Message.assistant("hello"),
+    Message.assistant("cut", stop=Stop("aborted")),
+    Assistant([ToolCall("c1", "f", {"a": 1})], stop=Stop("tool_use")),
+    Assistant([ToolCall("c1", "f", {}), ToolCall("c2", "g", {})]),
+    Message.tool_result("c1", "f", "one"),
+    Message.tool_result("c2", "g", "two", is_error=True),
+    System("be brief"),
+]
+AUTHORS = [None, Author.user(), Author.plugin("p"), Author.agent("sub"), Author.rig()]
+
+messages = st.sampled_from(MESSAGES)
+authors = st.sampled_from(AUTHORS)
+small = st.integers(min_value=0, max_value=12)
+
+operations = st.one_of(
+    st.tuples(st.just("push"), messages, authors),
+    st.tuples(st.just("extend"), st.lists(messages, max_size=4)),
+    st.tuples(st.just("splice"), small, small, st.lists(st.tuples(small, messages), max_size=4)),
+    st.tuples(st.just("restore"), small, small, st.lists(small, max_size=3)),
+    st.tuples(st.just("set_entries"), st.lists(small, max_size=6), messages),
+    st.tuples(st.just("edit_each"), st.sets(small, max_size=3), messages),
+    st.tuples(st.just("normalize")),
+    st.tuples(st.just("halt"), st.sampled_from(list(Halt))),
+    st.tuples(st.just("resume")),
+    st.tuples(st.just("add_aside"), st.booleans(), small),
+    st.tuples(st.just("replace_aside"), small, st.booleans()),
+    st.tuples(st.just("remove_aside"), small),
+    st.tuples(st.just("open_turn")),
+    st.tuples(st.just("end_turn"), st.sampled_from(["answered", "failed", "stopped"])),
+    st.tuples(st.just("reset"), st.lists(messages, max_size=3)),
+    st.tuples(st.just("dated"), st.integers(min_value=1, max_value=2**44), messages),
+)
+
+
+@dataclass
+class Run:
+    """A conversation under random edits, with what the test saw along the way."""
+
+    conversation: Conversation = field(default_factory=Conversation)
+    seen: dict[str, Entry] = field(default_factory=dict)
+    minted: list[str] = field(default_factory=list)
+
+    def note_entries(self) -> None:
+        for ref in self.conversation.entries():
+            if ref.id not in self.seen:
+                self.minted.append(ref.id)
+            self.seen[ref.id] = ref.entry
+
+    def aside_ids(self) -> list[str]:
+        return [id_ for id_, _ in self.conversation.asides()]
+
+    def do(self, op: tuple[Any, ...]) -> None:
+        c = self.conversation
+        n = len(c)
+        match op:
+            case ("push", message, author):
+                c.push(Entry(message, author=author))
+            case ("extend", items):
+                c.extend(items)
+            case ("splice", start, stop, picks):
+                entries = [
+                    c.entry(at) or Entry(message) if at % 3 else Entry(message)
+                    for at, message in picks
+                ]
+                c.splice(slice(start, stop), entries, Author.plugin("s"))
+            case ("restore", start, stop, picks):
+                pool = [self.seen[id_] for id_ in sorted(self.seen)]
+                entries = [pool[at % len(pool)] for at in picks] if pool else []
+                c.restore(slice(start, stop), entries, Author.plugin("undo"))
+            case ("set_entries", order, message):
+                current = [ref.entry for ref in c.entries()]
+                wanted = [current[at] for at in order if at < n] + [Entry(message)]
+                c.set_entries(wanted, Author.user())
+            case ("edit_each", indexes, message):
+                c.edit_each(
+                    Author.plugin("e"), lambda ref: message if ref.index in indexes else None
+                )
+            case ("normalize",):
+                c.normalize(Author.rig())
+                c.validate()
+            case ("halt", halt):
+                c.halt(halt)
+            case ("resume",):
+                c.resume()
+            case ("add_aside", saved, at):
+                after = c.id(at) if at < n else None
+                c.add_aside(Aside("note", after, Author.user(), {"at": at}, saved=saved))
+            case ("replace_aside", pick, saved):
+                ids = self.aside_ids()
+                if ids:
+                    id_ = ids[pick % len(ids)]
+                    c.replace_aside(id_, Aside("note", None, Author.user(), [pick], saved=saved))
+            case ("remove_aside", pick):
+                ids = self.aside_ids()
+                if ids:
+                    c.remove_aside(ids[pick % len(ids)])
+            case ("open_turn",):
+                c.open_turn()
+            case ("end_turn", how):
+                ends = {
+                    "answered": TurnEnd.answered(c.id(n - 1)),
+                    "failed": TurnEnd.failed("boom"),
+                    "stopped": TurnEnd.stopped(),
+                }
+                c.end_turn(ends[how])
+            case ("reset", items):
+                c.reset(Conversation.from_messages(items))
+            case ("dated", at, message):
+                with c.dated(at):
+                    c.push(message)
+        self.note_entries()
