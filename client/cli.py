@@ -60,12 +60,14 @@ _SLACK = 4096  # bytes of a push frame that are not the record's entries
 
 
 class CliError(Exception):
-    """A failure to report as one line on stderr, with exit `code` (2: bad input)."""
+    """A failure to report as one line on stderr, `{prog}: error: {message}`, with exit
+    `code` (2: bad input, 1: the command could not be done)."""
 
-    def __init__(self, message: str, code: int = 1) -> None:
+    def __init__(self, message: str, code: int = 1, prog: str = "convsync") -> None:
         super().__init__(message)
         self.message = message
         self.code = code
+        self.prog = prog
 
 
 class HubView(msgspec.Struct, frozen=True):
@@ -83,7 +85,7 @@ class _Parser(argparse.ArgumentParser):
     """An argparse parser whose errors are one line (and an exit code 2), not a usage dump."""
 
     def error(self, message: str) -> NoReturn:
-        raise CliError(f"{self.prog}: {message} (see --help)", 2)
+        raise CliError(f"{message} (see {self.prog} --help)", 2, self.prog)
 
 
 def _env(name: str, default: str) -> str:
@@ -298,7 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         command: Callable[[argparse.Namespace], Awaitable[int]] = _COMMANDS[args.command]
         return asyncio.run(_run(command, args))
     except CliError as exc:
-        print(f"convsync: error: {exc.message}", file=sys.stderr)
+        print(f"{exc.prog}: error: {exc.message}", file=sys.stderr)
         return exc.code
     except KeyboardInterrupt:
         return 130
@@ -629,15 +631,6 @@ async def cmd_import(args: argparse.Namespace) -> int:
     entries = state.entries
 
     # Everything that can be checked before touching the hub is checked here.
-    if args.replace:
-        size = len(encode(ChangeRecord(Reset(state))))
-        if size > budget:
-            raise CliError(
-                f"{where}: as one reset record it is {size:,} bytes, over the frame limit "
-                f"({args.max_frame:,}); --replace cannot send it. Import it into a new "
-                "(empty) conversation instead: that goes in batches",
-                2,
-            )
     big = _too_large(entries, budget)
     if big is not None:
         raise CliError(
@@ -661,6 +654,14 @@ async def cmd_import(args: argparse.Namespace) -> int:
                 raise CliError(
                     f"conversation {args.id} is not empty ({len(target)} entries); "
                     "nothing imported (--replace replaces it)",
+                    2,
+                )
+            size = len(encode(ChangeRecord(Reset(state))))
+            if size > budget:
+                raise CliError(
+                    f"{where}: as one reset record it is {size:,} bytes, over the frame limit "
+                    f"({args.max_frame:,}); --replace cannot send it (import it into a new, "
+                    "empty conversation instead: that goes in batches)",
                     2,
                 )
             target.reset(source)

@@ -18,7 +18,6 @@ from types import TracebackType
 from typing import Self
 
 import anyio
-import anyio.abc
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
@@ -81,8 +80,7 @@ class Replica:
         self._wake = asyncio.Event()  # something may be pushable
         self._progress = asyncio.Event()  # the session moved (for flush and ready waits)
         self._ws: ClientConnection | None = None
-        self._group: anyio.abc.TaskGroup | None = None
-        self._stack = contextlib.AsyncExitStack()
+        self._task: asyncio.Task[None] | None = None
         self._closed = False
         self._welcomed = False
         self.connects = 0
@@ -138,11 +136,14 @@ class Replica:
     # ------------------------------------------------------------------ lifecycle
 
     async def __aenter__(self) -> Self:
-        self._group = await self._stack.enter_async_context(anyio.create_task_group())
-        self._group.start_soon(self._run)
+        # The connection loop runs in a task of its own, so replicas can be closed in any
+        # order and from any task.
+        self._task = asyncio.create_task(self._run())
         try:
             with anyio.fail_after(self._connect_timeout):
                 while not self.session.ready:
+                    if self._task.done():
+                        self._task.result()
                     self._progress.clear()
                     await self._progress.wait()
         except BaseException:
@@ -164,9 +165,13 @@ class Replica:
         if self._closed:
             return
         self._closed = True
-        if self._group is not None:
-            self._group.cancel_scope.cancel()
-        await self._stack.aclose()
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        elif task is not None and not task.cancelled():
+            task.exception()  # retrieved; a crash was already raised to whoever waited
 
     def drop_connection(self) -> None:
         """Cut the current connection (the replica reconnects by itself): for tests."""

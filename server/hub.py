@@ -12,14 +12,12 @@ writer) lives in one anyio task group.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from types import TracebackType
 from typing import Self
 
 import anyio
-import anyio.abc
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
@@ -71,8 +69,8 @@ class Hub:
         self._rooms: dict[str, Room] = {}
         self._loading: dict[str, asyncio.Future[Room]] = {}
         self._server: Server | None = None
-        self._group: anyio.abc.TaskGroup | None = None
-        self._stack = contextlib.AsyncExitStack()
+        self._task: asyncio.Task[None] | None = None
+        self._stop = asyncio.Event()
         self._closing = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -94,10 +92,21 @@ class Hub:
         return self._store
 
     async def __aenter__(self) -> Self:
-        stack = self._stack
-        await stack.enter_async_context(self._store)
-        self._group = await stack.enter_async_context(anyio.create_task_group())
-        self._server = await stack.enter_async_context(
+        # The hub's tasks live in a task group inside one task of their own, so the hub can
+        # be left from any task (a test fixture's teardown runs in another one).
+        ready = asyncio.Event()
+        self._task = asyncio.create_task(self._main(ready))
+        waiter = asyncio.create_task(ready.wait())
+        await asyncio.wait([self._task, waiter], return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+        if self._task.done():
+            self._task.result()  # raises what stopped it (a port in use, a bad store)
+        return self
+
+    async def _main(self, ready: asyncio.Event) -> None:
+        async with (
+            self._store,
+            anyio.create_task_group() as group,
             serve(
                 self._connection,
                 self._host,
@@ -107,10 +116,14 @@ class Hub:
                 max_size=4 * self.config.max_frame,
                 compression="deflate" if self.config.compression == "deflate" else None,
                 ping_interval=self.config.ping_interval,
-            )
-        )
-        self._group.start_soon(self._unload_idle)
-        return self
+            ) as server,
+        ):
+            self._server = server
+            group.start_soon(self._unload_idle)
+            ready.set()
+            await self._stop.wait()
+            await self._shutdown(server)
+            group.cancel_scope.cancel()
 
     async def __aexit__(
         self,
@@ -122,22 +135,20 @@ class Hub:
 
     async def aclose(self) -> None:
         """Stop accepting, finish appends under way, close every socket, close the store."""
-        if self._closing:
-            return
+        self._stop.set()
+        if self._task is not None:
+            await asyncio.shield(self._task)
+
+    async def _shutdown(self, server: Server) -> None:
         self._closing = True
-        if self._server is not None:
-            self._server.close(close_connections=False)
+        server.close(close_connections=False)
         for room in list(self._rooms.values()):
             async with room.lock:  # an append under way finishes first
                 for sub in list(room.subscribers):
                     sub.close(1001, "hub shutting down")
-        if self._server is not None:
-            self._server.close(close_connections=True)
-            with anyio.move_on_after(5):
-                await self._server.wait_closed()
-        if self._group is not None:
-            self._group.cancel_scope.cancel()
-        await self._stack.aclose()
+        server.close(close_connections=True)
+        with anyio.move_on_after(5):
+            await server.wait_closed()
 
     async def serve_forever(self) -> None:
         """Serve until cancelled."""
@@ -237,7 +248,6 @@ class Hub:
     # ------------------------------------------------------------------ websockets
 
     async def _connection(self, ws: ServerConnection) -> None:
-        assert self._group is not None
         metrics = self.metrics
         metrics.connections += 1
         sub = Subscriber(ws, self.config.send_queue, metrics)

@@ -1,0 +1,480 @@
+"""The `convsync` command line: serve, send, export, import, tail and the demo."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from client import connect
+from client.cli import batches, main
+from client.tail import Watcher, render
+from sync import (
+    Aside,
+    Assistant,
+    Author,
+    Conversation,
+    Entry,
+    Message,
+    Stop,
+    Text,
+    ToolCall,
+    TurnEnd,
+    decode_state,
+    encode,
+)
+from sync.snapshot import ConversationSnapshot
+
+SCALE = float(os.environ.get("CONVSYNC_TIMEOUT_SCALE", "1"))
+TIMEOUT = 20.0 * SCALE
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONVSYNC_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def _spawn(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "client.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+        cwd=ROOT,
+    )
+
+
+def _readline(proc: subprocess.Popen[str], deadline: float) -> str:
+    """The next stdout line of `proc`, waiting at most until `deadline`."""
+    assert proc.stdout is not None
+    remaining = deadline - time.monotonic()
+    ready, _, _ = select.select([proc.stdout], [], [], max(remaining, 0))
+    if not ready:
+        raise TimeoutError("no output in time")
+    return proc.stdout.readline()
+
+
+def _wait_for_line(proc: subprocess.Popen[str], text: str) -> str:
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        line = _readline(proc, deadline)
+        if not line:
+            raise AssertionError(f"exited before printing {text!r}")
+        if text in line:
+            return line
+
+
+def _stop(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
+    """SIGTERM `proc`, wait (bounded), and return its exit code and remaining output."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        out, err = proc.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    return proc.returncode, out, err
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """A `convsync serve` process on port 0 and a SQLite file; yields it and its url."""
+    proc = _spawn("serve", "--db", str(tmp_path / "hub.db"), "--port", "0")
+    try:
+        line = _wait_for_line(proc, "convsync hub at ")
+        url = line.split(" at ", 1)[1].split()[0]
+        yield proc, url
+    finally:
+        if proc.poll() is None:
+            _stop(proc)
+        else:
+            proc.communicate()
+
+
+@pytest.fixture
+def url(serve: tuple[subprocess.Popen[str], str]) -> str:
+    return serve[1]
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """`main(argv)` in this process: exit code, stdout, stderr."""
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def exported(capsys: pytest.CaptureFixture[str], url: str, id_: str, tmp_path: Path) -> bytes:
+    out = tmp_path / f"{id_}.export.json"
+    code, _, err = run(capsys, "export", id_, "--url", url, "--format", "state", "-o", str(out))
+    assert code == 0, err
+    return out.read_bytes()
+
+
+def a_turn(n: int) -> list[Message]:
+    call = ToolCall(f"call_{n}", "lookup", {"n": n})
+    return [
+        Message.user(f"question {n}"),
+        Assistant([Text("checking"), call], stop=Stop("tool_use")),
+        Message.tool_result(call.id, "lookup", f"result {n}"),
+        Message.assistant(f"answer {n}"),
+    ]
+
+
+def a_conversation() -> Conversation:
+    """Two turns with tool calls, a splice (a retired id), a note, turn records, a halt."""
+    conversation = Conversation()
+    conversation.extend(a_turn(0))
+    conversation.push(Message.user("scratch"))
+    conversation.splice(slice(4, 5), [], Author.user())
+    conversation.push(Message.user("question 1"))
+    conversation.open_turn()
+    conversation.push(Assistant([ToolCall("c1", "lookup", {})], stop=Stop("tool_use")))
+    conversation.push(Message.tool_result("c1", "lookup", "line one\nline two"))
+    answer = conversation.push(Message.assistant("answer 1"))
+    conversation.end_turn(TurnEnd.answered(answer))
+    conversation.add_aside(Aside.note("todo", "look again", answer))
+    conversation.push(Message.user("one more thing"))
+    assert conversation.halt("kept")
+    return conversation.view()
+
+
+# ---------------------------------------------------------------------- arguments
+
+
+@pytest.mark.parametrize("command", ["serve", "tail", "send", "export", "import", "demo"])
+def test_every_command_has_help(capsys: pytest.CaptureFixture[str], command: str) -> None:
+    """`convsync COMMAND --help` prints that command's usage and exits 0."""
+    code, out, _ = run(capsys, command, "--help")
+    assert code == 0
+    assert out.startswith(f"usage: convsync {command}")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["frob"],
+        ["send", "c1"],
+        ["send", "bad id!", "hi"],
+        ["send", "c1", "hi", "--url", "http://127.0.0.1:1"],
+        ["send", "c1", "hi", "--timeout", "-1"],
+        ["serve", "--port", "70000"],
+        ["export", "c1", "--format", "csv"],
+        ["demo", "--turns", "0"],
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line(
+    capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """A bad command line exits 2 with one line on stderr, no usage dump, no traceback."""
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    assert out == ""
+    assert len(err.splitlines()) == 1
+    assert ": error: " in err
+
+
+def test_unreachable_hub_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """A hub that is not there gives exit 1 and one line, without waiting out the timeout."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    started = time.monotonic()
+    code, _, err = run(capsys, "send", "c1", "hi", "--url", f"ws://127.0.0.1:{port}")
+    assert code == 1
+    assert "cannot reach the hub" in err
+    assert len(err.splitlines()) == 1
+    assert time.monotonic() - started < 5
+
+
+# ---------------------------------------------------------------------- rendering
+
+
+def test_render_draws_one_line_per_entry_and_aside() -> None:
+    """`render` gives each entry one line (newlines flattened), asides after their entry, the
+    halt last."""
+    lines = render(a_conversation())
+    assert lines[0] == "#0   user  question 0"
+    assert 'call lookup({"n":0}) [call_0]' in lines[1]
+    assert "(stop tool_use)" in lines[1]
+    assert any("result lookup [c1]: line one line two" in line for line in lines)
+    assert any("turn 0 from #4: answered by #7" in line for line in lines)
+    assert any("note “todo”: look again" in line for line in lines)
+    assert lines[-1].endswith("! halted: kept")
+    assert len(lines) == 9 + 2 + 1  # 9 entries, a turn record and a note, the halt
+
+
+def test_watcher_describes_only_what_changed() -> None:
+    """A `Watcher` reports new entries, changed asides and a rewritten tail, nothing twice."""
+    conversation = Conversation()
+    watcher = Watcher()
+    conversation.push(Message.user("hi"))
+    assert watcher.changes(conversation) == ["#0   user  hi"]
+    assert watcher.changes(conversation) == []
+    conversation.open_turn()
+    answer = conversation.push(Message.assistant("hello"))
+    conversation.end_turn(TurnEnd.answered(answer))
+    assert watcher.changes(conversation) == [
+        "#1   assistant  hello",
+        "     + turn 0 from #0: answered by #1",
+    ]
+    conversation.splice(slice(1, 2), [Message.assistant("hey")], None)
+    changed = watcher.changes(conversation)
+    assert changed[0] == "~ from #1 on rewritten (1 out, 1 in)"
+    assert changed[1] == "#1   assistant  hey"
+
+
+def test_batches_fit_the_count_and_the_size() -> None:
+    """Import batches hold at most the count and the byte budget (a lone big entry alone)."""
+    entries = [Entry(Message.user("x" * 100)) for _ in range(10)]
+    entries.insert(3, Entry(Message.user("y" * 5000)))
+    size = len(encode(entries[0])) + 1
+    runs = batches(entries, budget=3 * size, count=2)
+    assert [len(run) for run in runs] == [2, 1, 1, 2, 2, 2, 1]
+    assert [entry for run in runs for entry in run] == entries
+
+
+# ---------------------------------------------------------------------- against a hub
+
+
+def test_send_then_export_round_trips_a_message(
+    capsys: pytest.CaptureFixture[str], url: str, tmp_path: Path
+) -> None:
+    """`send` prints the revision the message landed at; `export` gives it back."""
+    code, out, err = run(capsys, "send", "room-1", "hello\nworld", "--url", url)
+    assert (code, out, err) == (0, "1\n", "")
+    code, out, _ = run(capsys, "send", "room-1", "again", "--url", url, "--client", "me")
+    assert (code, out) == (0, "2\n")
+    code, out, _ = run(capsys, "export", "room-1", "--url", url)
+    assert code == 0
+    snapshot = ConversationSnapshot.decode(out)
+    assert snapshot.messages == [Message.user("hello\nworld"), Message.user("again")]
+    assert snapshot.pinned == [False, False]
+
+
+def test_export_of_a_missing_conversation_fails(capsys: pytest.CaptureFixture[str], url: str) -> None:
+    """Exporting a conversation the hub has no log for is an error, not an empty file."""
+    code, out, err = run(capsys, "export", "nobody-here", "--url", url)
+    assert (code, out) == (1, "")
+    assert "no conversation 'nobody-here'" in err
+
+
+def test_import_snapshot_then_export_gives_the_same_snapshot(
+    capsys: pytest.CaptureFixture[str], url: str, tmp_path: Path
+) -> None:
+    """A snapshot imported into a new conversation exports as the same messages and pins."""
+    messages = a_turn(0) + a_turn(1)
+    snapshot = ConversationSnapshot.new(messages, [i == 1 for i in range(len(messages))])
+    source = tmp_path / "in.json"
+    source.write_bytes(snapshot.encode())
+    code, _, err = run(capsys, "import", str(source), "imported-1", "--url", url)
+    assert code == 0, err
+    assert "imported 8 messages" in err
+    code, out, _ = run(capsys, "export", "imported-1", "--url", url, "--format", "snapshot")
+    assert code == 0
+    assert ConversationSnapshot.decode(out) == snapshot
+
+
+def test_import_state_keeps_ids_asides_halt_and_retired_ids(
+    capsys: pytest.CaptureFixture[str], url: str, tmp_path: Path
+) -> None:
+    """A state file imported into a new conversation exports as the same state, byte for
+    byte: ids, authors, asides, halt and retired ids."""
+    data = encode(a_conversation())
+    source = tmp_path / "state.json"
+    source.write_bytes(data)
+    code, _, err = run(capsys, "import", str(source), "imported-2", "--url", url)
+    assert code == 0, err
+    assert exported(capsys, url, "imported-2", tmp_path).strip() == data
+    assert decode_state(data).state().retired  # the case is meaningful
+
+
+def test_import_of_a_large_file_goes_in_batches_with_progress(
+    capsys: pytest.CaptureFixture[str], url: str, tmp_path: Path
+) -> None:
+    """A large file goes in several push records and shows a progress bar reaching 100%."""
+    messages = [m for n in range(325) for m in a_turn(n)]  # 1300 messages
+    source = tmp_path / "big.json"
+    source.write_bytes(ConversationSnapshot.new(messages, [False] * len(messages)).encode())
+    code, _, err = run(capsys, "import", str(source), "big-1", "--url", url, "--progress")
+    assert code == 0, err
+    assert "100% 1300/1300 messages" in err
+    state = decode_state(exported(capsys, url, "big-1", tmp_path))
+    assert state.messages() == messages
+    code, out, _ = run(capsys, "tail", "big-1", "--url", url, "--once")
+    assert out.splitlines()[0] == "big-1 · revision 3 · 1300 entries"  # 500 + 500 + 300
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (b"not json", "not JSON"),
+        (b"[1, 2]", "expected a JSON object"),
+        (b'{"version": 2, "messages": [], "pinned": []}', "version 2 is not supported"),
+        (b'{"version": 1, "messages": [], "pinned": [true]}', "0 messages but 1 pin flags"),
+        (b'{"version": 1, "messages": [{"role": "robot"}], "pinned": [false]}', "robot"),
+        (b'{"entries": [{"message": 3}]}', "$.entries[0].message"),
+        (
+            ConversationSnapshot.new([Message.tool_result("x", "t", "r")], [False]).encode(),
+            "answers no waiting call",
+        ),
+    ],
+)
+def test_bad_import_file_exits_2_and_changes_nothing(
+    capsys: pytest.CaptureFixture[str], url: str, tmp_path: Path, content: bytes, says: str
+) -> None:
+    """A malformed file (or one strict pairing refuses) exits 2 with one line; the
+    conversation is unchanged and a new one is not created."""
+    assert run(capsys, "send", "kept", "before", "--url", url)[0] == 0
+    before = exported(capsys, url, "kept", tmp_path)
+    source = tmp_path / "bad.json"
+    source.write_bytes(content)
+    for target in ("kept", "fresh"):
+        code, out, err = run(capsys, "import", str(source), target, "--url", url, "--replace")
+        assert (code, out) == (2, "")
+        assert says in err
+        assert len(err.splitlines()) == 1
+    assert exported(capsys, url, "kept", tmp_path) == before
+    assert run(capsys, "export", "fresh", "--url", url)[0] == 1
+
+
+def test_import_refuses_a_conversation_that_is_not_empty_unless_replace(
+    capsys: pytest.CaptureFixture[str], url: str, tmp_path: Path
+) -> None:
+    """Importing over existing entries is refused; with `--replace` one reset replaces them."""
+    assert run(capsys, "send", "busy", "already here", "--url", url)[0] == 0
+    source = tmp_path / "in.json"
+    source.write_bytes(ConversationSnapshot.new(a_turn(0), [False] * 4).encode())
+    code, _, err = run(capsys, "import", str(source), "busy", "--url", url)
+    assert code == 2
+    assert "not empty" in err and "--replace" in err
+    code, _, err = run(capsys, "import", str(source), "busy", "--url", url, "--replace")
+    assert code == 0, err
+    assert decode_state(exported(capsys, url, "busy", tmp_path)).messages() == a_turn(0)
+
+
+def test_import_refuses_a_message_over_the_frame_limit(
+    capsys: pytest.CaptureFixture[str], url: str, tmp_path: Path
+) -> None:
+    """A message no frame can carry is refused before anything is sent."""
+    messages = [Message.user("small"), Message.user("x" * (1 << 20))]
+    source = tmp_path / "huge.json"
+    source.write_bytes(ConversationSnapshot.new(messages, [False, False]).encode())
+    code, _, err = run(capsys, "import", str(source), "huge", "--url", url)
+    assert code == 2
+    assert "message 1" in err and "frame limit" in err
+    assert run(capsys, "export", "huge", "--url", url)[0] == 1
+
+
+def test_tail_once_prints_the_entries(
+    capsys: pytest.CaptureFixture[str], url: str, tmp_path: Path
+) -> None:
+    """`tail --once` prints a header and one line per entry and aside, then exits."""
+    source = tmp_path / "state.json"
+    source.write_bytes(encode(a_conversation()))
+    assert run(capsys, "import", str(source), "watched", "--url", url)[0] == 0
+    code, out, _ = run(capsys, "tail", "watched", "--url", url, "--once")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].startswith("watched · revision ")
+    assert lines[1:] == render(decode_state(encode(a_conversation())))
+
+
+def test_tail_follows_changes_and_stops_on_sigterm(
+    capsys: pytest.CaptureFixture[str], url: str
+) -> None:
+    """`tail` (not on a terminal) prints the line for each new entry, and SIGTERM ends it
+    with exit 0."""
+    assert run(capsys, "send", "live", "first", "--url", url)[0] == 0
+    proc = _spawn("tail", "live", "--url", url)
+    try:
+        _wait_for_line(proc, "#0   user  first")
+        assert run(capsys, "send", "live", "second", "--url", url)[0] == 0
+        _wait_for_line(proc, "#1   user  second")
+    finally:
+        code, _, err = _stop(proc)
+    assert code == 0, err
+
+
+async def test_serve_stops_cleanly_on_sigterm_and_keeps_the_log(tmp_path: Path) -> None:
+    """SIGTERM makes `serve` exit 0 promptly even with a replica connected; what it
+    acknowledged is there after a restart on the same file."""
+    db = str(tmp_path / "durable.db")
+    proc = _spawn("serve", "--db", db, "--port", "0")
+    try:
+        line = await anyio.to_thread.run_sync(_wait_for_line, proc, "convsync hub at ")
+        url = line.split(" at ", 1)[1].split()[0]
+        async with connect(url, "durable", client="t", backoff=5.0) as replica:
+            replica.conversation.push(Message.user("keep me"))
+            with anyio.fail_after(TIMEOUT):
+                await replica.flush()
+            started = time.monotonic()
+            code, _, err = await anyio.to_thread.run_sync(_stop, proc)
+            assert code == 0, err
+            assert time.monotonic() - started < 5
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    proc = _spawn("serve", "--db", db, "--port", "0")
+    try:
+        line = await anyio.to_thread.run_sync(_wait_for_line, proc, "convsync hub at ")
+        url = line.split(" at ", 1)[1].split()[0]
+        async with connect(url, "durable") as replica:
+            assert replica.conversation.messages() == [Message.user("keep me")]
+    finally:
+        code, _, err = await anyio.to_thread.run_sync(_stop, proc)
+    assert code == 0, err
+
+
+def test_serve_on_a_taken_port_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """`serve` on a port already bound exits 1 with one line."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        code, _, err = run(capsys, "serve", "--db", ":memory:", "--port", str(port))
+    assert code == 1
+    assert "cannot serve on 127.0.0.1" in err
+    assert len(err.splitlines()) == 1
+
+
+# ---------------------------------------------------------------------- the demo
+
+
+def test_demo_mirrors_the_worker_and_checks_the_hub(tmp_path: Path) -> None:
+    """`convsync demo --fast` runs a worker and a UI on a SQLite hub, shows the UI's mirror
+    live, and exits 0 with both checks true."""
+    result = subprocess.run(
+        [sys.executable, "-m", "client.cli", "demo", "--fast", "--db", str(tmp_path / "d.db")],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        cwd=ROOT,
+        timeout=3 * TIMEOUT,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "check: worker == hub: True" in lines
+    assert "check: ui == hub: True" in lines
+    ui = [line for line in lines if line.startswith("ui   |")]
+    assert any("call weather(" in line for line in ui)
+    assert any("user types mid-turn" in line for line in ui)
+    assert any("(Noted: Also: keep the answers short" in line for line in ui)
+    assert any(line.startswith("agent|") for line in lines)
+    assert result.stderr == ""
