@@ -312,9 +312,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
+def _sole(exc: BaseException) -> BaseException:
+    """The one exception a task group wrapped (groups of one, unwrapped), else `exc`."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
 async def _run(command: Callable[[argparse.Namespace], Awaitable[int]], ns: Any) -> int:
     try:
         return await command(ns)
+    except BaseExceptionGroup as group:
+        exc = _sole(group)
+        if isinstance(exc, CliError):
+            raise exc from None
+        if isinstance(exc, UsageError):
+            raise CliError(exc.message, 2) from group
+        if isinstance(exc, ConvsyncError):
+            raise CliError(f"{exc.reason}: {exc.message}") from group
+        raise
     except UsageError as exc:
         raise CliError(exc.message, 2) from exc
     except ConvsyncError as exc:
@@ -372,8 +388,11 @@ async def cmd_serve(args: argparse.Namespace) -> int:
                 )
                 await stop.wait()
                 print("convsync: stopping", file=sys.stderr, flush=True)
-        except OSError as exc:
-            raise CliError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from exc
+        except (OSError, BaseExceptionGroup) as exc:
+            error = _sole(exc)
+            if not isinstance(error, OSError):
+                raise
+            raise CliError(f"cannot serve on {host}:{port}: {error.strerror or error}") from exc
     return 0
 
 

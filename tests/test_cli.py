@@ -267,7 +267,9 @@ def test_send_then_export_round_trips_a_message(
     assert snapshot.pinned == [False, False]
 
 
-def test_export_of_a_missing_conversation_fails(capsys: pytest.CaptureFixture[str], url: str) -> None:
+def test_export_of_a_missing_conversation_fails(
+    capsys: pytest.CaptureFixture[str], url: str
+) -> None:
     """Exporting a conversation the hub has no log for is an error, not an empty file."""
     code, out, err = run(capsys, "export", "nobody-here", "--url", url)
     assert (code, out) == (1, "")
