@@ -442,7 +442,11 @@ async def fetch(url: str, conversation_id: str, wait: float) -> HubView | None:
 
 @contextlib.asynccontextmanager
 async def _replica(
-    url: str, conversation_id: str, wait: float, client: str | None = None
+    url: str,
+    conversation_id: str,
+    wait: float,
+    client: str | None = None,
+    max_frame: int = 1 << 20,
 ) -> AsyncIterator[Replica]:
     """A connected replica; the hub's absence is a one-line error, quickly. `wait` bounds
     the connection in seconds."""
@@ -450,7 +454,9 @@ async def _replica(
     if status != 200:
         raise CliError(f"{url} does not look like a convsync hub (healthz answered {status})")
     try:
-        replica = connect(url, conversation_id, client=client, connect_timeout=wait)
+        replica = connect(
+            url, conversation_id, client=client, connect_timeout=wait, max_frame=max_frame
+        )
         await replica.__aenter__()
     except TimeoutError:
         raise CliError(f"timed out after {wait:g}s connecting to {url}") from None
@@ -664,9 +670,8 @@ async def cmd_import(args: argparse.Namespace) -> int:
         raise CliError(f"{where}: too many retired ids to send in one record", 2)
 
     show = args.progress or sys.stderr.isatty()
-    async with _replica(
-        args.url, args.id, args.timeout, f"convsync-import-{os.urandom(4).hex()}"
-    ) as replica:
+    client = f"convsync-import-{os.urandom(4).hex()}"
+    async with _replica(args.url, args.id, args.timeout, client, args.max_frame) as replica:
         target = replica.conversation
         if len(target) or any(aside.saved for _, aside in target.asides()):
             if not args.replace:
