@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint types unit demo bench clean
+.PHONY: test lint types unit demo bench chaos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,3 +29,11 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+# The demo on the embedded default store (./convsync.db).
+demo: $(STAMP)
+	$(PY) -m client.cli demo
+
+# 500 chaos seeds with hub kills; figures go to docs/reliability.md.
+chaos: $(STAMP)
+	$(PY) tests/chaos/run.py --seeds 1:501 --write

@@ -22,7 +22,7 @@ the connection and resumes with a new `hello()`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import msgspec
 
@@ -138,6 +138,8 @@ class ReplicaSession:
         self._before_catch_up: Conversation | None = None
         self._partial: State | None = None
         self._partial_entries: list[Entry] = []
+        self.on_landed: Callable[[int, list[ChangeRecord]], None] | None = None
+        """Called with a batch's seq and records once the hub holds them (for observers)."""
 
     # ------------------------------------------------------------------ reads
 
@@ -248,6 +250,7 @@ class ReplicaSession:
         if batch is not None:
             if batch.seq <= welcome.acked:
                 self._landed = batch.records  # its records come in the catch-up
+                self._report_landed(batch)
             elif not batch.doomed:
                 self.local.return_unsaved(batch.records)
         confirmed = self.confirmed
@@ -384,7 +387,12 @@ class ReplicaSession:
             )
         self._inflight = None
         self._fold(self.confirmed, batch.records)
+        self._report_landed(batch)
         return []
+
+    def _report_landed(self, batch: _Batch) -> None:
+        if self.on_landed is not None:
+            self.on_landed(batch.seq, batch.records)
 
     def _on_reject(self, reject: Reject) -> list[Event]:
         batch = self._inflight

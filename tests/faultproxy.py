@@ -13,7 +13,7 @@ from typing import Self
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.asyncio.server import Server, ServerConnection, serve
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from sync.protocol import SUBPROTOCOL
 
@@ -67,6 +67,26 @@ class FaultProxy:
         self._server.close()
         await self._server.wait_closed()
 
+    def heal(self) -> None:
+        """Stop injecting faults (connections already cut stay cut)."""
+        self.drop_to_replica = never
+        self.drop_to_hub = never
+        self.duplicate_to_hub = never
+        self.delay = 0.0
+
+    def drop_next(self, marker: bytes) -> None:
+        """Drop the next frame to the replica that contains `marker` (then cut, as a lost
+        frame on a real network comes with a lost connection)."""
+        dropped: list[bytes] = []
+
+        def once(frame: Frame) -> bool:
+            if not dropped and marker in frame:
+                dropped.append(frame)
+                return True
+            return False
+
+        self.drop_to_replica = once
+
     def cut(self) -> None:
         """Abort every relayed connection at once (both sides see a dropped socket)."""
         for replica_side, hub_side in list(self._pairs):
@@ -75,13 +95,18 @@ class FaultProxy:
 
     async def _relay(self, replica_side: ServerConnection) -> None:
         path = replica_side.request.path if replica_side.request else "/"
-        async with connect(
-            self.upstream + path,
-            subprotocols=[SUBPROTOCOL],  # type: ignore[list-item]
-            max_size=None,
-            compression=None,
-            ping_interval=None,
-        ) as hub_side:
+        try:
+            upstream = await connect(
+                self.upstream + path,
+                subprotocols=[SUBPROTOCOL],  # type: ignore[list-item]
+                max_size=None,
+                compression=None,
+                ping_interval=None,
+            )
+        except (OSError, TimeoutError, InvalidHandshake):
+            await replica_side.close(1013, "hub unreachable")  # the hub is down: try again
+            return
+        async with upstream as hub_side:
             pair = (replica_side, hub_side)
             self._pairs.add(pair)
             try:

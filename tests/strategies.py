@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,3 +136,26 @@ class Run:
                 with c.dated(at):
                     c.push(message)
         self.note_entries()
+
+
+def draw_op(rng: random.Random) -> tuple[Any, ...]:
+    """One edit of every kind but reset, drawn from `rng` (for processes without Hypothesis)."""
+    message = rng.choice(MESSAGES)
+    small = rng.randrange(12)
+    choices: list[tuple[Any, ...]] = [
+        ("push", message, rng.choice([None, Author.user(), Author.plugin("p")])),
+        ("extend", [rng.choice(MESSAGES) for _ in range(rng.randrange(3))]),
+        ("splice", small, small + rng.randrange(3), [(rng.randrange(12), message)]),
+        ("restore", small, small + 1, [rng.randrange(5)]),
+        ("set_entries", [rng.randrange(8) for _ in range(rng.randrange(5))], message),
+        ("edit_each", {rng.randrange(8)}, message),
+        ("halt", rng.choice(["stopped", "kept"])),
+        ("resume",),
+        ("add_aside", rng.random() < 0.8, small),
+        ("replace_aside", small, True),
+        ("remove_aside", small),
+        ("open_turn",),
+        ("end_turn", rng.choice(["answered", "failed", "stopped"])),
+        ("normalize",),
+    ]
+    return rng.choice(choices)

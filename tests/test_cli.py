@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import os
-import select
+import queue
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import IO
 
 import anyio
 import pytest
@@ -48,67 +50,85 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _spawn(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "client.cli", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=_env(),
-        cwd=ROOT,
-    )
+class Running:
+    """A `python -m client.cli ...` process whose output threads read as it comes."""
 
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "client.cli", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(),
+            cwd=ROOT,
+        )
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.errors: list[str] = []
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        self._readers = [
+            threading.Thread(target=self._read, args=(self.proc.stdout, self.lines.put)),
+            threading.Thread(target=self._read, args=(self.proc.stderr, self.errors.append)),
+        ]
+        for reader in self._readers:
+            reader.start()
 
-def _readline(proc: subprocess.Popen[str], deadline: float) -> str:
-    """The next stdout line of `proc`, waiting at most until `deadline`."""
-    assert proc.stdout is not None
-    remaining = deadline - time.monotonic()
-    ready, _, _ = select.select([proc.stdout], [], [], max(remaining, 0))
-    if not ready:
-        raise TimeoutError("no output in time")
-    return proc.stdout.readline()
+    @staticmethod
+    def _read(stream: IO[str], put: Callable[[str | None], None]) -> None:
+        for line in stream:
+            put(line)
+        put(None)
 
+    def wait_for(self, text: str) -> str:
+        """The first line of stdout holding `text` (bounded wait)."""
+        deadline = time.monotonic() + TIMEOUT
+        while True:
+            try:
+                line = self.lines.get(timeout=max(deadline - time.monotonic(), 0.001))
+            except queue.Empty:
+                raise TimeoutError(f"no {text!r} in time") from None
+            if line is None:
+                raise AssertionError(f"exited before printing {text!r}")
+            if text in line:
+                return line
 
-def _wait_for_line(proc: subprocess.Popen[str], text: str) -> str:
-    deadline = time.monotonic() + TIMEOUT
-    while True:
-        line = _readline(proc, deadline)
-        if not line:
-            raise AssertionError(f"exited before printing {text!r}")
-        if text in line:
-            return line
+    def url(self) -> str:
+        """The url a `serve` process printed."""
+        line = self.wait_for("convsync hub at ")
+        return line.split(" at ", 1)[1].split()[0]
 
-
-def _stop(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
-    """SIGTERM `proc`, wait (bounded), and return its exit code and remaining output."""
-    proc.send_signal(signal.SIGTERM)
-    try:
-        out, err = proc.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        raise
-    return proc.returncode, out, err
-
-
-@pytest.fixture
-def serve(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """A `convsync serve` process on port 0 and a SQLite file; yields it and its url."""
-    proc = _spawn("serve", "--db", str(tmp_path / "hub.db"), "--port", "0")
-    try:
-        line = _wait_for_line(proc, "convsync hub at ")
-        url = line.split(" at ", 1)[1].split()[0]
-        yield proc, url
-    finally:
+    def stop(self) -> tuple[int, str]:
+        """SIGTERM (if still running), wait (bounded); the exit code and stderr."""
+        proc = self.proc
         if proc.poll() is None:
-            _stop(proc)
-        else:
-            proc.communicate()
+            proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
+        finally:
+            for reader in self._readers:
+                reader.join(timeout=TIMEOUT)
+            assert proc.stdout is not None and proc.stderr is not None
+            proc.stdout.close()
+            proc.stderr.close()
+        return code, "".join(line for line in self.errors if line)
 
 
 @pytest.fixture
-def url(serve: tuple[subprocess.Popen[str], str]) -> str:
-    return serve[1]
+def serve(tmp_path: Path) -> Iterator[Running]:
+    """A `convsync serve` process on port 0 and a SQLite file."""
+    proc = Running("serve", "--db", str(tmp_path / "hub.db"), "--port", "0")
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+def url(serve: Running) -> str:
+    return serve.url()
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -403,13 +423,13 @@ def test_tail_follows_changes_and_stops_on_sigterm(
     """`tail` (not on a terminal) prints the line for each new entry, and SIGTERM ends it
     with exit 0."""
     assert run(capsys, "send", "live", "first", "--url", url)[0] == 0
-    proc = _spawn("tail", "live", "--url", url)
+    proc = Running("tail", "live", "--url", url)
     try:
-        _wait_for_line(proc, "#0   user  first")
+        proc.wait_for("#0   user  first")
         assert run(capsys, "send", "live", "second", "--url", url)[0] == 0
-        _wait_for_line(proc, "#1   user  second")
+        proc.wait_for("#1   user  second")
     finally:
-        code, _, err = _stop(proc)
+        code, err = proc.stop()
     assert code == 0, err
 
 
@@ -417,30 +437,26 @@ async def test_serve_stops_cleanly_on_sigterm_and_keeps_the_log(tmp_path: Path) 
     """SIGTERM makes `serve` exit 0 promptly even with a replica connected; what it
     acknowledged is there after a restart on the same file."""
     db = str(tmp_path / "durable.db")
-    proc = _spawn("serve", "--db", db, "--port", "0")
+    proc = Running("serve", "--db", db, "--port", "0")
     try:
-        line = await anyio.to_thread.run_sync(_wait_for_line, proc, "convsync hub at ")
-        url = line.split(" at ", 1)[1].split()[0]
+        url = await anyio.to_thread.run_sync(proc.url)
         async with connect(url, "durable", client="t", backoff=5.0) as replica:
             replica.conversation.push(Message.user("keep me"))
             with anyio.fail_after(TIMEOUT):
                 await replica.flush()
             started = time.monotonic()
-            code, _, err = await anyio.to_thread.run_sync(_stop, proc)
+            code, err = await anyio.to_thread.run_sync(proc.stop)
             assert code == 0, err
             assert time.monotonic() - started < 5
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    proc = _spawn("serve", "--db", db, "--port", "0")
+        proc.stop()
+    proc = Running("serve", "--db", db, "--port", "0")
     try:
-        line = await anyio.to_thread.run_sync(_wait_for_line, proc, "convsync hub at ")
-        url = line.split(" at ", 1)[1].split()[0]
+        url = await anyio.to_thread.run_sync(proc.url)
         async with connect(url, "durable") as replica:
             assert replica.conversation.messages() == [Message.user("keep me")]
     finally:
-        code, _, err = await anyio.to_thread.run_sync(_stop, proc)
+        code, err = await anyio.to_thread.run_sync(proc.stop)
     assert code == 0, err
 
 

@@ -2,84 +2,16 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import textwrap
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
-import msgspec
 import pytest
 from conftest import bound
+from hubprocess import HubProcess
 
 from client import Applied, Replica, Reset
 from sync import Message
-
-HUB_SCRIPT = textwrap.dedent(
-    """
-    import asyncio, sys
-    from server import Hub, HubConfig, SqliteStore
-
-    async def main(path, port):
-        config = HubConfig(ping_interval=None)
-        async with Hub(SqliteStore(path), host="127.0.0.1", port=port, config=config) as hub:
-            print(hub.port, flush=True)
-            await hub.serve_forever()
-
-    asyncio.run(main(sys.argv[1], int(sys.argv[2])))
-    """
-)
-
-
-class HubProcess:
-    """A hub in its own process on a SQLite file."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.port = 0
-        self.process: subprocess.Popen[str] | None = None
-
-    def start(self) -> None:
-        root = Path(__file__).resolve().parent.parent
-        env = dict(os.environ, PYTHONPATH=str(root))
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", HUB_SCRIPT, str(self.path), str(self.port)],
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        assert line.strip().isdigit(), f"the hub did not start: {line!r}"
-        self.port = int(line)
-
-    def kill(self) -> None:
-        assert self.process is not None
-        os.kill(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=bound(10))
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(timeout=bound(10))
-        if self.process is not None and self.process.stdout is not None:
-            self.process.stdout.close()
-
-    @property
-    def url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}"
-
-    def state(self, conversation_id: str) -> dict[str, object]:
-        url = f"http://127.0.0.1:{self.port}/v1/conversations/{conversation_id}"
-        with urllib.request.urlopen(url, timeout=bound(5)) as response:
-            result: dict[str, object] = msgspec.json.decode(response.read())
-            return result
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import msgspec
 import pytest
 from conftest import bound, hub_config
 from faultproxy import FaultProxy
-from strategies import MESSAGES, Run
+from strategies import Run, draw_op
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
 
@@ -51,34 +51,9 @@ async def settle(replicas: list[Replica], hub: Hub, conversation_id: str) -> Con
 
 
 def random_ops(seed: int, count: int) -> list[tuple[Any, ...]]:
-    """`count` edits of every kind (reset excepted), drawn from the shared strategy by seed."""
+    """`count` edits of every kind (reset excepted), drawn by seed."""
     rng = random.Random(seed)
-    ops: list[tuple[Any, ...]] = []
-    while len(ops) < count:
-        ops.append(_draw(rng))
-    return ops
-
-
-def _draw(rng: random.Random) -> tuple[Any, ...]:
-    message = rng.choice(MESSAGES)
-    small = rng.randrange(12)
-    choices: list[tuple[Any, ...]] = [
-        ("push", message, rng.choice([None, Author.user(), Author.plugin("p")])),
-        ("extend", [rng.choice(MESSAGES) for _ in range(rng.randrange(3))]),
-        ("splice", small, small + rng.randrange(3), [(rng.randrange(12), message)]),
-        ("restore", small, small + 1, [rng.randrange(5)]),
-        ("set_entries", [rng.randrange(8) for _ in range(rng.randrange(5))], message),
-        ("edit_each", {rng.randrange(8)}, message),
-        ("halt", rng.choice(["stopped", "kept"])),
-        ("resume",),
-        ("add_aside", rng.random() < 0.8, small),
-        ("replace_aside", small, True),
-        ("remove_aside", small),
-        ("open_turn",),
-        ("end_turn", rng.choice(["answered", "failed", "stopped"])),
-        ("normalize",),
-    ]
-    return rng.choice(choices)
+    return [draw_op(rng) for _ in range(count)]
 
 
 @pytest.mark.parametrize("count", [2, 5])

@@ -1,0 +1,295 @@
+"""The server side of `bench/hub.py`: a hub or a baseline relay, each in a process of its own.
+
+Started by `bench/hub.py` (never by hand) as
+
+    python bench/_hubproc.py hub [--store memory|sqlite] [--path FILE] [--compression deflate]
+    python bench/_hubproc.py baseline [--mode broadcast|send] [--compression deflate]
+
+Both bind 127.0.0.1 port 0, print one JSON line `{"port": ..., "pid": ...}` on stdout once
+they serve, then answer JSON commands read one per line on stdin with one JSON line each:
+
+- `{"cmd": "stats"}`: CPU seconds used so far (user + system, all threads, `getrusage`), RSS
+  (`VmRSS`), and for the hub the store's `commits`/`appends` counters and the hub's metrics.
+- `{"cmd": "seed", "id": ..., "messages": n, "chars": c, "tail_halt": bool}` (hub): write a
+  log of `n` one-entry push records (alternating user/assistant messages of `c` characters,
+  `at` stamped) straight into the store, in appends of 1,000 records, optionally followed by
+  one `halt` record (null halt: changes nothing, but makes the log longer than the state).
+- `{"cmd": "load", "ids": [...]}` (hub): load each conversation into the hub (as a read does:
+  it stays loaded until `idle_unload`, an hour here); the answer holds the seconds each took.
+- `{"cmd": "profile_start"}` / `{"cmd": "profile_stop", "top": k}`: cProfile of the event
+  loop's thread; the answer holds the top `k` functions by own time and by cumulative time.
+- `{"cmd": "quit"}` (or stdin closed): stop serving and exit.
+
+The workload helpers (`text`, `message`, `records_for`) live here too, so the driver and the
+server build the same messages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import cProfile
+import io
+import json
+import os
+import pstats
+import random
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import msgspec
+from websockets.asyncio.server import ServerConnection, broadcast, serve
+from websockets.exceptions import ConnectionClosed
+
+from server.config import HubConfig
+from server.hub import Hub
+from server.store import LogStore, MemoryStore, SqliteStore
+from sync import (
+    Assistant,
+    ChangeRecord,
+    Conversation,
+    HaltChange,
+    Lineage,
+    Message,
+    Stop,
+    Text,
+    User,
+    encode,
+)
+
+# ---------------------------------------------------------------------------- workload
+
+_WORDS = (
+    "the agent read the file and found that the parser drops the last token when a line "
+    "ends without a newline so it wrote a test that feeds such a line and then fixed the "
+    "loop bound in the tokenizer before running the whole suite again to be sure nothing "
+    "else depended on the old behaviour of the function that everyone calls read_all"
+).split()
+
+
+def text(i: int, length: int) -> str:
+    """A distinct string of exactly `length` characters (words of a small vocabulary)."""
+    rng = random.Random(i)
+    words = [f"#{i}"]
+    size = len(words[0])
+    while size < length:
+        word = rng.choice(_WORDS)
+        words.append(word)
+        size += len(word) + 1
+    return " ".join(words)[:length]
+
+
+def message(i: int, length: int, *, alternate: bool = True) -> User | Assistant:
+    """Message `i`: the user's when `i` is even (or always, without `alternate`), else a reply."""
+    if i % 2 == 0 or not alternate:
+        return Message.user(text(i, length))
+    return Assistant([Text(text(i, length))], stop=Stop("stop"))
+
+
+def records_for(messages: int, chars: int, at: int = 1_700_000_000_000) -> list[bytes]:
+    """`messages` one-entry push records as the hub logs them (ids minted, `at` stamped)."""
+    source = Conversation()
+    for i in range(messages):
+        source.push(message(i, chars))
+    return [encode(msgspec.structs.replace(r, at=at)) for r in source.take_unsaved()]
+
+
+def raise_fd_limit() -> int:
+    """Raise the soft open-files limit to the hard one; returns the new soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def rss_kb(pid: int | str = "self") -> int:
+    """`VmRSS` of a process, in KiB."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmRSS")
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+# ---------------------------------------------------------------------------- control
+
+
+class Control:
+    """Answers the driver's commands; `quit` (or EOF) sets `done`."""
+
+    def __init__(self, hub: Hub | None = None) -> None:
+        self.hub = hub
+        self.done = asyncio.Event()
+        self._profiler: cProfile.Profile | None = None
+
+    async def serve(self) -> None:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader()
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+        while not self.done.is_set():
+            line = await reader.readline()
+            if not line:
+                break
+            command = json.loads(line)
+            try:
+                answer = await self.handle(command)
+            except Exception as exc:
+                answer = {"error": f"{type(exc).__name__}: {exc}"}
+            print(json.dumps(answer), flush=True)
+        self.done.set()
+
+    async def handle(self, command: dict[str, Any]) -> dict[str, Any]:
+        match command["cmd"]:
+            case "stats":
+                return self.stats()
+            case "seed":
+                assert self.hub is not None
+                return await seed(self.hub.store, command)
+            case "load":
+                assert self.hub is not None
+                seconds = []
+                for conversation_id in command["ids"]:
+                    began = time.perf_counter()
+                    await self.hub.room_for_read(conversation_id)
+                    seconds.append(time.perf_counter() - began)
+                return {"seconds": seconds}
+            case "profile_start":
+                self._profiler = cProfile.Profile()
+                self._profiler.enable()
+                return {}
+            case "profile_stop":
+                assert self._profiler is not None
+                self._profiler.disable()
+                top = int(command.get("top", 25))
+                out = {}
+                for order in ("tottime", "cumulative"):
+                    buffer = io.StringIO()
+                    stats = pstats.Stats(self._profiler, stream=buffer)
+                    stats.strip_dirs().sort_stats(order).print_stats(top)
+                    out[order] = buffer.getvalue()
+                self._profiler = None
+                return out
+            case "quit":
+                self.done.set()
+                return {}
+        return {"error": f"unknown command {command['cmd']!r}"}
+
+    def stats(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"cpu": cpu_seconds(), "rss_kb": rss_kb()}
+        if self.hub is not None:
+            store: Any = self.hub.store
+            metrics = self.hub.metrics
+            out.update(
+                commits=store.commits,
+                appends=store.appends,
+                records_appended=metrics.records_appended,
+                pushes_accepted=metrics.pushes_accepted,
+                pushes_rejected=sum(metrics.pushes_rejected.values()),
+                send_queue_drops=metrics.send_queue_drops,
+                connections=metrics.connections,
+                conversations_loaded=metrics.conversations_loaded,
+            )
+        return out
+
+
+async def seed(store: LogStore, command: dict[str, Any]) -> dict[str, Any]:
+    """Write a log straight into the store (see the module docstring)."""
+    conversation_id = command["id"]
+    records = records_for(command["messages"], command["chars"])
+    if command.get("tail_halt"):
+        records.append(encode(ChangeRecord(HaltChange(None), None, 1_700_000_000_000)))
+    lineage = Lineage.fresh()
+    revision = 0
+    for start in range(0, len(records), 1000):
+        chunk = records[start : start + 1000]
+        await store.append(conversation_id, lineage, revision, chunk)
+        revision += len(chunk)
+    state = Conversation()
+    for data in records:
+        state.apply(msgspec.json.decode(data, type=ChangeRecord))
+    return {"revision": revision, "state_bytes": len(encode(state))}
+
+
+# ---------------------------------------------------------------------------- servers
+
+
+async def run_hub(args: argparse.Namespace) -> None:
+    store: LogStore
+    if args.store == "sqlite":
+        store = SqliteStore(args.path, synchronous=args.synchronous)
+    else:
+        store = MemoryStore()
+    config = HubConfig(compression=args.compression, idle_unload=args.idle_unload)
+    async with Hub(store, host="127.0.0.1", port=0, config=config) as hub:
+        control = Control(hub)
+        print(json.dumps({"port": hub.port, "pid": os.getpid()}), flush=True)
+        await control.serve()
+
+
+async def run_baseline(args: argparse.Namespace) -> None:
+    """A minimal relay: every frame a connection sends goes to every reader (path `/read`)."""
+    readers: set[ServerConnection] = set()
+    per_connection = args.mode == "send"
+
+    async def handler(ws: ServerConnection) -> None:
+        is_reader = ws.request is not None and ws.request.path == "/read"
+        if is_reader:
+            readers.add(ws)
+        try:
+            while True:
+                data = await ws.recv(decode=False)
+                if per_connection:
+                    for reader in list(readers):
+                        if reader is not ws:
+                            with contextlib.suppress(ConnectionClosed):
+                                await reader.send(data, text=True)
+                else:
+                    broadcast(readers, data, text=True)
+        except ConnectionClosed:
+            pass
+        finally:
+            readers.discard(ws)
+
+    async with serve(
+        handler,
+        "127.0.0.1",
+        0,
+        compression="deflate" if args.compression == "deflate" else None,
+        max_size=None,
+    ) as server:
+        control = Control()
+        port = server.sockets[0].getsockname()[1]
+        print(json.dumps({"port": port, "pid": os.getpid()}), flush=True)
+        await control.serve()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="a server process for bench/hub.py")
+    sub = parser.add_subparsers(dest="kind", required=True)
+    hub = sub.add_parser("hub")
+    hub.add_argument("--store", choices=["memory", "sqlite"], default="memory")
+    hub.add_argument("--path", default="")
+    hub.add_argument("--synchronous", default="FULL")
+    hub.add_argument("--compression", choices=["deflate"], default=None)
+    hub.add_argument("--idle-unload", type=float, default=3600.0)
+    baseline = sub.add_parser("baseline")
+    baseline.add_argument("--mode", choices=["broadcast", "send"], default="broadcast")
+    baseline.add_argument("--compression", choices=["deflate"], default=None)
+    args = parser.parse_args()
+    raise_fd_limit()
+    asyncio.run(run_hub(args) if args.kind == "hub" else run_baseline(args))
+
+
+if __name__ == "__main__":
+    main()

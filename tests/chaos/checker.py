@@ -1,0 +1,96 @@
+"""The history checker: reads a chaos run's history and final state, names every violation.
+
+It fails a run on:
+- an acknowledged record missing from the log (`lost`);
+- a record in the log more often than it was acknowledged (`duplicate`);
+- a replica not equal to the hub after quiescence (`diverged`);
+- an entry a replica made that is neither in the log (held or retired) nor in a record reported
+  by a `Conflict` event (`vanished`);
+- the log refolded from scratch differing from the hub's state (`fold`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sync import ChangeRecord, Conversation, decode_record, decode_state, encode
+
+
+@dataclass
+class Report:
+    """What a run did and what went wrong (nothing, when `problems` is empty)."""
+
+    problems: list[str] = field(default_factory=list)
+    operations: int = 0
+    acknowledged: int = 0
+    log_records: int = 0
+    conflicts: int = 0
+    lost: int = 0
+    duplicates: int = 0
+    faults: list[str] = field(default_factory=list)
+
+
+def digest(record: ChangeRecord) -> str:
+    return hashlib.sha1(encode(ChangeRecord(record.change, record.by, None))).hexdigest()
+
+
+def check(run_dir: Path, log: list[bytes], hub_state: bytes) -> Report:
+    """Check the run in `run_dir` against the hub's `log` (encoded records) and state."""
+    report = Report()
+    landed: dict[tuple[str, int], list[str]] = {}
+    made: dict[str, list[str]] = {}
+    conflicted: set[str] = set()
+    for path in sorted(run_dir.glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            event: dict[str, Any] = json.loads(line)
+            match event["kind"]:
+                case "op":
+                    report.operations += 1
+                    made.setdefault(event["client"], []).extend(event["made"])
+                case "landed":
+                    landed[(event["client"], event["seq"])] = event["records"]
+                case "conflict":
+                    report.conflicts += 1
+                    change = event["record"]["change"]
+                    conflicted.update(entry["id"] for entry in change.get("entries", []))
+
+    acknowledged = Counter(d for records in landed.values() for d in records)
+    records = [decode_record(data) for data in log]
+    in_log = Counter(digest(record) for record in records)
+    report.acknowledged = sum(acknowledged.values())
+    report.log_records = len(records)
+    missing = acknowledged - in_log
+    extra = in_log - acknowledged
+    report.lost = sum(missing.values())
+    report.duplicates = sum(extra.values())
+    if missing:
+        report.problems.append(f"lost: {report.lost} acknowledged records missing from the log")
+    if extra:
+        report.problems.append(
+            f"duplicate: {report.duplicates} records in the log beyond what was acknowledged"
+        )
+
+    hub = decode_state(hub_state)
+    refolded = Conversation()
+    for record in records:
+        refolded.apply(record)
+    if refolded != hub:
+        report.problems.append("fold: the log refolded from scratch differs from the hub")
+
+    for path in sorted(run_dir.glob("*.final.json")):
+        final = json.loads(path.read_text())
+        client = path.name.removesuffix(".final.json")
+        if final["pending"]:
+            report.problems.append(f"diverged: {client} still has {final['pending']} pending")
+        if decode_state(json.dumps(final["state"])) != hub:
+            report.problems.append(f"diverged: {client} differs from the hub after quiescence")
+        for id_ in made.get(client, []):
+            if not (hub.holds(id_) or hub.is_retired(id_) or id_ in conflicted):
+                report.problems.append(f"vanished: {client} made {id_}, now nowhere")
+                break
+    return report

@@ -1,0 +1,121 @@
+"""Run many chaos seeds and publish the figures: `python tests/chaos/run.py --seeds 1:501`.
+
+Each seed runs in its own directory under `--dir` (kept for failed seeds). A failing seed is
+printed with the command that reproduces it; the exit code is 1 when any seed failed. With
+`--write`, the totals go to `docs/reliability.md` (section "Chaos").
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path[:0] = [str(HERE), str(ROOT / "tests"), str(ROOT)]
+
+from harness import Chaos, run  # noqa: E402
+
+
+def seeds(text: str) -> range:
+    start, _, stop = text.partition(":")
+    return range(int(start), int(stop) if stop else int(start) + 1)
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seeds", type=seeds, default=seeds("1:21"), help="START:STOP")
+    parser.add_argument("--replicas", type=int, default=3)
+    parser.add_argument("--ops", type=int, default=40, help="edits per replica")
+    parser.add_argument("--no-kills", action="store_true", help="no kill -9 of the hub")
+    parser.add_argument("--dir", type=Path, default=None, help="where run directories go")
+    parser.add_argument("--write", action="store_true", help="write docs/reliability.md")
+    args = parser.parse_args()
+    base = args.dir or Path(tempfile.mkdtemp(prefix="convsync-chaos-"))
+    totals: Counter[str] = Counter()
+    faults: Counter[str] = Counter()
+    failed: list[int] = []
+    started = time.monotonic()
+    for seed in args.seeds:
+        run_dir = base / f"seed-{seed}"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        chaos = Chaos(seed, replicas=args.replicas, ops=args.ops, kills=not args.no_kills)
+        try:
+            report = await run(chaos, run_dir)
+            problems = report.problems
+        except Exception as exc:  # a hang or a crash is a failure of that seed too
+            problems = [f"harness: {type(exc).__name__}: {exc}"]
+            report = None
+        if report is not None:
+            totals.update(
+                seeds=1,
+                operations=report.operations,
+                acknowledged=report.acknowledged,
+                log_records=report.log_records,
+                conflicts=report.conflicts,
+                lost=report.lost,
+                duplicates=report.duplicates,
+            )
+            faults.update(report.faults)
+        if problems:
+            failed.append(seed)
+            print(f"seed {seed} FAILED: {problems}; run dir {run_dir}", flush=True)
+            print(f"  reproduce: python tests/chaos/run.py --seeds {seed}:{seed + 1}", flush=True)
+        else:
+            shutil.rmtree(run_dir, ignore_errors=True)
+            print(
+                f"seed {seed} ok ({sum(report.faults.count(k) for k in set(report.faults)) if report else 0} faults)",
+                flush=True,
+            )  # noqa: E501
+    elapsed = time.monotonic() - started
+    summary = {**totals, "failed": len(failed), "seconds": round(elapsed)}
+    print(summary, dict(faults))
+    if args.write:
+        _write(args, summary, faults, failed)
+    return 1 if failed else 0
+
+
+def _write(
+    args: argparse.Namespace, summary: dict[str, int], faults: Counter[str], failed: list[int]
+) -> None:
+    sys.path.insert(0, str(ROOT))
+    from bench._report import machine, now
+
+    command = " ".join(["python", "tests/chaos/run.py", *sys.argv[1:]])
+    lines = [
+        "## Chaos",
+        "",
+        f"Command: `{command}` ({now()}, {machine()}).",
+        "",
+        "| figure | value |",
+        "|---|---|",
+        f"| seeds run | {summary.get('seeds', 0)} (replicas per seed: {args.replicas}, "
+        f"edits per replica: {args.ops}) |",
+        f"| faults injected | {sum(faults.values())}: "
+        + ", ".join(f"{kind} {count}" for kind, count in sorted(faults.items()))
+        + " |",
+        f"| edits made | {summary.get('operations', 0)} |",
+        f"| records acknowledged | {summary.get('acknowledged', 0)} |",
+        f"| records in the logs | {summary.get('log_records', 0)} |",
+        f"| acknowledged records lost | {summary.get('lost', 0)} |",
+        f"| duplicates | {summary.get('duplicates', 0)} |",
+        f"| conflicts surfaced | {summary.get('conflicts', 0)} |",
+        f"| failed seeds | {len(failed)} {failed if failed else ''} |",
+        f"| wall time | {summary['seconds']} s |",
+        "",
+    ]
+    path = ROOT / "docs" / "reliability.md"
+    text = path.read_text() if path.exists() else "# Reliability\n\n"
+    head, sep, rest = text.partition("## Chaos")
+    tail = rest[rest.find("\n## ") + 1 :] if sep and "\n## " in rest else ""
+    path.write_text(head.rstrip() + "\n\n" + "\n".join(lines) + ("\n" + tail if tail else ""))
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

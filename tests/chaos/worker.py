@@ -1,0 +1,100 @@
+"""One chaos replica, in a process of its own: random edits from a seed, every step logged.
+
+Run by the chaos harness as `python tests/chaos/worker.py URL CONVERSATION CLIENT SEED OPS DIR`.
+It writes `DIR/CLIENT.jsonl` (one line per operation, landed batch and conflict), then talks
+with the harness on stdin/stdout: after its edits it prints `edited`; on `settle` it flushes
+and prints `flushed`; on `final R` it waits until it has seen revision R, writes
+`DIR/CLIENT.final.json` (its value's state and pending count) and prints `done`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from client import Conflict, Replica
+from sync import ChangeRecord, encode
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from strategies import Run, draw_op  # noqa: E402
+
+
+def digest(record: ChangeRecord) -> str:
+    """What identifies a record in the log: its change and author (the hub stamps `at`)."""
+    return hashlib.sha1(encode(ChangeRecord(record.change, record.by, None))).hexdigest()
+
+
+async def main(url: str, conversation_id: str, client: str, seed: int, ops: int, out: Path) -> None:
+    history = (out / f"{client}.jsonl").open("a", buffering=1)
+
+    def log(**line: Any) -> None:
+        history.write(json.dumps({"client": client, **line}) + "\n")
+
+    replica = Replica(
+        url, conversation_id, client=client, max_backoff=0.2, connect_timeout=60, backoff=0.02
+    )
+    replica.session.on_landed = lambda seq, records: log(
+        kind="landed", seq=seq, records=[digest(r) for r in records]
+    )
+    rng = random.Random(seed)
+    async with replica:
+        run = Run(conversation=replica.conversation)
+
+        async def watch() -> None:
+            async for event in replica.events():
+                if isinstance(event, Conflict):
+                    log(
+                        kind="conflict",
+                        reason=event.reason,
+                        record=json.loads(encode(event.record)),
+                    )
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(watch)
+            for step in range(ops):
+                op = draw_op(rng)
+                before = len(run.minted)
+                run.do(op)
+                log(kind="op", step=step, op=op[0], made=run.minted[before:])
+                await anyio.sleep(rng.random() * 0.015)
+            print("edited", flush=True)
+            await _expect("settle")
+            with anyio.fail_after(120):
+                await replica.flush()
+            print("flushed", flush=True)
+            revision = int((await _expect("final")).split()[1])
+            with anyio.fail_after(120):
+                await replica.wait_for(revision)
+                await replica.flush()
+            await anyio.sleep(0.05)  # let the events task log the last conflicts
+            final = {
+                "state": json.loads(encode(replica.conversation)),
+                "pending": replica.pending,
+                "revision": replica.session.confirmed.revision,
+                "connects": replica.connects,
+            }
+            (out / f"{client}.final.json").write_text(json.dumps(final))
+            group.cancel_scope.cancel()
+    history.close()
+    print("done", flush=True)
+
+
+async def _expect(word: str) -> str:
+    line = await anyio.to_thread.run_sync(sys.stdin.readline)
+    if not line.startswith(word):
+        raise SystemExit(f"expected {word!r} from the harness, got {line!r}")
+    return line
+
+
+if __name__ == "__main__":
+    url, conversation_id, client, seed, ops, out = sys.argv[1:7]
+    asyncio.run(main(url, conversation_id, client, int(seed), int(ops), Path(out)))
