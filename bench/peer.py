@@ -102,8 +102,8 @@ PYCRDT = "pycrdt-websocket"
 class System:
     name: str
     serve: list[str]  # `--serve` arguments of its server process
-    converge: Callable[[str, Settings, list[str]], Awaitable[float]]
-    catch_up: Callable[[str, Settings, list[str]], Awaitable[tuple[float, float]]]
+    converge: Callable[..., Awaitable[float]]  # (url, settings, texts, paced, probe)
+    catch_up: Callable[..., Awaitable[tuple[float, float]]]  # (url, settings, texts, probe)
 
 
 # ---------------------------------------------------------------------------- servers
@@ -460,43 +460,61 @@ async def pycrdt_catch_up(
 
 @dataclass
 class Samples:
-    converge: dict[str, list[float]] = field(default_factory=dict)
-    build: dict[str, list[float]] = field(default_factory=dict)
-    catch_up: dict[str, list[float]] = field(default_factory=dict)
+    """Seconds per repeat, by workload, then by system name."""
+
+    by_workload: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+
+    def add(self, workload: str, system: str, seconds: float) -> None:
+        self.by_workload.setdefault(workload, {}).setdefault(system, []).append(seconds)
 
 
-def systems(db_dir: str, sqlite: bool) -> list[System]:
+def systems(sqlite: bool) -> list[System]:
     found = [
         System(CONVSYNC, ["convsync"], convsync_converge, convsync_catch_up),
         System(PYCRDT, ["pycrdt"], pycrdt_converge, pycrdt_catch_up),
     ]
     if sqlite:
-        found.append(
-            System(CONVSYNC_SQLITE, ["convsync", "--db", db_dir], convsync_converge, convsync_catch_up)
-        )
+        found.append(System(CONVSYNC_SQLITE, ["convsync"], convsync_converge, convsync_catch_up))
     return found
+
+
+async def trial(
+    system: System,
+    settings: Settings,
+    texts: list[str],
+    serve: list[str],
+    probe_phase: str | None = None,
+) -> tuple[dict[str, float], Probe | None]:
+    """One repeat of every workload on `system`, against a server started for it."""
+    async with server_process(serve) as server:
+        probe = Probe(probe_phase, server.pid) if probe_phase else None
+        figures = {
+            "converge": await system.converge(server.url, settings, texts, False, probe),
+            "converge-paced": await system.converge(server.url, settings, texts, True, probe),
+        }
+        figures["build"], figures["catch-up"] = await system.catch_up(
+            server.url, settings, texts, probe
+        )
+    return figures, probe
 
 
 async def run(settings: Settings, sqlite: bool) -> Samples:
     texts = [text(i) for i in range(max(settings.messages, settings.catch_up))]
     samples = Samples()
     with tempfile.TemporaryDirectory(prefix="convsync-peer-") as db_dir:
-        chosen = systems(db_dir, sqlite)
+        chosen = systems(sqlite)
         for repeat in range(settings.repeats):
-            order = chosen[repeat % len(chosen) :] + chosen[: repeat % len(chosen)]
-            for system in order:
+            shift = repeat % len(chosen)
+            for system in chosen[shift:] + chosen[:shift]:
                 serve = list(system.serve)
-                if "--db" in serve:
-                    serve[-1] = str(Path(db_dir) / f"hub-{repeat}.db")
-                async with server_process(serve) as url:
-                    converge = await system.converge(url, settings, texts)
-                    build, catch_up = await system.catch_up(url, settings, texts)
-                samples.converge.setdefault(system.name, []).append(converge)
-                samples.build.setdefault(system.name, []).append(build)
-                samples.catch_up.setdefault(system.name, []).append(catch_up)
+                if system.name == CONVSYNC_SQLITE:
+                    serve += ["--db", str(Path(db_dir) / f"hub-{repeat}.db")]
+                figures, _ = await trial(system, settings, texts, serve)
+                for workload, seconds in figures.items():
+                    samples.add(workload, system.name, seconds)
                 print(
-                    f"... repeat {repeat + 1}/{settings.repeats} {system.name}: converge "
-                    f"{converge:.3f} s, build {build:.3f} s, catch-up {catch_up:.3f} s",
+                    f"... repeat {repeat + 1}/{settings.repeats} {system.name}: "
+                    + ", ".join(f"{w} {s:.3f} s" for w, s in figures.items()),
                     file=sys.stderr,
                     flush=True,
                 )
@@ -506,30 +524,27 @@ async def run(settings: Settings, sqlite: bool) -> Samples:
 # ---------------------------------------------------------------------------- profiles
 
 
-async def _profile_run(settings: Settings, hub_out: str) -> cProfile.Profile:
+def profile(settings: Settings, phases: list[str], system_name: str = CONVSYNC, top: int = 20) -> str:
+    """cProfile of the timed window of each of `phases`, in the server process and in this
+    one (writer, readers, fresh client), on `system_name`'s servers."""
+    system = next(s for s in systems(sqlite=False) if s.name == system_name)
     texts = [text(i) for i in range(max(settings.messages, settings.catch_up))]
-    profiler = cProfile.Profile()
-    async with server_process(["convsync", "--profile-out", hub_out]) as url:
-        profiler.enable()
-        await convsync_converge(url, settings, texts)
-        await convsync_catch_up(url, settings, texts)
-        profiler.disable()
-    return profiler
-
-
-def profile(settings: Settings, top: int = 25) -> str:
-    """cProfile of one convsync converge + catch-up, hub side and client side."""
     out = io.StringIO()
     with tempfile.TemporaryDirectory(prefix="convsync-prof-") as tmp:
-        hub_out = str(Path(tmp) / "hub.prof")
-        client = anyio.run(_profile_run, settings, hub_out)
-        for title, stats in (
-            ("hub process", pstats.Stats(hub_out, stream=out)),
-            ("client process (writer + readers + fresh replica)", pstats.Stats(client, stream=out)),
-        ):
-            for order in ("tottime", "cumulative"):
-                out.write(f"\n=== cProfile, {title}, top {top} by {order} ===\n")
-                stats.sort_stats(order).print_stats(top)
+        for phase in phases:
+            server_out = str(Path(tmp) / f"{phase}.prof")
+            serve = [*system.serve, "--profile-out", server_out]
+            figures, probe = anyio.run(trial, system, settings, texts, serve, phase)
+            assert probe is not None
+            out.write(f"\n##### {system.name}, {phase} ({figures[phase]:.3f} s under cProfile)\n")
+            for title, stats in (
+                ("server process", pstats.Stats(server_out, stream=out)),
+                ("client process", pstats.Stats(probe.profiler, stream=out)),
+            ):
+                stats.strip_dirs()
+                for order in ("tottime", "cumulative"):
+                    out.write(f"\n=== {title}, top {top} by {order} ===\n")
+                    stats.sort_stats(order).print_stats(top)
     return out.getvalue()
 
 
@@ -581,37 +596,39 @@ class Row:
         return "" if self.passed is None else ("PASS" if self.passed else "FAIL")
 
 
-def rows(samples: Samples, settings: Settings) -> tuple[list[Row], list[str]]:
-    table: list[Row] = []
-    failed: list[str] = []
-
-    def secs(values: list[float]) -> str:
-        return spread(values, "{:.3f}") + " s"
-
-    workloads = (
+def workloads(settings: Settings) -> list[tuple[str, str, bool]]:
+    """(key, description, barred) of every workload, in table order."""
+    return [
         (
             "converge",
-            f"converge: 1 writer appends {settings.messages:,}, {settings.readers} readers "
-            "hold all",
-            samples.converge,
+            f"converge: 1 writer appends {settings.messages:,} in a loop, "
+            f"{settings.readers} readers hold all",
             True,
         ),
         (
-            "build",
-            f"build a {settings.catch_up:,}-message conversation (1 writer, 1 reader holds all)",
-            samples.build,
+            "converge-paced",
+            f"converge, paced: the same, the writer yielding to the event loop after each "
+            "message",
             False,
         ),
         (
-            "catch-up",
-            f"catch-up: a fresh client holds all {settings.catch_up:,}",
-            samples.catch_up,
-            True,
+            "build",
+            f"build: 1 writer appends {settings.catch_up:,}, 1 reader holds all",
+            False,
         ),
-    )
-    for key, what, by_system, barred in workloads:
+        ("catch-up", f"catch-up: a fresh client holds all {settings.catch_up:,}", True),
+    ]
+
+
+def rows(samples: Samples, settings: Settings) -> tuple[list[Row], list[str]]:
+    table: list[Row] = []
+    failed: list[str] = []
+    for key, what, barred in workloads(settings):
+        by_system = samples.by_workload[key]
         for name, values in by_system.items():
-            table.append(Row(f"{what}: {name}", f"{median(values):.3f} s", secs(values)))
+            table.append(
+                Row(f"{what}: {name}", f"{median(values):.3f} s", spread(values, "{:.3f}") + " s")
+            )
         peer = median(by_system[PYCRDT])
         for name in (CONVSYNC, CONVSYNC_SQLITE):
             if name not in by_system:
@@ -620,8 +637,8 @@ def rows(samples: Samples, settings: Settings) -> tuple[list[Row], list[str]]:
             gate = barred and name == CONVSYNC
             table.append(
                 Row(
-                    f"{key}: pycrdt-websocket / {name} (how many times faster)",
-                    f"{ratio:.2f}x",
+                    f"**{key}: pycrdt-websocket time / {name} time**",
+                    f"**{ratio:.2f}x**" if gate else f"{ratio:.2f}x",
                     bar=f">= {BAR:g}x" if gate else "",
                     passed=(ratio >= BAR) if gate else None,
                 )
