@@ -5,43 +5,50 @@ Run from the repository root, after `.venv/bin/pip install -e '.[bench]'`:
     .venv/bin/python bench/peer.py            # the full run; writes docs/benchmarks.md
     .venv/bin/python bench/peer.py --quick    # a smoke run at small sizes; writes nothing
     .venv/bin/python bench/peer.py --profile  # also cProfile convsync (hub and client side)
+    .venv/bin/python bench/peer.py --profile-only catch-up   # only that cProfile
 
-Two workloads, each timed on both systems in one run, repeats interleaved (the order of the
+The workloads, each timed on every system in one run, repeats interleaved (the order of the
 systems rotates from one repeat to the next), medians reported:
 
-1. **Converge.** One writer appends 2,000 chat messages (~300 characters of text each, with a
-   role and an id), one message per operation in a loop, as an agent would; 10 readers in the
-   same client process wait until each holds all 2,000. Timed from the first append until the
-   last reader holds the 2,000th message. Bar: pycrdt-websocket time / convsync time >= 3.
-2. **Catch-up.** A 10,000-message conversation is built (one writer, as above, plus one
-   watching reader that waits for all of it; the writer stays connected so the room stays
-   loaded on both servers), then a fresh client connects; timed from the start of its
-   connection until it holds all 10,000 messages. Bar: ratio >= 3.
+1. **Converge** (bar). One writer appends 2,000 chat messages (~300 characters of text each,
+   with a role and an id), one operation per message in a loop, as an agent would; 10 readers
+   in the same client process wait until each holds all 2,000. Timed from the first append
+   until the last reader holds the last message. Bar: pycrdt-websocket time / convsync time
+   >= 3.
+2. **Converge, paced** (informative). The same, the writer awaiting `asyncio.sleep(0)` after
+   each message (the event loop runs between messages, as in an agent awaiting between
+   steps), so convsync's replica cannot gather a whole burst into a few pushes.
+3. **Catch-up** (bar). A 10,000-message conversation is built (one writer, as above, plus one
+   watching reader that waits for all of it: the build time is informative; the writer stays
+   connected so the room stays loaded on both servers), then a fresh client connects; timed
+   from the start of its connection until it holds all 10,000 messages. Bar: ratio >= 3.
 
 Every server runs in a process of its own (this script with `--serve`, started afresh for
-each repeat of each system, bound to 127.0.0.1 port 0; it prints the port it got); writer and
-readers run in this process. Both sides use the same websocket library (`websockets`), on
-127.0.0.1, without compression, with the default 20 s keepalive pings.
+each repeat of each system, bound to 127.0.0.1 port 0; it prints the port it got and stops
+when its stdin closes); writer and readers run in this process. Both sides use the same
+websocket library (`websockets`), without compression, with the default 20 s keepalive pings.
 
 - convsync: `server.hub.Hub(MemoryStore())` (and, informative, `SqliteStore` with its
   defaults: WAL, `synchronous=FULL`, group commit), `HubConfig(compression=None)`. The
   writer is a `Replica` calling `replica.conversation.push(Message.user(text))` once per
   message (the replica batches by itself); readers are `Replica`s awaiting
   `replica.wait_for(2000)`. Catch-up is `async with connect(...)` of a fresh replica (it
-  returns once the first catch-up is complete).
+  returns once the first catch-up is applied).
 - pycrdt-websocket: `pycrdt.websocket.WebsocketServer` (its rooms sync one `pycrdt.Doc` per
   path) behind a `websockets` server; clients are `pycrdt.Doc`s synced by `pycrdt.Provider`
   (pycrdt-websocket >= 0.16 has no client provider of its own: the transport-agnostic
-  `Provider` of pycrdt speaks the Yjs sync protocol over a `Channel`, here a small adapter
-  around a `websockets` connection, as `pycrdt.websocket.websocket.HttpxWebsocket` is for
-  httpx-ws). The conversation is a `pycrdt.Array` named `messages` of `pycrdt.Map`s
-  `{"id", "role", "text"}`; the writer appends one `Map` per transaction. A reader counts as
-  holding the messages when `len(array)` reaches the target (an `Array.observe` callback).
+  `Provider` of pycrdt speaks the Yjs sync protocol over a `Channel`, here `WsChannel`, a
+  small adapter around a `websockets` connection, as `pycrdt.websocket.websocket.
+  HttpxWebsocket` is for httpx-ws). The conversation is a `pycrdt.Array` named `messages` of
+  `pycrdt.Map`s `{"id", "role", "text"}`; the writer appends one `Map` per transaction. A
+  client holds the messages once `len(array)` reaches the target, checked each time its
+  provider has handled a message (see `WsChannel`).
 
 `gc.collect()` runs in this process before each timed trial; the garbage collector stays on
 during the trials (both processes), as in a deployment. When a bar fails (or with
-`--profile`), the convsync workloads run once more with `cProfile` on both the hub and the
-client side, and the top functions are printed.
+`--profile`), the failing workloads run once more on convsync with `cProfile` over their timed
+window, in the hub process (toggled by SIGUSR1/SIGUSR2) and in this one, and the top
+functions are printed.
 """
 
 from __future__ import annotations
@@ -74,6 +81,8 @@ from bench._report import command_line, machine, median, now, spread, write_sect
 from bench.model import text
 
 SECTION = "Against pycrdt-websocket (`bench/peer.py`)"
+SCRIPT = Path(__file__).resolve()
+ROOT = SCRIPT.parent.parent
 HOST = "127.0.0.1"
 BAR = 3.0
 WAIT = 180.0  # seconds any one wait may last before the run fails
@@ -102,7 +111,8 @@ PYCRDT = "pycrdt-websocket"
 class System:
     name: str
     serve: list[str]  # `--serve` arguments of its server process
-    converge: Callable[..., Awaitable[float]]  # (url, settings, texts, paced, probe)
+    # (url, settings, texts, paced, probe) -> (seconds, websocket messages the writer sent)
+    converge: Callable[..., Awaitable[tuple[float, int]]]
     catch_up: Callable[..., Awaitable[tuple[float, float]]]  # (url, settings, texts, probe)
 
 
@@ -212,12 +222,12 @@ async def server_process(args: list[str]) -> AsyncIterator[Running]:
     (close its stdin, wait, kill after 15 s)."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
-        str(Path(__file__).resolve()),
+        str(SCRIPT),
         "--serve",
         *args,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     try:
         assert proc.stdout is not None and proc.stdin is not None
@@ -282,9 +292,10 @@ def _cid() -> str:
 
 async def convsync_converge(
     url: str, settings: Settings, texts: list[str], paced: bool, probe: Probe | None = None
-) -> float:
-    """Seconds from the writer's first push until every reader holds all the messages.
-    `paced`: the writer lets the event loop run after each message."""
+) -> tuple[float, int]:
+    """Seconds from the writer's first push until every reader holds all the messages, and
+    the pushes the writer sent. `paced`: the writer lets the event loop run after each
+    message."""
     from client.replica import connect
     from sync import Message
 
@@ -314,7 +325,8 @@ async def convsync_converge(
             assert len(reader.conversation) == n, (len(reader.conversation), n)
         with anyio.fail_after(WAIT):
             await writer.flush()
-    return elapsed
+        pushes = writer.session.seq
+    return elapsed, pushes
 
 
 async def convsync_catch_up(
@@ -391,9 +403,10 @@ def _y_message(item: str) -> object:
 
 async def pycrdt_converge(
     url: str, settings: Settings, texts: list[str], paced: bool, probe: Probe | None = None
-) -> float:
-    """Seconds from the writer's first append until every reader holds all the messages.
-    `paced`: the writer lets the event loop run after each message."""
+) -> tuple[float, int]:
+    """Seconds from the writer's first append until every reader holds all the messages, and
+    the updates the writer sent (one per transaction). `paced`: the writer lets the event
+    loop run after each message."""
     n = settings.messages
     path = f"/{_cid()}"
     async with contextlib.AsyncExitStack() as stack:
@@ -417,7 +430,7 @@ async def pycrdt_converge(
         _stop(probe, "converge")
         for reader in readers:
             assert len(reader.messages) == n, (len(reader.messages), n)
-    return elapsed
+    return elapsed, n
 
 
 async def pycrdt_catch_up(
@@ -463,6 +476,7 @@ class Samples:
     """Seconds per repeat, by workload, then by system name."""
 
     by_workload: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    pushes: dict[str, list[int]] = field(default_factory=dict)  # convsync (MemoryStore)
 
     def add(self, workload: str, system: str, seconds: float) -> None:
         self.by_workload.setdefault(workload, {}).setdefault(system, []).append(seconds)
@@ -484,18 +498,21 @@ async def trial(
     texts: list[str],
     serve: list[str],
     probe_phase: str | None = None,
-) -> tuple[dict[str, float], Probe | None]:
-    """One repeat of every workload on `system`, against a server started for it."""
+) -> tuple[dict[str, float], dict[str, int], Probe | None]:
+    """One repeat of every workload on `system`, against a server started for it: seconds
+    by workload, and the writer's websocket messages by converge workload."""
     async with server_process(serve) as server:
         probe = Probe(probe_phase, server.pid) if probe_phase else None
-        figures = {
-            "converge": await system.converge(server.url, settings, texts, False, probe),
-            "converge-paced": await system.converge(server.url, settings, texts, True, probe),
-        }
+        figures: dict[str, float] = {}
+        sent: dict[str, int] = {}
+        for key, paced in (("converge", False), ("converge-paced", True)):
+            figures[key], sent[key] = await system.converge(
+                server.url, settings, texts, paced, probe
+            )
         figures["build"], figures["catch-up"] = await system.catch_up(
             server.url, settings, texts, probe
         )
-    return figures, probe
+    return figures, sent, probe
 
 
 async def run(settings: Settings, sqlite: bool) -> Samples:
@@ -509,9 +526,12 @@ async def run(settings: Settings, sqlite: bool) -> Samples:
                 serve = list(system.serve)
                 if system.name == CONVSYNC_SQLITE:
                     serve += ["--db", str(Path(db_dir) / f"hub-{repeat}.db")]
-                figures, _ = await trial(system, settings, texts, serve)
+                figures, sent, _ = await trial(system, settings, texts, serve)
                 for workload, seconds in figures.items():
                     samples.add(workload, system.name, seconds)
+                if system.name == CONVSYNC:
+                    for workload, count in sent.items():
+                        samples.pushes.setdefault(workload, []).append(count)
                 print(
                     f"... repeat {repeat + 1}/{settings.repeats} {system.name}: "
                     + ", ".join(f"{w} {s:.3f} s" for w, s in figures.items()),
@@ -524,7 +544,9 @@ async def run(settings: Settings, sqlite: bool) -> Samples:
 # ---------------------------------------------------------------------------- profiles
 
 
-def profile(settings: Settings, phases: list[str], system_name: str = CONVSYNC, top: int = 20) -> str:
+def profile(
+    settings: Settings, phases: list[str], system_name: str = CONVSYNC, top: int = 20
+) -> str:
     """cProfile of the timed window of each of `phases`, in the server process and in this
     one (writer, readers, fresh client), on `system_name`'s servers."""
     system = next(s for s in systems(sqlite=False) if s.name == system_name)
@@ -534,7 +556,7 @@ def profile(settings: Settings, phases: list[str], system_name: str = CONVSYNC, 
         for phase in phases:
             server_out = str(Path(tmp) / f"{phase}.prof")
             serve = [*system.serve, "--profile-out", server_out]
-            figures, probe = anyio.run(trial, system, settings, texts, serve, phase)
+            figures, _, probe = anyio.run(trial, system, settings, texts, serve, phase)
             assert probe is not None
             out.write(f"\n##### {system.name}, {phase} ({figures[phase]:.3f} s under cProfile)\n")
             for title, stats in (
@@ -564,14 +586,14 @@ def versions() -> str:
             capture_output=True,
             text=True,
             check=True,
-            cwd=Path(__file__).resolve().parent.parent,
+            cwd=ROOT,
         ).stdout.strip()
         dirty = subprocess.run(
             ["git", "status", "--porcelain", "--untracked-files=no"],
             capture_output=True,
             text=True,
             check=True,
-            cwd=Path(__file__).resolve().parent.parent,
+            cwd=ROOT,
         ).stdout.strip()
         commit = f"git {commit}{' + uncommitted changes' if dirty else ''}"
     except (OSError, subprocess.CalledProcessError):
@@ -607,8 +629,7 @@ def workloads(settings: Settings) -> list[tuple[str, str, bool]]:
         ),
         (
             "converge-paced",
-            f"converge, paced: the same, the writer yielding to the event loop after each "
-            "message",
+            "converge, paced (the writer yields to the event loop after each message)",
             False,
         ),
         (
@@ -637,7 +658,9 @@ def rows(samples: Samples, settings: Settings) -> tuple[list[Row], list[str]]:
             gate = barred and name == CONVSYNC
             table.append(
                 Row(
-                    f"**{key}: pycrdt-websocket time / {name} time**",
+                    f"**{key}: pycrdt-websocket time / {name} time**"
+                    if gate
+                    else f"{key}: pycrdt-websocket time / {name} time",
                     f"**{ratio:.2f}x**" if gate else f"{ratio:.2f}x",
                     bar=f">= {BAR:g}x" if gate else "",
                     passed=(ratio >= BAR) if gate else None,
@@ -658,9 +681,21 @@ def table_text(table: list[Row]) -> str:
 
 
 def section(
-    table: list[Row], failed: list[str], settings: Settings, started: str, seconds: float
+    table: list[Row],
+    failed: list[str],
+    settings: Settings,
+    started: str,
+    seconds: float,
+    pushes: dict[str, list[int]],
 ) -> str:
     verdict = "all bars PASS" if not failed else f"FAILED: {', '.join(failed)}"
+    n, readers = settings.messages, settings.readers
+    loop, paced = pushes.get("converge"), pushes.get("converge-paced")
+    batches = (
+        f"{median(loop):.0f} pushes in a loop and {median(paced):.0f} paced"
+        if loop and paced
+        else "(not recorded)"
+    )
     return "\n".join(
         [
             f"Command: `{command_line()}` (from the repository root, after "
@@ -668,38 +703,54 @@ def section(
             f"Date: {started}; the run took {seconds:.0f} s  ",
             f"Versions: {versions()}  ",
             f"Machine: {machine()}, shared with other jobs  ",
-            f"Result: **{verdict}**",
+            f"Result: **{verdict}** (bars of issue 3: convsync converges >= {BAR:g}x faster "
+            f"and a fresh replica catches up >= {BAR:g}x faster than pycrdt-websocket)",
             "",
             "The same work on both systems, in one run: each server in a process of its own "
-            "(started afresh for each repeat, 127.0.0.1, port 0), writer and readers in this "
-            "process, the same websocket library (`websockets`) on both sides, no compression. "
-            f"Each figure is the median of {settings.repeats} repeats; the systems' repeats "
-            "are interleaved (their order rotates per repeat); the spread is min-max over the "
-            "repeats. A ratio is pycrdt-websocket's median time over convsync's (above 1: "
-            "convsync is faster).",
+            "(started afresh for each repeat of each system, 127.0.0.1, port 0, it prints the "
+            "port it got), writer and readers together in the benchmark's process, the same "
+            "websocket library (`websockets`) on both sides, no compression, default keepalive "
+            f"pings. Each figure is the median of {settings.repeats} repeats; the systems' "
+            "repeats are interleaved (their order rotates per repeat); the spread is min-max "
+            "over the repeats. A ratio is pycrdt-websocket's median time over convsync's: "
+            "how many times faster convsync is.",
             "",
-            f"- **Converge**: one writer appends {settings.messages:,} messages of ~300 "
-            "characters of text (the same texts on both sides), one operation per message in "
-            f"a loop, while {settings.readers} readers are connected; timed from the first "
+            f"- **Converge** (bar): one writer appends {n:,} messages of ~300 characters of "
+            "text (the same texts on both sides, from `bench/model.py`), one operation per "
+            f"message in a loop, while {readers} readers are connected; timed from the first "
             "append until every reader holds the last message. convsync: "
             "`writer.conversation.push(Message.user(text))` per message (the replica batches "
-            "by itself, one batch in flight), readers `await replica.wait_for(n)`. "
-            "pycrdt-websocket: per message one transaction appending a `Map` "
-            '`{"id", "role", "text"}` to the `messages` `Array` of the writer\'s `Doc` (its '
-            "`Provider` sends each transaction's update; the server room applies it and "
-            "broadcasts it to every client), readers wait until `len(array)` reaches n.",
-            f"- **Catch-up**: a {settings.catch_up:,}-message conversation is built the same "
-            "way (the build figure is informative: one writer, one reader waiting for all), "
-            "the writer stays connected (so both servers keep the room loaded), then a fresh "
-            "client connects; timed from the start of its connection (TCP and websocket "
-            "handshakes included) until it holds all the messages. convsync: `async with "
-            "connect(...)` of a fresh replica (it returns after the first catch-up). "
-            "pycrdt-websocket: a fresh `Doc` + `Provider` (Yjs sync step 1/2) until "
-            "`len(array)` reaches n.",
-            "- Servers: `Hub(MemoryStore(), config=HubConfig(compression=None))`; the SQLite "
-            "rows (informative) use `SqliteStore` with its defaults (WAL, `synchronous=FULL`). "
-            "pycrdt-websocket: `WebsocketServer()` (in-memory rooms, no `YStore`) serving "
-            "each `websockets` connection at its path.",
+            "by itself, one batch in flight), readers `await replica.wait_for(n)` and then "
+            f"hold `len(replica.conversation) == {n}`. pycrdt-websocket: per message one "
+            '`doc.transaction()` appending a `Map({"id", "role", "text"})` to the `messages` '
+            "`Array` of the writer's `Doc`; its `Provider` sends each transaction's update, the "
+            "server's room applies it and broadcasts it to every client (the writer too); a "
+            "reader is done when `len(array)` reaches n, checked each time its provider has "
+            "handled a message (an `Array.observe` callback would cost the readers more than "
+            "applying the updates: pycrdt converts every event's delta to Python objects).",
+            "- **Converge, paced** (informative): the same, the writer awaiting "
+            "`asyncio.sleep(0)` after each message, as an agent awaiting between steps does: "
+            "the event loop runs between messages, so convsync's replica pushes smaller "
+            f"batches. convsync's writer sent a median of {batches} for the "
+            f"{n:,} messages (MemoryStore hub). pycrdt's `Provider` has no batching: one "
+            "websocket message per transaction either way, and each reader's `Provider` also "
+            "sends every update it receives back to the server (it forwards every transaction "
+            "of its `Doc`; the server applies these as no-ops), so its server handles "
+            f"{n:,} x {readers + 1} messages in and as many out.",
+            f"- **Catch-up** (bar): a {settings.catch_up:,}-message conversation is built the "
+            "same way (the build figure is informative: one writer, plus one reader waiting "
+            "for all of it), the writer stays connected (so both servers keep the room "
+            "loaded), then a fresh client connects; timed from the start of its connection "
+            "(TCP and websocket handshakes included) until it holds all the messages. "
+            "convsync: `async with connect(...)` of a fresh replica (it returns once the "
+            "first catch-up is applied). pycrdt-websocket: a fresh `Doc` and `Provider` (Yjs "
+            "sync step 1, the server's step 2 with the whole document) until `len(array)` "
+            "reaches n.",
+            "- Servers: `Hub(MemoryStore(), config=HubConfig(compression=None))`; the "
+            "informative SQLite rows use `SqliteStore` on a fresh file with its defaults (WAL, "
+            "`synchronous=FULL`, group commit). pycrdt-websocket: `WebsocketServer()` "
+            "(in-memory rooms, no `YStore`) serving each `websockets` connection at its path "
+            "through a small `Channel` adapter (`WsChannel` in the script).",
             "- `gc.collect()` runs in the client process before each timed trial; the "
             "garbage collector stays on during the trials, in both processes.",
             "",
@@ -720,9 +771,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-sqlite", action="store_true", help="skip the SqliteStore hub")
     parser.add_argument("--repeats", type=int, help="repeats of every trial (default: 5)")
     parser.add_argument(
-        "--profile", action="store_true", help="cProfile the convsync workloads after the run"
+        "--profile",
+        action="store_true",
+        help="after the run, cProfile the convsync workloads with a bar (failed ones always)",
     )
-    parser.add_argument("--profile-only", action="store_true", help="only the cProfile run")
+    parser.add_argument(
+        "--profile-only",
+        metavar="WORKLOADS",
+        help="no run: only cProfile these comma-separated workloads "
+        "(converge, converge-paced, catch-up)",
+    )
+    parser.add_argument(
+        "--profile-system",
+        default=CONVSYNC,
+        choices=[CONVSYNC, PYCRDT],
+        help="the system --profile-only profiles",
+    )
     parser.add_argument("--serve", choices=["convsync", "pycrdt"], help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)
     parser.add_argument("--profile-out", help=argparse.SUPPRESS)
@@ -740,7 +804,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeats is not None:
         settings = replace(settings, repeats=args.repeats)
     if args.profile_only:
-        print(profile(settings))
+        print(profile(settings, args.profile_only.split(","), args.profile_system))
         return 0
     started = now()
     begin = time.perf_counter()
@@ -751,11 +815,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick or args.no_write:
         print("\n(not written to docs/benchmarks.md)")
     else:
-        path = write_section(SECTION, section(table, failed, settings, started, seconds))
+        path = write_section(
+            SECTION, section(table, failed, settings, started, seconds, samples.pushes)
+        )
         print(f"\nwrote the {SECTION!r} section of {path}")
-    if failed or args.profile:
-        print("\ncProfile of the convsync workloads (one converge + one catch-up):")
-        print(profile(settings))
+    phases = [key for key, _, barred in workloads(settings) if barred] if args.profile else failed
+    if phases:
+        print(f"\ncProfile of convsync's timed windows ({', '.join(phases)}), one trial each:")
+        print(profile(settings, phases))
     return 1 if failed else 0
 
 

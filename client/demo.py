@@ -121,7 +121,7 @@ async def _worker(
         say("agent", f"answers: {text}")
         say("agent", f"ends turn {turn}")
         await worker.flush()
-    worker.events_nowait()
+    worker.events_nowait()  # the worker reads the conversation, not its events
 
 
 async def _ui(ui: Replica, interject_turn: int, say: _Printer, watcher: Watcher) -> None:
@@ -179,13 +179,21 @@ async def run_demo(db: str, *, turns: int = 3, fast: bool = False, out: TextIO) 
             watcher.changes(ui.conversation)
             async with anyio.create_task_group() as group:
                 group.start_soon(_ui, ui, interject_turn, say, watcher)
-                await _worker(worker, turns, interject_turn, fast, say)
-                with anyio.fail_after(_WAIT):
-                    await worker.flush()
-                    await ui.flush()
-                    view = await _hub_view(hub.url, conversation_id)
-                    await worker.wait_for(view.revision)
-                    await ui.wait_for(view.revision)
+                try:
+                    # Every step is bounded: a demo that stalls says so instead of hanging.
+                    with anyio.fail_after(_WAIT + turns * (_WAIT + 5)):
+                        await _worker(worker, turns, interject_turn, fast, say)
+                except TimeoutError:
+                    raise CliError("the demo stalled: the hub stopped answering") from None
+                try:
+                    with anyio.fail_after(_WAIT):
+                        await worker.flush()
+                        await ui.flush()
+                        view = await _hub_view(hub.url, conversation_id)
+                        await worker.wait_for(view.revision)
+                        await ui.wait_for(view.revision)
+                except TimeoutError:
+                    raise CliError("the replicas did not catch up with the hub in time") from None
                 group.cancel_scope.cancel()
             for line in watcher.changes(ui.conversation):  # anything not printed yet
                 say("ui   ", line)

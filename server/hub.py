@@ -281,18 +281,23 @@ class Hub:
                 break
             try:
                 message = session.receive(data)
+                match message:
+                    case Hello():
+                        room = await self._acquire(conversation_id)
+                        await room.join(sub, message)
+                    case PushBatch():
+                        assert room is not None
+                        await room.push(sub, message, closing=self._closing)
             except ProtocolError as error:
                 self._fail(sub, error)
                 break
-            match message:
-                case Hello():
-                    room = await self._acquire(conversation_id)
-                    await room.join(sub, message)
-                case PushBatch():
-                    assert room is not None
-                    await room.push(sub, message, closing=self._closing)
+            except Exception:  # a bug of ours: this socket goes, the hub and the log stay
+                log.exception("connection to %s failed", conversation_id)
+                self._fail(sub, ProtocolError("internal", "the hub failed on this message"))
+                break
         return room
 
     def _fail(self, sub: Subscriber, error: ProtocolError) -> None:
         self.metrics.protocol_errors[error.reason] += 1
-        sub.fail(error.reason, error.message, 1009 if error.reason == "too_big" else 1008)
+        close_code = {"too_big": 1009, "internal": 1011}.get(error.reason, 1008)
+        sub.fail(error.reason, error.message, close_code)

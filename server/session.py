@@ -88,9 +88,10 @@ def _explain(data: bytes | str, exc: DecodeError) -> ProtocolError:
     """Tell malformed JSON, an unknown type and wrong fields apart."""
     try:
         raw = msgspec.json.decode(data)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):  # deep nesting: found by fuzzing
         return ProtocolError("malformed_json", exc.message)
-    if not isinstance(raw, dict) or raw.get("type") not in _KNOWN_TYPES:
-        kind = raw.get("type") if isinstance(raw, dict) else None
-        return ProtocolError("unknown_type", f"unknown message type {kind!r}")
+    kind = raw.get("type") if isinstance(raw, dict) else None
+    if not isinstance(kind, str) or kind not in _KNOWN_TYPES:
+        shown = kind if isinstance(kind, str) else type(kind).__name__
+        return ProtocolError("unknown_type", f"unknown message type {shown!r}")
     return ProtocolError("bad_message", exc.message)

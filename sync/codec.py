@@ -38,6 +38,8 @@ def _run(decoder: msgspec.json.Decoder[T], data: bytes | str) -> T:
         return decoder.decode(data)
     except msgspec.DecodeError as exc:
         raise DecodeError(str(exc)) from exc
+    except RecursionError as exc:  # found by fuzzing: deep nesting in a free-form value
+        raise DecodeError("nested too deeply") from exc
 
 
 def decode(data: bytes | str, type_: Any) -> Any:

@@ -211,6 +211,8 @@ def decode_client_message(data: bytes | str) -> ClientMessage:
         return _client_decoder.decode(data)
     except msgspec.DecodeError as exc:
         raise DecodeError(str(exc)) from exc
+    except RecursionError as exc:  # found by fuzzing: deep nesting in a free-form value
+        raise DecodeError("nested too deeply") from exc
 
 
 def decode_hub_message(data: bytes | str) -> HubMessage:
@@ -219,3 +221,5 @@ def decode_hub_message(data: bytes | str) -> HubMessage:
         return _hub_decoder.decode(data)
     except msgspec.DecodeError as exc:
         raise DecodeError(str(exc)) from exc
+    except RecursionError as exc:  # found by fuzzing: deep nesting in a free-form value
+        raise DecodeError("nested too deeply") from exc

@@ -67,6 +67,8 @@ class ConversationSnapshot(msgspec.Struct, frozen=True):
         """
         try:
             raw = _decoder.decode(data)
+        except RecursionError as exc:
+            raise SnapshotError("malformed", "not a snapshot: nested too deeply") from exc
         except msgspec.DecodeError as exc:
             # Say "version" when that is what is wrong, even if the rest is a newer shape.
             version = _version_of(data)
@@ -104,7 +106,7 @@ class ConversationSnapshot(msgspec.Struct, frozen=True):
 def _version_of(data: bytes | str) -> int | None:
     try:
         value = msgspec.json.decode(data)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return None
     version = value.get("version") if isinstance(value, dict) else None
     return version if isinstance(version, int) else None

@@ -30,6 +30,13 @@ def test_hello_then_push() -> None:
         ([b"{"], "malformed_json"),
         ([b'{"type":"nope"}'], "unknown_type"),
         ([b"[]"], "unknown_type"),
+        ([b'{"type":[1]}'], "unknown_type"),  # found by fuzzing: an unhashable type crashed
+        ([b'{"type":{"a":1}}'], "unknown_type"),
+        ([b"[" * 100_000 + b"]" * 100_000], "malformed_json"),  # found by fuzzing: recursion
+        (
+            [HELLO, PUSH.replace(b'"halt":null', b'"halt":' + b"[" * 100_000 + b"]" * 100_000)],
+            "malformed_json",
+        ),
         ([b'{"type":"hello","client":"x","lineage":"0","revision":0}'], "bad_message"),
         ([b'{"type":"hello","client":"","lineage":0,"revision":0}'], "bad_client"),
         ([b'{"type":"hello","client":"x","lineage":-1,"revision":0}'], "bad_message"),
@@ -37,12 +44,12 @@ def test_hello_then_push() -> None:
         ([HELLO, HELLO], "unexpected"),
         ([HELLO, PUSH.replace(b'"seq":1', b'"seq":0')], "bad_message"),
         ([HELLO, b'{"type":"push","seq":1,"lineage":0,"revision":0,"records":[]}'], "bad_message"),
-        ([HELLO, b" " * 5000], "too_big"),
+        ([HELLO, b" " * 500_000], "too_big"),
     ],
 )
 def test_bad_frames_name_their_fault(frames: list[bytes], code: str) -> None:
     """Each kind of bad frame raises `ProtocolError` with the code the hub sends."""
-    session = HubSession(4096)
+    session = HubSession(400_000)
     with pytest.raises(ProtocolError) as caught:
         for frame in frames:
             session.receive(frame)
