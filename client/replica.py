@@ -226,8 +226,11 @@ class Replica:
             await anyio.sleep(random.uniform(0, cap))
 
     async def _serve(self, ws: ClientConnection) -> None:
+        """Read frames into the session until the connection ends; a protocol error from the
+        hub or the session ends it too, and is raised (outside the task group, unwrapped)."""
         session = self.session
         await ws.send(encode_message(session.hello()), text=True)
+        failure: ConvsyncError | None = None
         async with anyio.create_task_group() as group:
             group.start_soon(self._push_loop, ws)
             try:
@@ -241,19 +244,26 @@ class Replica:
                     self._wake.set()
             except ConnectionClosed:
                 pass
+            except ConvsyncError as error:
+                failure = error
             finally:
                 group.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
 
     async def _push_loop(self, ws: ClientConnection) -> None:
         session = self.session
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            frame, conflicts = session.next_push()
-            if conflicts:
-                self._emit(list(conflicts))
-            if frame is not None:
-                await ws.send(frame, text=True)
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                frame, conflicts = session.next_push()
+                if conflicts:
+                    self._emit(list(conflicts))
+                if frame is not None:
+                    await ws.send(frame, text=True)
+        except ConnectionClosed:
+            pass  # the reading side sees the close and ends the connection
 
 
 def connect(

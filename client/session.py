@@ -246,6 +246,8 @@ class ReplicaSession:
         if self._welcome is not None:
             raise ProtocolError("unexpected", "a second welcome")
         self._welcome = welcome
+        # A client id reused by a new process continues after the seqs the hub holds.
+        self.seq = max(self.seq, welcome.acked)
         batch, self._inflight = self._inflight, None
         if batch is not None:
             if batch.seq <= welcome.acked:

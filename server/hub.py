@@ -100,7 +100,11 @@ class Hub:
         await asyncio.wait([self._task, waiter], return_when=asyncio.FIRST_COMPLETED)
         waiter.cancel()
         if self._task.done():
-            self._task.result()  # raises what stopped it (a port in use, a bad store)
+            error = self._task.exception()
+            while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+                error = error.exceptions[0]  # what stopped it: a port in use, a bad store
+            if error is not None:
+                raise error
         return self
 
     async def _main(self, ready: asyncio.Event) -> None:

@@ -17,8 +17,9 @@ same way, the made-up results then forming a user message of their own.
 
 Every change the pass makes comes with a finding (a `PairingError`), and every finding with a
 change. So `check` is the pass's first finding, a history without findings comes back as it
-was, and a repaired history has none left. The one change that is not a finding is the merge of
-user messages side by side, which `pair` and `repair` do and `normalize` does not.
+was, and a repaired history has none left. The changes that are no finding are tidying, not
+faults: `pair` and `repair` merge user messages side by side (`normalize` does not) and leave
+out `None`s.
 
 Each public function is a view of that pass: `pair` and `repair` keep its messages, `normalize`
 its entries, `check` and `validate` its first finding, `pending_calls` what still waits at the

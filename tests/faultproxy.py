@@ -33,6 +33,7 @@ class FaultProxy:
         self.drop_to_replica: Policy = never
         self.drop_to_hub: Policy = never
         self.duplicate_to_hub: Policy = never
+        self.corrupt_to_replica: Policy = never
         self.cut_after_drop = True
         self.delay = 0.0
         self._server: Server | None = None
@@ -72,6 +73,7 @@ class FaultProxy:
         self.drop_to_replica = never
         self.drop_to_hub = never
         self.duplicate_to_hub = never
+        self.corrupt_to_replica = never
         self.delay = 0.0
 
     def drop_next(self, marker: bytes) -> None:
@@ -129,6 +131,8 @@ class FaultProxy:
             if self.cut_after_drop:
                 self.cut()
             return
+        if self.corrupt_to_replica(frame):
+            frame = b'{"type":"records","from":"garbage"}'
         await out.send(frame, text=True)
 
     async def _pump(

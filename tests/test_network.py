@@ -416,3 +416,39 @@ async def test_graceful_shutdown_tells_replicas(hub: Hub) -> None:
             async for event in replica.events():
                 if isinstance(event, Disconnected):
                     break
+
+
+async def test_a_garbled_frame_from_the_hub_makes_the_replica_reconnect(hub: Hub) -> None:
+    """A frame the replica cannot read ends that connection only (found in review: the error
+    used to escape the connection loop, which then stopped for good)."""
+    async with FaultProxy(hub.url) as proxy:
+        garbled: list[bytes] = []
+
+        def once(frame: bytes) -> bool:
+            if not garbled and b'"type":"records"' in frame:
+                garbled.append(frame)
+                return True
+            return False
+
+        proxy.corrupt_to_replica = once
+        async with (
+            connect(hub.url, "garbled", client="writer") as writer,
+            connect(proxy.url, "garbled", client="reader", backoff=0.01) as reader,
+        ):
+            writer.conversation.push(Message.user("one"))
+            writer.conversation.push(Message.user("two"))
+            value = await settle([writer, reader], hub, "garbled")
+            assert garbled and reader.connects >= 2
+            assert reader.conversation == value
+
+
+async def test_a_client_id_reused_by_a_new_replica_keeps_pushing(hub: Hub) -> None:
+    """A new replica under a client id the hub knows continues after its seqs (found in
+    review: its first push was taken for a resend and never appended)."""
+    async with connect(hub.url, "reuse", client="same") as first:
+        first.conversation.push(Message.user("one"))
+        await first.flush()
+    async with connect(hub.url, "reuse", client="same") as second:
+        second.conversation.push(Message.user("two"))
+        value = await settle([second], hub, "reuse")
+    assert value.messages() == [Message.user("one"), Message.user("two")]
