@@ -41,14 +41,12 @@ from sync.errors import ApplyError
 from sync.ids import now_ms
 from sync.protocol import (
     Ack,
-    EntriesOut,
     Error,
     Hello,
     PushBatch,
     PushOrigin,
     Reject,
     RejectReason,
-    StateOut,
     Welcome,
     encode_message,
     records_frame,
@@ -208,7 +206,7 @@ class Room:
             if missing == 0:
                 return
             state_items = len(self.conversation) + len(self.conversation.asides())
-            if not (fresh and missing > state_items):
+            if not (fresh and missing >= state_items):
                 records = await self._records_since(revision)
                 if records is not None:
                     self._send_records(sub, revision, records, None, catch_up=True)
@@ -233,43 +231,30 @@ class Room:
             sub.send(records_frame(from_ + start, chunk, origin), catch_up=catch_up)
 
     def _send_state(self, sub: Subscriber) -> None:
-        """The whole state, the entries spread over as many frames as the limit needs."""
+        """The whole state: a `state` frame, then as many `entries` frames as the limit needs."""
+        for frame in self._state_frames():
+            sub.send(frame, catch_up=True)
+
+    def _state_frames(self) -> list[bytes]:
         state = self.conversation.state()
-        entries = [encode(entry) for entry in state.entries]
-        asides = [encode(aside) for aside in state.asides]
-        first_budget = (
-            self._config.max_frame
-            - _FRAME_OVERHEAD
-            - sum(len(a) + 1 for a in asides)
-            - 40 * len(state.retired)
+        head = b'{"type":"state","lineage":%d,"revision":%d,"state":{"entries":' % (
+            self.lineage,
+            self.revision,
         )
-        head: list[bytes] = []
-        size = 0
-        for data in entries:
-            if size + len(data) + 1 > first_budget:
-                break
-            head.append(data)
-            size += len(data) + 1
-        rest = entries[len(head) :]
-        raw = msgspec.Raw
-        sub.send(
-            encode_message(
-                StateOut.of(
-                    self.lineage,
-                    self.revision,
-                    [raw(e) for e in head],
-                    [raw(a) for a in asides],
-                    state.halt,
-                    state.retired,
-                    bool(rest),
-                )
-            ),
-            catch_up=True,
+        tail = b',"asides":%s,"halt":%s,"retired":%s}' % (
+            encode(state.asides),
+            encode(state.halt),
+            encode(state.retired),
         )
-        chunks = list(_chunks(rest, self._config.max_frame - _FRAME_OVERHEAD))
-        for k, (_, chunk) in enumerate(chunks):
-            more = k < len(chunks) - 1
-            sub.send(encode_message(EntriesOut([raw(e) for e in chunk], more)), catch_up=True)
+        budget = self._config.max_frame - _FRAME_OVERHEAD
+        runs = _encoded_runs(state.entries, budget - len(head) - len(tail), budget)
+        frames = [
+            head + runs[0] + tail + (b',"more":true}' if len(runs) > 1 else b',"more":false}')
+        ]
+        for k, run in enumerate(runs[1:], start=2):
+            more = b"true" if k < len(runs) else b"false"
+            frames.append(b'{"type":"entries","entries":%s,"more":%s}' % (run, more))
+        return frames
 
     def leave(self, sub: Subscriber) -> None:
         self.subscribers.discard(sub)
@@ -458,4 +443,29 @@ def _chunks(items: Sequence[bytes], budget: int) -> list[tuple[int, list[bytes]]
         size += len(item) + 1
     if current:
         runs.append((start, current))
+    return runs
+
+
+def _encoded_runs(items: Sequence[object], first_budget: int, budget: int) -> list[bytes]:
+    """`items` encoded as consecutive JSON arrays, the first at most `first_budget` bytes and
+    the others at most `budget` (an item larger than that goes alone). Each array is encoded
+    in one call, sized from a sample, so the cost is about one encoding of everything."""
+    count_all = len(items)
+    if not count_all:
+        return [b"[]"]
+    sample = min(64, count_all)
+    per_item = max(1, len(encode(list(items[:sample]))) // sample)
+    runs: list[bytes] = []
+    start = 0
+    limit = first_budget
+    while start < count_all:
+        count = max(1, min(count_all - start, int(limit * 0.9) // per_item))
+        while True:
+            data = encode(list(items[start : start + count]))
+            if len(data) <= limit or count == 1:
+                break
+            count = max(1, count // 2)
+        runs.append(data)
+        start += count
+        limit = budget
     return runs

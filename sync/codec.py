@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
@@ -17,20 +18,24 @@ __all__ = ["decode", "decode_message", "decode_record", "decode_state", "encode"
 
 T = TypeVar("T")
 
-_encoder = msgspec.json.Encoder()
+
+def _encode_other(value: Any) -> Any:
+    """A `Conversation` encodes as its state; nothing else outside the wire types encodes."""
+    state = getattr(value, "state", None)
+    if callable(state):
+        return state()
+    raise NotImplementedError(f"cannot encode {type(value).__name__}")
+
+
+_encoder = msgspec.json.Encoder(enc_hook=_encode_other)
 _record_decoder = msgspec.json.Decoder(ChangeRecord)
 _message_decoder: msgspec.json.Decoder[AnyMessage] = msgspec.json.Decoder(AnyMessage)
 _state_decoder = msgspec.json.Decoder(ConversationState)
 _decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
 
 
-def encode(value: object) -> bytes:
-    """JSON bytes of any wire type; a `Conversation` encodes as its state."""
-    from .conversation import Conversation
-
-    if isinstance(value, Conversation):
-        value = value.state()
-    return _encoder.encode(value)
+encode: Callable[[object], bytes] = _encoder.encode
+"""JSON bytes of any wire type; a `Conversation` encodes as its state."""
 
 
 def _run(decoder: msgspec.json.Decoder[T], data: bytes | str) -> T:

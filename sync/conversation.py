@@ -44,7 +44,15 @@ from .entries import (
     stopped_note,
 )
 from .errors import ApplyError, UsageError
-from .ids import AsideId, IdMinter, MessageId, default_minter, is_aside_id, is_message_id
+from .ids import (
+    AsideId,
+    IdMinter,
+    MessageId,
+    are_message_ids,
+    default_minter,
+    is_aside_id,
+    is_message_id,
+)
 from .lineage import Lineage
 from .messages import AnyMessage, Message, ToolCall, User
 
@@ -829,16 +837,15 @@ class Conversation:
     ) -> None:
         """Entries going in must bring well-formed ids, none repeated, none held except those
         the change removes; only a splice may bring back a retired id."""
+        ids = [entry.id for entry in entries]
+        if not are_message_ids(ids):
+            bad = next(id_ for id_ in ids if not is_message_id(id_))
+            raise ApplyError("bad_id", f"entry id {bad!r} is not a message id")
+        if len(set(ids)) != len(ids):
+            raise ApplyError("repeated", f"entry id {_repeated(ids)} appears twice")
         index = self._index
         retired = self._retired
-        seen: set[MessageId | None] = set()
-        for entry in entries:
-            id_ = entry.id
-            if not is_message_id(id_):
-                raise ApplyError("bad_id", f"entry id {id_!r} is not a message id")
-            if id_ in seen:
-                raise ApplyError("repeated", f"entry id {id_} appears twice")
-            seen.add(id_)
+        for id_ in ids:
             if id_ in index and id_ not in removed:
                 raise ApplyError("held", f"entry id {id_} is already held")
             if not allow_retired and id_ in retired:
@@ -966,13 +973,13 @@ class Conversation:
         return undo
 
     def _fold_reset(self, state: ConversationState) -> _Undo:
-        index: dict[MessageId, int] = {}
-        for at, entry in enumerate(state.entries):
-            if not is_message_id(entry.id):
-                raise ApplyError("bad_id", f"entry id {entry.id!r} is not a message id")
-            if entry.id in index:
-                raise ApplyError("repeated", f"entry id {entry.id} appears twice")
-            index[entry.id] = at  # type: ignore[index]
+        ids = [entry.id for entry in state.entries]
+        if not are_message_ids(ids):
+            bad = next(id_ for id_ in ids if not is_message_id(id_))
+            raise ApplyError("bad_id", f"entry id {bad!r} is not a message id")
+        index: dict[MessageId, int] = dict(zip(ids, range(len(ids)), strict=True))  # type: ignore[arg-type]
+        if len(index) != len(ids):
+            raise ApplyError("repeated", f"entry id {_repeated(ids)} appears twice")
         retired = dict.fromkeys(state.retired)
         if any(id_ in index for id_ in retired):
             raise ApplyError("retired", "a held entry id is also listed as retired")
@@ -997,3 +1004,13 @@ class Conversation:
             self._fresh_upto = 0
 
         return undo
+
+
+def _repeated(ids: Sequence[MessageId | None]) -> MessageId | None:
+    """The first id that appears twice."""
+    seen: set[MessageId | None] = set()
+    for id_ in ids:
+        if id_ in seen:
+            return id_
+        seen.add(id_)
+    return None

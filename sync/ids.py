@@ -22,6 +22,7 @@ __all__ = [
     "AsideId",
     "IdMinter",
     "MessageId",
+    "are_message_ids",
     "default_minter",
     "is_aside_id",
     "is_message_id",
@@ -50,6 +51,20 @@ _RAND_MASK = (1 << _RAND_BITS) - 1
 def now_ms() -> int:
     """The real clock in milliseconds since the Unix epoch."""
     return time.time_ns() // 1_000_000
+
+
+_MESSAGE_IDS = re.compile(f"(?:{MESSAGE_PREFIX}{_UUID7_HEX})*")
+
+
+def are_message_ids(values: list[str | None]) -> bool:
+    """Whether every value is a well-formed `MessageId`, checked in one pass (for a state or
+    a long push, where a call per id would dominate)."""
+    if None in values:
+        return False
+    ids: list[str] = values  # type: ignore[assignment]
+    if any(len(id_) != len(MESSAGE_PREFIX) + 32 for id_ in ids):
+        return False
+    return _MESSAGE_IDS.fullmatch("".join(ids)) is not None
 
 
 def is_message_id(value: object) -> bool:

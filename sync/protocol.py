@@ -2,8 +2,8 @@
 
 Replica -> hub: `Hello`, `PushBatch`. Hub -> replica: `Welcome`, `Records`, `State`, `Entries`,
 `Ack`, `Reject`, `Error`. Each direction is one tagged union (tag field `"type"`) with its
-decoder built once. The hub sends records it already holds as JSON bytes; the `*Out` variants
-carry those bytes verbatim (`msgspec.Raw`) so a record is encoded once, however many receive it.
+decoder built once. The hub sends records it already holds as JSON bytes, joined into frames
+without decoding them, so a record is encoded once however many replicas receive it.
 """
 
 from __future__ import annotations
@@ -13,16 +13,14 @@ from typing import Literal
 import msgspec
 
 from .changes import ChangeRecord, ConversationState
-from .entries import Entry, Halt
+from .entries import Entry
 from .errors import DecodeError
-from .ids import MessageId
 
 __all__ = [
     "SUBPROTOCOL",
     "Ack",
     "ClientMessage",
     "Entries",
-    "EntriesOut",
     "Error",
     "Hello",
     "HubMessage",
@@ -32,7 +30,6 @@ __all__ = [
     "Reject",
     "RejectReason",
     "State",
-    "StateOut",
     "Welcome",
     "decode_client_message",
     "decode_hub_message",
@@ -141,42 +138,8 @@ HubMessage = Welcome | Records | State | Entries | Ack | Reject | Error
 
 
 # ---------------------------------------------------------------- pre-encoded hub messages
-
-
-class _StateBodyOut(msgspec.Struct, frozen=True):
-    entries: list[msgspec.Raw]
-    asides: list[msgspec.Raw]
-    halt: Halt | None
-    retired: list[MessageId]
-
-
-class StateOut(msgspec.Struct, frozen=True, tag_field="type", tag="state"):
-    """`State` with entries and asides already encoded."""
-
-    lineage: int
-    revision: int
-    state: _StateBodyOut
-    more: bool = False
-
-    @staticmethod
-    def of(
-        lineage: int,
-        revision: int,
-        entries: list[msgspec.Raw],
-        asides: list[msgspec.Raw],
-        halt: Halt | None,
-        retired: list[MessageId],
-        more: bool,
-    ) -> StateOut:
-        return StateOut(lineage, revision, _StateBodyOut(entries, asides, halt, retired), more)
-
-
-class EntriesOut(msgspec.Struct, frozen=True, tag_field="type", tag="entries"):
-    """`Entries` with the entries already encoded."""
-
-    entries: list[msgspec.Raw]
-    more: bool
-
+# The hub builds `records` and `state` frames from record and entry bytes it already holds
+# (`records_frame` here, `Room._state_frames`), so a record is encoded once however many get it.
 
 _encoder = msgspec.json.Encoder()
 _client_decoder = msgspec.json.Decoder(ClientMessage)
