@@ -103,6 +103,11 @@ class Replica:
         return self.session.pending
 
     @property
+    def revision(self) -> int:
+        """The log's revision as this replica last saw it (its confirmed records)."""
+        return self.session.confirmed.revision
+
+    @property
     def connected(self) -> bool:
         return self._ws is not None and self.session.ready
 

@@ -20,7 +20,7 @@ __all__ = [
 ]
 
 
-class Change(msgspec.Struct, frozen=True, tag_field="type"):
+class Change(msgspec.Struct, frozen=True, gc=False, tag_field="type"):
     """Base of every change: one edit of a conversation."""
 
 
@@ -52,7 +52,7 @@ class AsideChange(Change, frozen=True, tag="aside"):
     aside: Aside | None
 
 
-class ConversationState(msgspec.Struct, frozen=True):
+class ConversationState(msgspec.Struct, frozen=True, gc=False):
     """A conversation's serde form: everything a log holds, without outbox, revision or
     lineage."""
 
@@ -71,7 +71,7 @@ class Reset(Change, frozen=True, tag="reset"):
 AnyChange = Push | Splice | HaltChange | AsideChange | Reset
 
 
-class ChangeRecord(msgspec.Struct, frozen=True):
+class ChangeRecord(msgspec.Struct, frozen=True, gc=False):
     """A change with who made it and when (ms since the epoch; the hub stamps a null `at`)."""
 
     change: AnyChange

@@ -31,7 +31,7 @@ STOPPED = "STOPPED"
 """The text of the note that separates a stopped request from what was sent next."""
 
 
-class Author(msgspec.Struct, frozen=True):
+class Author(msgspec.Struct, frozen=True, gc=False):
     """Who put an entry (or an aside) there, when it is not the user's own or the model's."""
 
     kind: AuthorKind
@@ -65,7 +65,7 @@ class Author(msgspec.Struct, frozen=True):
 _RIG = Author.rig()
 
 
-class Entry(msgspec.Struct, frozen=True):
+class Entry(msgspec.Struct, frozen=True, gc=False):
     """A message held by a conversation, with its id, author and source.
 
     `Entry(message)` has no id yet: the conversation mints one when the entry goes in.
@@ -82,7 +82,7 @@ class Entry(msgspec.Struct, frozen=True):
         return None if self.id is None else made_ms(self.id)
 
 
-class EntryRef(msgspec.Struct, frozen=True):
+class EntryRef(msgspec.Struct, frozen=True, gc=False):
     """An entry as `Conversation.entries()` yields it: with its index."""
 
     index: int
@@ -151,7 +151,7 @@ class Halt(enum.StrEnum):
     """Left for a later turn."""
 
 
-class Aside(msgspec.Struct, frozen=True):
+class Aside(msgspec.Struct, frozen=True, gc=False):
     """Data that travels with a conversation but is never sent to a model.
 
     `after` is the id of the entry it is drawn after (`None`: before the first). An unsaved
@@ -169,14 +169,14 @@ class Aside(msgspec.Struct, frozen=True):
         return Aside("note", after, author or Author.user(), {"title": title, "text": text})
 
 
-class Note(msgspec.Struct, frozen=True):
+class Note(msgspec.Struct, frozen=True, gc=False):
     """The value of an aside of kind `"note"`."""
 
     title: str
     text: str
 
 
-class TurnEnd(msgspec.Struct, frozen=True, tag_field="how"):
+class TurnEnd(msgspec.Struct, frozen=True, gc=False, tag_field="how"):
     """How a turn ended: `TurnEnd.answered(id)`, `.failed(why)` or `.stopped(why=None)`."""
 
     @staticmethod
@@ -208,7 +208,7 @@ class Stopped(TurnEnd, frozen=True, tag="stopped"):
 AnyTurnEnd = Answered | Failed | Stopped
 
 
-class TurnRecord(msgspec.Struct, frozen=True):
+class TurnRecord(msgspec.Struct, frozen=True, gc=False):
     """The value of a `"rig.turn"` aside: the turn's number, where it began, how it ended."""
 
     index: int
@@ -221,7 +221,7 @@ NOTE_KIND = "note"
 PINS_KIND = "pins"
 
 
-class SavedAside(msgspec.Struct, frozen=True):
+class SavedAside(msgspec.Struct, frozen=True, gc=False):
     """An aside as a conversation's state lists it: with its id."""
 
     id: AsideId

@@ -33,28 +33,28 @@ __all__ = [
 StopReason = Literal["stop", "length", "tool_use", "error", "aborted"]
 
 
-class Text(msgspec.Struct, frozen=True, tag_field="type", tag="text"):
+class Text(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="text"):
     text: str
 
 
-class Json(msgspec.Struct, frozen=True, tag_field="type", tag="json"):
+class Json(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="json"):
     value: Any
 
 
-class Image(msgspec.Struct, frozen=True, tag_field="type", tag="image"):
+class Image(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="image"):
     media_type: str
     data: str | None = None
     url: str | None = None
 
 
-class Document(msgspec.Struct, frozen=True, tag_field="type", tag="document"):
+class Document(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="document"):
     media_type: str
     data: str | None = None
     url: str | None = None
     name: str | None = None
 
 
-class ToolCall(msgspec.Struct, frozen=True, tag_field="type", tag="tool_call"):
+class ToolCall(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="tool_call"):
     id: str
     name: str
     arguments: dict[str, Any] = msgspec.field(default_factory=dict)
@@ -63,14 +63,14 @@ class ToolCall(msgspec.Struct, frozen=True, tag_field="type", tag="tool_call"):
 ResultPart = Text | Json | Image
 
 
-class ToolResult(msgspec.Struct, frozen=True, tag_field="type", tag="tool_result"):
+class ToolResult(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="tool_result"):
     call_id: str
     name: str
     content: list[ResultPart]
     is_error: bool = False
 
 
-class Reasoning(msgspec.Struct, frozen=True, tag_field="type", tag="reasoning"):
+class Reasoning(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="reasoning"):
     text: str
     redacted: bool = False
 
@@ -79,7 +79,7 @@ UserPart = Text | ToolResult | Image | Document
 AssistantPart = Text | ToolCall | Reasoning | Image
 
 
-class Stop(msgspec.Struct, frozen=True):
+class Stop(msgspec.Struct, frozen=True, gc=False):
     """Why a model reply ended."""
 
     reason: StopReason
@@ -90,7 +90,7 @@ class Stop(msgspec.Struct, frozen=True):
         return self.reason == "error" or self.reason == "aborted"
 
 
-class Origin(msgspec.Struct, frozen=True):
+class Origin(msgspec.Struct, frozen=True, gc=False):
     """Which provider and model wrote a reply."""
 
     provider: str
@@ -98,7 +98,7 @@ class Origin(msgspec.Struct, frozen=True):
     response_id: str | None = None
 
 
-class Message(msgspec.Struct, frozen=True, tag_field="role"):
+class Message(msgspec.Struct, frozen=True, gc=False, tag_field="role"):
     """Base of `System`, `User` and `Assistant`; also the home of the constructors."""
 
     @staticmethod
