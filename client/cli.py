@@ -216,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     send.add_argument(
         "--client",
         default=None,
-        help="client name shown to other replicas (a unique suffix is added)",
+        help="client id to push as (default: a fresh one per run)",
     )
 
     export = commands.add_parser(
@@ -502,10 +502,8 @@ async def cmd_tail(args: argparse.Namespace) -> int:
 
 async def cmd_send(args: argparse.Namespace) -> int:
     """Push one user message and print the revision the log reached."""
-    # A fresh client id per run: the hub numbers pushes per client id, and a new process
-    # would start that numbering over.
-    name = args.client or "convsync-send"
-    client = f"{name}-{os.urandom(4).hex()}"
+    # A given client id continues its push numbering (the welcome says where it stands).
+    client = args.client or f"convsync-send-{os.urandom(4).hex()}"
     async with _replica(args.url, args.id, args.timeout, client) as replica:
         replica.conversation.push(Message.user(args.text))
         await _flush(replica, args.timeout, "the message")
