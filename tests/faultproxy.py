@@ -25,6 +25,19 @@ def never(frame: Frame) -> bool:
     return False
 
 
+def once(marker: bytes) -> tuple[Policy, list[bytes]]:
+    """A policy true for the first frame containing `marker`, and the list it records it in."""
+    hit: list[bytes] = []
+
+    def policy(frame: Frame) -> bool:
+        if not hit and marker in frame:
+            hit.append(frame)
+            return True
+        return False
+
+    return policy, hit
+
+
 class FaultProxy:
     """Listens on 127.0.0.1 (port 0) and relays each connection to `upstream` (ws://host:port)."""
 
@@ -76,18 +89,19 @@ class FaultProxy:
         self.corrupt_to_replica = never
         self.delay = 0.0
 
-    def drop_next(self, marker: bytes) -> None:
+    def drop_next(self, marker: bytes) -> list[bytes]:
         """Drop the next frame to the replica that contains `marker` (then cut, as a lost
-        frame on a real network comes with a lost connection)."""
-        dropped: list[bytes] = []
+        frame on a real network comes with a lost connection). Returns the list the dropped
+        frame will be put in."""
+        policy, hit = once(marker)
+        self.drop_to_replica = policy
+        return hit
 
-        def once(frame: Frame) -> bool:
-            if not dropped and marker in frame:
-                dropped.append(frame)
-                return True
-            return False
-
-        self.drop_to_replica = once
+    def corrupt_next(self, marker: bytes) -> list[bytes]:
+        """Replace the next frame to the replica that contains `marker` with garbage."""
+        policy, hit = once(marker)
+        self.corrupt_to_replica = policy
+        return hit
 
     def cut(self) -> None:
         """Abort every relayed connection at once (both sides see a dropped socket)."""

@@ -148,15 +148,7 @@ async def test_lost_ack_resend_lands_once(hub: Hub) -> None:
     """The ack is dropped and the connection cut: the replica reconnects, the hub holds the
     push's records once, and a raw resend of the same seq gets the original ack."""
     async with FaultProxy(hub.url) as proxy:
-        dropped: list[bytes] = []
-
-        def drop_first_ack(frame: bytes) -> bool:
-            if not dropped and b'"type":"ack"' in frame:
-                dropped.append(frame)
-                return True
-            return False
-
-        proxy.drop_to_replica = drop_first_ack
+        dropped = proxy.drop_next(b'"type":"ack"')
         async with connect(proxy.url, "ack", client="writer") as writer:
             writer.conversation.extend([Message.user("a"), Message.user("b")])
             value = await settle([writer], hub, "ack")
@@ -422,15 +414,7 @@ async def test_a_garbled_frame_from_the_hub_makes_the_replica_reconnect(hub: Hub
     """A frame the replica cannot read ends that connection only (found in review: the error
     used to escape the connection loop, which then stopped for good)."""
     async with FaultProxy(hub.url) as proxy:
-        garbled: list[bytes] = []
-
-        def once(frame: bytes) -> bool:
-            if not garbled and b'"type":"records"' in frame:
-                garbled.append(frame)
-                return True
-            return False
-
-        proxy.corrupt_to_replica = once
+        garbled = proxy.corrupt_next(b'"type":"records"')
         async with (
             connect(hub.url, "garbled", client="writer") as writer,
             connect(proxy.url, "garbled", client="reader", backoff=0.01) as reader,
