@@ -19,8 +19,9 @@ import time
 from collections.abc import Callable, Sequence
 
 import msgspec
-from websockets.asyncio.server import ServerConnection
+from websockets.asyncio.server import ServerConnection, broadcast
 from websockets.exceptions import ConnectionClosed
+from websockets.protocol import State
 
 from sync import (
     Assistant,
@@ -66,6 +67,10 @@ LAGGING = 4000
 
 _FRAME_OVERHEAD = 256
 
+DIRECT_WRITE = 256 * 1024
+"""Unsent bytes on a socket below which a frame is written at once; above, frames queue (and
+count towards `send_queue`) behind a writer that waits for the peer to read."""
+
 
 class Subscriber:
     """The sending side of one connection: a bounded queue of frames and one writer task."""
@@ -86,9 +91,15 @@ class Subscriber:
         return self._closing is not None
 
     def send(self, frame: bytes, *, catch_up: bool = False) -> None:
-        """Queue `frame`. A full queue sends this subscriber to resync (live frames only:
-        a catch-up is bounded by the log and always queued)."""
+        """Send `frame` now if the socket keeps up, else queue it for the writer task. A full
+        queue sends this subscriber to resync (live frames only: a catch-up is bounded by the
+        log and always queued)."""
         if self._closing is not None:
+            return
+        if not self._queue and not self._sending and self._keeps_up():
+            # Nothing waits before it: write straight to the transport, as websockets'
+            # broadcast does, without a task switch per frame and subscriber.
+            broadcast((self._ws,), frame, text=True)
             return
         if not catch_up and len(self._queue) >= self._limit:
             self._queue.clear()
@@ -97,6 +108,13 @@ class Subscriber:
             return
         self._queue.append(frame)
         self._wake.set()
+
+    def _keeps_up(self) -> bool:
+        """Whether the socket is open and its unsent bytes are few (below `DIRECT_WRITE`)."""
+        ws = self._ws
+        return (
+            ws.protocol.state is State.OPEN and ws.transport.get_write_buffer_size() < DIRECT_WRITE
+        )
 
     def fail(self, code: str, detail: str, close_code: int = 1008) -> None:
         """Send `error` and close: bad input, or the hub cannot serve this socket now."""
