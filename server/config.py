@@ -20,7 +20,7 @@ class HubConfig:
             A larger incoming frame gets `error too_big`; catch-up is chunked below it.
         strict_pairing: reject pushes that leave an orphan tool result or two assistant
             messages in a row (a retry after a failed reply is allowed).
-        send_queue: frames queued per subscriber before it counts as lagging and is sent to
+        send_queue: bytes queued per subscriber before it counts as lagging and is sent to
             resync (closed with code 4000, reason `lagging`).
         idle_unload: seconds a conversation with no subscriber stays loaded.
         snapshot_every: records between two snapshots written to the store.
@@ -32,7 +32,7 @@ class HubConfig:
 
     max_frame: int = 1 << 20
     strict_pairing: bool = True
-    send_queue: int = 4096
+    send_queue: int = 8 << 20
     idle_unload: float = 30.0
     snapshot_every: int = 1000
     recent_records: int = 1000

@@ -69,7 +69,7 @@ _FRAME_OVERHEAD = 256
 
 DIRECT_WRITE = 256 * 1024
 """Unsent bytes on a socket below which a frame is written at once; above, frames queue (and
-count towards `send_queue`) behind a writer that waits for the peer to read."""
+count towards `send_queue` bytes) behind a writer that waits for the peer to read."""
 
 
 class Subscriber:
@@ -78,6 +78,7 @@ class Subscriber:
     def __init__(self, ws: ServerConnection, limit: int, metrics: Metrics) -> None:
         self._ws = ws
         self._queue: collections.deque[bytes] = collections.deque()
+        self._queued = 0  # bytes in `_queue`
         self._limit = limit
         self._metrics = metrics
         self._wake = asyncio.Event()
@@ -101,12 +102,14 @@ class Subscriber:
             # broadcast does, without a task switch per frame and subscriber.
             broadcast((self._ws,), frame, text=True)
             return
-        if not catch_up and len(self._queue) >= self._limit:
+        if not catch_up and self._queued + len(frame) > self._limit and self._queue:
             self._queue.clear()
+            self._queued = 0
             self._metrics.send_queue_drops += 1
             self.close(LAGGING, "lagging")
             return
         self._queue.append(frame)
+        self._queued += len(frame)
         self._wake.set()
 
     def _keeps_up(self) -> bool:
@@ -119,7 +122,9 @@ class Subscriber:
     def fail(self, code: str, detail: str, close_code: int = 1008) -> None:
         """Send `error` and close: bad input, or the hub cannot serve this socket now."""
         if self._closing is None:
-            self._queue.append(encode_message(Error(code, detail)))
+            frame = encode_message(Error(code, detail))
+            self._queue.append(frame)
+            self._queued += len(frame)
             self.close(close_code, code)
 
     def close(self, code: int, reason: str) -> None:
@@ -146,7 +151,9 @@ class Subscriber:
             while True:
                 while queue:
                     self._sending = True
-                    await ws.send(queue.popleft(), text=True)
+                    frame = queue.popleft()
+                    self._queued -= len(frame)
+                    await ws.send(frame, text=True)
                     self._sending = False
                 if self._closing is not None:
                     break

@@ -307,7 +307,7 @@ async def test_records_that_do_not_fit_or_break_pairing_are_rejected(hub: Hub) -
 async def test_slow_subscriber_is_resynced_and_others_unaffected() -> None:
     """A subscriber that stops reading is sent to resync; it then catches up, and the other
     subscriber's delivery went on meanwhile."""
-    config = hub_config(send_queue=8)
+    config = hub_config(send_queue=64 * 1024)
     async with Hub(MemoryStore(), port=0, config=config) as hub:
         async with (
             connect(hub.url, "slow", client="writer") as writer,
