@@ -9,13 +9,14 @@ Both bind 127.0.0.1 port 0, print one JSON line `{"port": ..., "pid": ...}` on s
 they serve, then answer JSON commands read one per line on stdin with one JSON line each:
 
 - `{"cmd": "stats"}`: CPU seconds used so far (user + system, all threads, `getrusage`), RSS
-  (`VmRSS`), and for the hub the store's `commits`/`appends` counters and the hub's metrics.
-- `{"cmd": "seed", "id": ..., "messages": n, "chars": c, "tail_halt": bool}` (hub): write a
-  log of `n` one-entry push records (alternating user/assistant messages of `c` characters,
-  `at` stamped) straight into the store, in appends of 1,000 records, optionally followed by
-  one `halt` record (null halt: changes nothing, but makes the log longer than the state).
+  (`VmRSS`), the garbage collector's runs (count and seconds per generation, and the longest
+  since the last `stats`), and for the hub the store's `commits`/`appends` counters and the
+  hub's metrics.
+- `{"cmd": "seed", "id": ..., "messages": n, "chars": c, "per_record": k}` (hub): write a
+  log of `n` messages (alternating user/assistant, `c` characters each) as push records of
+  `k` entries (default 1; `at` stamped) straight into the store, in appends of 1,000 records.
 - `{"cmd": "load", "ids": [...]}` (hub): load each conversation into the hub (as a read does:
-  it stays loaded until `idle_unload`, an hour here); the answer holds the seconds each took.
+  it stays loaded until `idle_unload`); the answer holds the seconds each took.
 - `{"cmd": "profile_start"}` / `{"cmd": "profile_stop", "top": k}`: cProfile of the event
   loop's thread; the answer holds the top `k` functions by own time and by cumulative time.
 - `{"cmd": "quit"}` (or stdin closed): stop serving and exit.
@@ -30,6 +31,8 @@ import argparse
 import asyncio
 import contextlib
 import cProfile
+import dataclasses
+import gc
 import io
 import json
 import os
@@ -41,12 +44,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.append(str(Path(__file__).resolve().parent.parent))
 
 import msgspec
 from websockets.asyncio.server import ServerConnection, broadcast, serve
 from websockets.exceptions import ConnectionClosed
 
+import bench._engine  # noqa: F401  (first: the engine code of the run)
 from server.config import HubConfig
 from server.hub import Hub
 from server.store import LogStore, MemoryStore, SqliteStore
@@ -54,7 +58,6 @@ from sync import (
     Assistant,
     ChangeRecord,
     Conversation,
-    HaltChange,
     Lineage,
     Message,
     Stop,
@@ -92,11 +95,17 @@ def message(i: int, length: int, *, alternate: bool = True) -> User | Assistant:
     return Assistant([Text(text(i, length))], stop=Stop("stop"))
 
 
-def records_for(messages: int, chars: int, at: int = 1_700_000_000_000) -> list[bytes]:
-    """`messages` one-entry push records as the hub logs them (ids minted, `at` stamped)."""
+def records_for(
+    messages: int, chars: int, per_record: int = 1, at: int = 1_700_000_000_000
+) -> list[bytes]:
+    """Push records of `per_record` entries each holding `messages` messages, as the hub
+    logs them (ids minted, `at` stamped)."""
     source = Conversation()
-    for i in range(messages):
-        source.push(message(i, chars))
+    for i in range(0, messages, per_record):
+        if per_record == 1:
+            source.push(message(i, chars))
+        else:
+            source.extend([message(k, chars) for k in range(i, min(messages, i + per_record))])
     return [encode(msgspec.structs.replace(r, at=at)) for r in source.take_unsaved()]
 
 
@@ -120,6 +129,39 @@ def rss_kb(pid: int | str = "self") -> int:
 def cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
+
+
+class GcPauses:
+    """Counts the cyclic garbage collector's runs in this process and how long they took
+    (`gc.callbacks`), by generation: a full (generation 2) collection over a large heap
+    stops the event loop."""
+
+    def __init__(self) -> None:
+        self.count = [0, 0, 0]
+        self.seconds = [0.0, 0.0, 0.0]
+        self.longest = [0.0, 0.0, 0.0]
+        self._began = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+            return
+        generation = info["generation"]
+        took = time.perf_counter() - self._began
+        self.count[generation] += 1
+        self.seconds[generation] += took
+        self.longest[generation] = max(self.longest[generation], took)
+
+    def snapshot(self) -> dict[str, list[float]]:
+        return {"count": list(self.count), "seconds": list(self.seconds)}
+
+    def reset_longest(self) -> list[float]:
+        longest, self.longest = self.longest, [0.0, 0.0, 0.0]
+        return longest
+
+
+GC_PAUSES = GcPauses()
 
 
 # ---------------------------------------------------------------------------- control
@@ -186,7 +228,13 @@ class Control:
         return {"error": f"unknown command {command['cmd']!r}"}
 
     def stats(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"cpu": cpu_seconds(), "rss_kb": rss_kb()}
+        out: dict[str, Any] = {
+            "cpu": cpu_seconds(),
+            "rss_kb": rss_kb(),
+            "gc": GC_PAUSES.snapshot(),
+            "gc_longest": GC_PAUSES.reset_longest(),
+            "engine": str(sys.modules[Hub.__module__].__file__),
+        }
         if self.hub is not None:
             store: Any = self.hub.store
             metrics = self.hub.metrics
@@ -206,9 +254,7 @@ class Control:
 async def seed(store: LogStore, command: dict[str, Any]) -> dict[str, Any]:
     """Write a log straight into the store (see the module docstring)."""
     conversation_id = command["id"]
-    records = records_for(command["messages"], command["chars"])
-    if command.get("tail_halt"):
-        records.append(encode(ChangeRecord(HaltChange(None), None, 1_700_000_000_000)))
+    records = records_for(command["messages"], command["chars"], command.get("per_record", 1))
     lineage = Lineage.fresh()
     revision = 0
     for start in range(0, len(records), 1000):
@@ -230,7 +276,9 @@ async def run_hub(args: argparse.Namespace) -> None:
         store = SqliteStore(args.path, synchronous=args.synchronous)
     else:
         store = MemoryStore()
-    config = HubConfig(compression=args.compression, idle_unload=args.idle_unload)
+    config = HubConfig(compression=args.compression)
+    if args.idle_unload is not None:
+        config = dataclasses.replace(config, idle_unload=args.idle_unload)
     async with Hub(store, host="127.0.0.1", port=0, config=config) as hub:
         control = Control(hub)
         print(json.dumps({"port": hub.port, "pid": os.getpid()}), flush=True)
@@ -282,7 +330,7 @@ def main() -> None:
     hub.add_argument("--path", default="")
     hub.add_argument("--synchronous", default="FULL")
     hub.add_argument("--compression", choices=["deflate"], default=None)
-    hub.add_argument("--idle-unload", type=float, default=3600.0)
+    hub.add_argument("--idle-unload", type=float, default=None)
     baseline = sub.add_parser("baseline")
     baseline.add_argument("--mode", choices=["broadcast", "send"], default="broadcast")
     baseline.add_argument("--compression", choices=["deflate"], default=None)

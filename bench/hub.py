@@ -49,14 +49,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.append(str(Path(__file__).resolve().parent.parent))
 
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 
-from bench._hubproc import message, raise_fd_limit, records_for
+from bench._engine import CODE, CODE_VERSION, ROOT
+from bench._hubproc import GC_PAUSES, message, raise_fd_limit, records_for
 from bench._report import (
     command_line,
+    gc_paused,
     machine,
     median,
     now,
@@ -64,21 +66,27 @@ from bench._report import (
     write_section,
 )
 from client.replica import Replica
-from client.session import Applied
+from client.session import Applied, ReplicaSession
 from server.config import HubConfig
 from server.hub import Hub
-from server.store import SqliteStore
+from server.metrics import Metrics
+from server.room import Room
+from server.store import MemoryStore, SqliteStore
 from sync import Lineage, Message, decode_record, encode
 from sync.protocol import (
     SUBPROTOCOL,
+    Ack,
+    Entries,
     Hello,
+    PushBatch,
     Records,
     State,
+    Welcome,
+    decode_client_message,
     decode_hub_message,
     encode_message,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
 HUBPROC = Path(__file__).resolve().parent / "_hubproc.py"
 
 # Every wait in this script is bounded by this many seconds (scaled for a slow machine).
@@ -228,7 +236,12 @@ class ServerProcess:
         except BaseException:
             await _end(proc)
             raise
-        return cls(proc, int(hello["port"]), int(hello["pid"]))
+        server = cls(proc, int(hello["port"]), int(hello["pid"]))
+        engine = (await server.ask("stats"))["engine"]
+        if not engine.startswith(str(CODE)):
+            await server.stop()
+            raise RuntimeError(f"the server process runs {engine}, not the run's copy {CODE}")
+        return server
 
     async def ask(self, cmd: str, **fields: Any) -> dict[str, Any]:
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -280,6 +293,44 @@ async def servers() -> Any:
     finally:
         for server in started:
             await server.stop()
+
+
+def cpu_pressure_us() -> int | None:
+    """Microseconds some task has waited for a core since boot (`/proc/pressure/cpu`)."""
+    try:
+        with open("/proc/pressure/cpu", encoding="ascii") as pressure:
+            for line in pressure:
+                if line.startswith("some"):
+                    return int(line.rsplit("total=", 1)[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def load_average() -> float:
+    return os.getloadavg()[0]
+
+
+class MachineLoad:
+    """How busy the shared machine was over a stretch of time (other jobs included)."""
+
+    def __init__(self) -> None:
+        self.load_start = load_average()
+        self.pressure_start = cpu_pressure_us()
+        self.began = time.perf_counter()
+
+    def describe(self) -> str:
+        text_ = (
+            f"load average (1 min) {self.load_start:.1f} at the start, "
+            f"{load_average():.1f} at the end"
+        )
+        pressure = cpu_pressure_us()
+        if pressure is not None and self.pressure_start is not None:
+            share = (pressure - self.pressure_start) / ((time.perf_counter() - self.began) * 1e6)
+            text_ += (
+                f"; some task was waiting for a core {share:.0%} of the time (`/proc/pressure/cpu`)"
+            )
+        return text_
 
 
 def client_cpu() -> float:
@@ -446,6 +497,109 @@ async def run_convsync(
     )
 
 
+# ---------------------------------------------------------------------------- pipeline costs
+
+
+class _Sink:
+    """Stands in for a hub `Subscriber` (same duck type): keeps the frames sent to it."""
+
+    def __init__(self, client: str) -> None:
+        self.client = client
+        self.frames: list[bytes] = []
+        self.closing = False
+
+    def send(self, frame: bytes, *, catch_up: bool = False) -> None:
+        self.frames.append(frame)
+
+    def fail(self, code: str, detail: str, close_code: int = 1008) -> None:
+        raise RuntimeError(f"the room failed the push: {code}: {detail}")
+
+    def close(self, code: int, reason: str) -> None:
+        self.closing = True
+
+
+async def pipeline_costs(messages: list[Message], repeats: int) -> list[tuple[str, float]]:
+    """CPU microseconds per record of each stage a record goes through in the fan-out, run
+    in this process without sockets (`time.process_time`, garbage collector paused, median
+    of `repeats`): the same objects the hub and the replicas use, minus websockets and I/O."""
+    n = len(messages)
+    stages: dict[str, list[float]] = {}
+
+    def note(stage: str, seconds: float) -> None:
+        stages.setdefault(stage, []).append(seconds / n * 1e6)
+
+    clock = time.process_time
+    for _ in range(repeats):
+        with gc_paused():
+            room = Room("pipeline", MemoryStore(), HubConfig(), Metrics())
+            await room.load()
+            writer = ReplicaSession("writer")
+            began = clock()
+            for item in messages:
+                writer.local.push(item)
+            note("writer: `Conversation.push` (the application's edit)", clock() - began)
+            writer.receive(Welcome(room.lineage, 0, 0))
+            frames: list[bytes] = []
+            pushing = acking = 0.0
+            revision = 0
+            while True:
+                left = len(writer.local.unsaved())
+                began = clock()
+                frame, _ = writer.next_push()
+                pushing += clock() - began
+                if frame is None:
+                    break
+                frames.append(frame)
+                count = left - len(writer.local.unsaved())
+                began = clock()
+                writer.receive(Ack(writer.seq, revision, revision + count))
+                acking += clock() - began
+                revision += count
+            note(
+                f"writer replica: `next_push` for a {n:,}-record backlog "
+                f"({len(frames)} pushes, one in flight)",
+                pushing,
+            )
+            note("writer replica: fold its batch into `confirmed` on `ack`", acking)
+            began = clock()
+            batches = [decode_client_message(frame) for frame in frames]
+            note("hub: decode the push frames", clock() - began)
+            pusher, reader = _Sink("writer"), _Sink("reader")
+            room.subscribers.add(reader)  # type: ignore[arg-type]
+            began = clock()
+            for batch in batches:
+                assert isinstance(batch, PushBatch)
+                await room.push(pusher, batch)  # type: ignore[arg-type]
+            note(
+                "hub: `Room.push` (check, fold, strict pairing, stamp `at`, encode, "
+                "append to `MemoryStore`, ack, `records` frame)",
+                clock() - began,
+            )
+            assert room.revision == n, room.revision
+            began = clock()
+            decoded = [decode_hub_message(frame) for frame in reader.frames]
+            note("reader replica: decode the `records` frames", clock() - began)
+            session = ReplicaSession("reader")
+            session.receive(Welcome(room.lineage, 0, 0))
+            began = clock()
+            for message_ in decoded:
+                session.receive(message_)
+            note("reader replica: fold into `confirmed` and `local`", clock() - began)
+            assert session.confirmed.revision == n
+            records = _records_of(messages)
+            payloads = [encode(r) for r in records]
+            began = clock()
+            for payload in payloads:
+                decode_record(payload)
+            note("baseline reader: decode each relayed frame as a `ChangeRecord`", clock() - began)
+            began = clock()
+            for record in records:
+                encode(record)
+            note("(reference) `sync.encode` of each record once", clock() - began)
+            del room, writer, session, decoded, batches
+    return [(stage, median(values)) for stage, values in stages.items()]
+
+
 # ---------------------------------------------------------------------------- profiles
 
 
@@ -536,6 +690,18 @@ async def topic_fanout(settings: Settings, args: argparse.Namespace) -> Topic:
                 )
             )
     tmp.cleanup()
+    costs = await pipeline_costs(all_messages, settings.repeats)
+    for stage, micros in costs:
+        log(f"pipeline: {stage}: {micros:.2f} µs/record")
+    results.notes.append(
+        "Where the CPU goes, per record, measured in this process without sockets "
+        f"(`bench/hub.py` `pipeline_costs`: the {settings.fanout_records:,} records of a run "
+        "through the same objects the hub and the replicas use, `time.process_time`, garbage "
+        f"collector paused, median of {settings.repeats}); the websocket framing and the "
+        "system calls come on top:\n\n"
+        "| Stage | CPU per record |\n|---|---|\n"
+        + "\n".join(f"| {stage} | {micros:.2f} µs |" for stage, micros in costs)
+    )
     for readers in settings.fanout_sizes:
         base = runs[("baseline", readers)]
         base_rate = median([r.rate for r in base])
@@ -556,13 +722,13 @@ async def topic_fanout(settings: Settings, args: argparse.Namespace) -> Topic:
                     spread=rates(rates_),
                 )
             )
-        for kind in ("convsync", "convsync SQLite"):
+        for kind in ("convsync", "convsync raw readers", "convsync SQLite"):
             ratio = median([r.rate for r in runs[(kind, readers)]]) / base_rate
             bar = kind == "convsync"
             results.add(
                 Row(
                     f"{readers} reader{'s' if readers > 1 else ''}: {kind} / baseline",
-                    f"{ratio:.2f}",
+                    f"{ratio:.3f}",
                     bar=">= 0.7" if bar else "",
                     passed=(ratio >= 0.7) if bar else None,
                 )
@@ -585,8 +751,22 @@ def _records_of(messages: list[Message]) -> list[Any]:
     return source.take_unsaved()
 
 
-async def run_latency(server: ServerProcess, settings: Settings) -> tuple[list[float], float, int]:
-    """One steady run: (latencies in seconds after the warm-up, achieved rate, pushes)."""
+@dataclass
+class LatencyRun:
+    latencies: list[float]  # seconds, every record and subscriber after the warm-up
+    achieved: float  # records/s pushed
+    pushes: int
+    hub_cpu: float  # share of one core over the run
+    client_cpu: float
+    gc_client: tuple[int, float]  # full collections, longest (s)
+    gc_hub: tuple[int, float]
+
+
+async def run_latency(
+    server: ServerProcess, settings: Settings, *, client_gc: bool = True
+) -> LatencyRun:
+    """One steady run of the writer and its subscribers; with `client_gc=False` the cyclic
+    garbage collector of this (the client) process is paused for the run."""
     conversation = f"lat-{uuid.uuid4().hex[:12]}"
     interval = 1.0 / settings.latency_rate
     total = int((settings.latency_warmup + settings.latency_seconds) * settings.latency_rate)
@@ -601,29 +781,45 @@ async def run_latency(server: ServerProcess, settings: Settings) -> tuple[list[f
             )
             for k in range(settings.latency_subscribers)
         ]
-        before = await server.ask("stats")
+        before, cpu0 = await server.ask("stats"), client_cpu()
+        gc0 = GC_PAUSES.snapshot()
+        GC_PAUSES.reset_longest()
         push = writer.conversation.push
         clock = time.perf_counter
-        started = clock()
-        k = 0
-        while k < total:
-            due = min(total, int((clock() - started) / interval) + 1)
-            while k < due:
-                pushed_at[k + 1] = clock()
-                push(messages[k])
-                k += 1
-            delay = started + k * interval - clock()
-            await asyncio.sleep(max(0.0, delay))
-        achieved = total / (clock() - started)
-        await bounded(asyncio.gather(*(s.wait_for(total) for s in subscribers)))
-        after = await server.ask("stats")
+        with contextlib.ExitStack() as gc_off:
+            if not client_gc:
+                gc_off.enter_context(gc_paused())
+            started = clock()
+            k = 0
+            while k < total:
+                due = min(total, int((clock() - started) / interval) + 1)
+                while k < due:
+                    pushed_at[k + 1] = clock()
+                    push(messages[k])
+                    k += 1
+                delay = started + k * interval - clock()
+                await asyncio.sleep(max(0.0, delay))
+            achieved = total / (clock() - started)
+            await bounded(asyncio.gather(*(s.wait_for(total) for s in subscribers)))
+            elapsed = clock() - started
+        cpu1, after = client_cpu(), await server.ask("stats")
+        gc1 = GC_PAUSES.snapshot()
+        client_longest = GC_PAUSES.reset_longest()[2]
     latencies = []
     for sub in subscribers:
         for revision, count, stamp in sub.arrivals:
             for rev in range(revision - count + 1, revision + 1):
                 if rev > warm:
                     latencies.append(stamp - pushed_at[rev])
-    return latencies, achieved, after["pushes_accepted"] - before["pushes_accepted"]
+    return LatencyRun(
+        latencies,
+        achieved,
+        after["pushes_accepted"] - before["pushes_accepted"],
+        (after["cpu"] - before["cpu"]) / elapsed,
+        (cpu1 - cpu0) / elapsed,
+        (int(gc1["count"][2] - gc0["count"][2]), client_longest),
+        (int(after["gc"]["count"][2] - before["gc"]["count"][2]), after["gc_longest"][2]),
+    )
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -646,14 +842,21 @@ async def topic_latency(settings: Settings, args: argparse.Namespace) -> Topic:
         f"writer's `push` call, for every record and subscriber after a "
         f"{settings.latency_warmup:g} s warm-up. {settings.latency_repeats} runs of "
         f"{settings.latency_seconds:g} s; the figures are the medians of the runs' "
-        "percentiles.",
+        "percentiles. The garbage collector runs normally in both processes; its full "
+        "(generation 2) collections are counted with `gc.callbacks`. Informative rows: runs "
+        "interleaved with those, the same but with the client process's garbage collector "
+        "paused (all 11 replicas live in that one process, so its heap holds 22 copies of "
+        "the conversation; a replica in a process of its own holds 2).",
     )
     results = topic.results
     p50s, p99s, p999s, maxes, achieved_rates, batch = [], [], [], [], [], []
+    runs: list[LatencyRun] = []
+    gc_off: dict[int, list[float]] = {50: [], 99: []}
     async with servers() as start:
         hub = await start("hub", "--store", "memory")
         for repeat in range(settings.latency_repeats):
-            latencies, achieved, pushes = await run_latency(hub, settings)
+            run = await run_latency(hub, settings)
+            latencies = run.latencies
             total = int(
                 (settings.latency_warmup + settings.latency_seconds) * settings.latency_rate
             )
@@ -661,12 +864,21 @@ async def topic_latency(settings: Settings, args: argparse.Namespace) -> Topic:
             p99s.append(percentile(latencies, 99) * 1000)
             p999s.append(percentile(latencies, 99.9) * 1000)
             maxes.append(max(latencies) * 1000)
-            achieved_rates.append(achieved)
-            batch.append(total / pushes)
+            achieved_rates.append(run.achieved)
+            batch.append(total / run.pushes)
+            runs.append(run)
             log(
                 f"latency #{repeat}: p50 {p50s[-1]:.2f} ms p99 {p99s[-1]:.2f} ms "
-                f"({len(latencies):,} samples, {achieved:,.0f} records/s, "
-                f"{batch[-1]:.1f} records/push)"
+                f"({len(latencies):,} samples, {run.achieved:,.0f} records/s, "
+                f"{batch[-1]:.1f} records/push, hub cpu {run.hub_cpu:.2f}, client cpu "
+                f"{run.client_cpu:.2f}, full gc client {run.gc_client}, hub {run.gc_hub})"
+            )
+            quiet = await run_latency(hub, settings, client_gc=False)
+            gc_off[50].append(percentile(quiet.latencies, 50) * 1000)
+            gc_off[99].append(percentile(quiet.latencies, 99) * 1000)
+            log(
+                f"latency, client gc paused #{repeat}: p50 {gc_off[50][-1]:.2f} ms "
+                f"p99 {gc_off[99][-1]:.2f} ms, full gc hub {quiet.gc_hub}"
             )
         if args.profile:
             topic.profiles.append(
@@ -706,6 +918,29 @@ async def topic_latency(settings: Settings, args: argparse.Namespace) -> Topic:
             "max latency (informative)", f"{median(maxes):.2f} ms", spread=spread(maxes, ms) + " ms"
         )
     )
+    results.add(
+        Row(
+            "CPU share over a run (1.0 = one core busy): hub process, client process",
+            f"{median([r.hub_cpu for r in runs]):.2f}, {median([r.client_cpu for r in runs]):.2f}",
+        )
+    )
+    results.add(
+        Row(
+            "p50 / p99 latency with the client process's garbage collector paused (informative)",
+            f"{median(gc_off[50]):.2f} ms / {median(gc_off[99]):.2f} ms",
+            spread=spread(gc_off[99], ms) + " ms (p99)",
+        )
+    )
+    for side in ("client", "hub"):
+        pauses = [r.gc_client if side == "client" else r.gc_hub for r in runs]
+        results.add(
+            Row(
+                f"full (generation 2) garbage collections per run in the {side} process, longest",
+                f"{median([c for c, _ in pauses]):.0f}, "
+                f"{median([t for _, t in pauses]) * 1000:.1f} ms",
+                spread=spread([t * 1000 for _, t in pauses], ms) + " ms",
+            )
+        )
     return topic
 
 
@@ -731,23 +966,43 @@ async def run_durable(server: ServerProcess, writers: int, seconds: float) -> di
                 counts[k] += 1
             return time.perf_counter()
 
-        before = await server.ask("stats")
+        before, cpu0 = await server.ask("stats"), client_cpu()
         started = time.perf_counter()
         deadline = started + seconds
         ends = await bounded(
             asyncio.gather(*(write(k, r, deadline) for k, r in enumerate(replicas)))
         )
         elapsed = max(ends) - started
-        after = await server.ask("stats")
+        cpu1, after = client_cpu(), await server.ask("stats")
     commits = after["commits"] - before["commits"]
     appends = after["appends"] - before["appends"]
+    records = sum(counts)
     return {
-        "rate": sum(counts) / elapsed,
-        "records": sum(counts),
+        "rate": records / elapsed,
+        "records": records,
         "commits": commits,
         "appends": appends,
         "per_commit": appends / commits if commits else 0.0,
+        "hub_cpu": (after["cpu"] - before["cpu"]) / records,
+        "client_cpu": (cpu1 - cpu0) / records,
     }
+
+
+def fsync_ms(directory: str, count: int = 50) -> float:
+    """Median milliseconds of a 4 KiB write + `os.fsync` in `directory` (the disk's floor)."""
+    path = os.path.join(directory, "fsync-probe")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        times = []
+        for _ in range(count):
+            began = time.perf_counter()
+            os.write(fd, b"x" * 4096)
+            os.fsync(fd)
+            times.append(time.perf_counter() - began)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return median(times) * 1000
 
 
 async def topic_durable(settings: Settings, args: argparse.Namespace) -> Topic:
@@ -764,23 +1019,38 @@ async def topic_durable(settings: Settings, args: argparse.Namespace) -> Topic:
         f"{settings.durable_seconds:g} s. Records/s = acked records of all writers / elapsed. "
         "Appends per commit: the deltas of the store's `appends` and `commits` counters over "
         "the run, read in the hub process (commits also count the snapshot written every "
-        "1,000 records of a conversation).",
+        "1,000 records of a conversation). CPU per push: CPU seconds (user + system) of the "
+        "hub process and of this process over the run / acked records.\n\n"
+        "Informative rows: the same runs against a hub on `MemoryStore` (no disk: the ceiling "
+        "the per-push CPU of hub and replicas sets on this machine), and the median time of "
+        "a 4 KiB write + `fsync` in the same directory (the disk's floor for one commit).",
     )
     results = topic.results
     tmp = tempfile.TemporaryDirectory(prefix="convsync-bench-")
-    samples: dict[int, list[dict[str, float]]] = {one: [], many: []}
+    fsync = fsync_ms(tmp.name)
+    kinds = ("sqlite", "memory")
+    samples: dict[tuple[str, int], list[dict[str, float]]] = {}
     async with servers() as start:
-        hub = await start("hub", "--store", "sqlite", "--path", f"{tmp.name}/durable.db")
-        await run_durable(hub, one, min(1.0, settings.durable_seconds))  # warm-up
+        hubs = {
+            "sqlite": await start("hub", "--store", "sqlite", "--path", f"{tmp.name}/durable.db"),
+            "memory": await start("hub", "--store", "memory"),
+        }
+        for hub in hubs.values():
+            await run_durable(hub, one, min(1.0, settings.durable_seconds))  # warm-up
         for repeat in range(settings.repeats):
-            for writers in (one, many):
-                outcome = await run_durable(hub, writers, settings.durable_seconds)
-                samples[writers].append(outcome)
-                log(
-                    f"durable {writers:>2} writers #{repeat}: {outcome['rate']:,.0f} records/s,"
-                    f" {outcome['per_commit']:.2f} appends/commit"
-                )
+            for kind in kinds:
+                for writers in (one, many):
+                    outcome = await run_durable(hubs[kind], writers, settings.durable_seconds)
+                    samples.setdefault((kind, writers), []).append(outcome)
+                    log(
+                        f"durable {kind:<6} {writers:>2} writers #{repeat}: "
+                        f"{outcome['rate']:,.0f} records/s, "
+                        f"{outcome['per_commit']:.2f} appends/commit, hub "
+                        f"{outcome['hub_cpu'] * 1e6:.0f} µs/push, client "
+                        f"{outcome['client_cpu'] * 1e6:.0f} µs/push"
+                    )
         if args.profile:
+            hub = hubs["sqlite"]
             topic.profiles.append(
                 (
                     f"hub process, {many} durable writers",
@@ -788,25 +1058,33 @@ async def topic_durable(settings: Settings, args: argparse.Namespace) -> Topic:
                 )
             )
     tmp.cleanup()
-    for writers in (one, many):
-        rates_ = [s["rate"] for s in samples[writers]]
-        per_commit = [s["per_commit"] for s in samples[writers]]
+    for kind in kinds:
+        label = "SQLite" if kind == "sqlite" else "MemoryStore (informative)"
+        for writers in (one, many):
+            sample = samples[(kind, writers)]
+            rates_ = [s["rate"] for s in sample]
+            per_commit = median([s["per_commit"] for s in sample])
+            hub_cpu = median([s["hub_cpu"] for s in sample]) * 1e6
+            client = median([s["client_cpu"] for s in sample]) * 1e6
+            what = f"{writers} writer{'s' if writers > 1 else ''}"
+            figure = f"{rate(median(rates_))}"
+            if kind == "sqlite":
+                figure += f"; {per_commit:.2f} appends/commit"
+            figure += f"; CPU per push: hub {hub_cpu:.0f} µs, replicas {client:.0f} µs"
+            results.add(Row(f"{label}, {what}: acked records/s", figure, spread=rates(rates_)))
+        ratio = median([s["rate"] for s in samples[(kind, many)]]) / median(
+            [s["rate"] for s in samples[(kind, one)]]
+        )
+        bar = kind == "sqlite"
         results.add(
             Row(
-                f"{writers} writer{'s' if writers > 1 else ''}: acked records/s",
-                rate(median(rates_)),
-                spread=rates(rates_),
+                f"{label}: {many} writers / 1 writer",
+                f"{ratio:.3f}",
+                bar=">= 5" if bar else "",
+                passed=(ratio >= 5) if bar else None,
             )
         )
-        results.add(
-            Row(
-                f"{writers} writer{'s' if writers > 1 else ''}: appends per commit",
-                f"{median(per_commit):.2f}",
-                spread=spread(per_commit, "{:.2f}"),
-            )
-        )
-    ratio = median([s["rate"] for s in samples[many]]) / median([s["rate"] for s in samples[one]])
-    results.add(Row(f"{many} writers / 1 writer", f"{ratio:.2f}", bar=">= 5", passed=ratio >= 5))
+    results.add(Row("4 KiB write + fsync on this disk (informative)", f"{fsync:.2f} ms"))
     return topic
 
 
@@ -821,8 +1099,9 @@ async def topic_memory(settings: Settings, args: argparse.Namespace) -> Topic:
         "store's records and kept loaded). Retained = tracemalloc's traced total after "
         "`gc.collect()` minus the total before loading. JSON size = the sum of "
         "`len(sync.encode(conversation))` (the state as `GET /v1/conversations/{id}` "
-        "sends it). The same load is also measured in a hub process of its own (RSS before and "
-        "after, informative: RSS includes allocator slack).\n\n"
+        "sends it), default `HubConfig` but for `idle_unload`. Informative: the same with "
+        "`recent_records=0`, and the same load in a hub process of its own (RSS before and "
+        "after: RSS includes allocator slack).\n\n"
         f"**Idle connections**: a hub (`MemoryStore`) in its own process holding "
         f"{settings.idle_conversations} conversations of 10 messages; this process opens "
         f"{settings.idle_connections:,} raw protocol connections spread evenly over them, "
@@ -842,22 +1121,32 @@ async def topic_memory(settings: Settings, args: argparse.Namespace) -> Topic:
             records = records_for(size, MESSAGE_CHARS)
             await store.append(conversation_id, Lineage.fresh(), 0, records)
             del records
-    config = HubConfig(idle_unload=3600, ping_interval=None)
-    async with Hub(SqliteStore(path), host="127.0.0.1", port=0, config=config) as hub:
-        await hub.room_for_read("warm-up")  # first-use allocations of the code paths
+
+    async def traced_load(recent_records: int) -> tuple[int, tracemalloc.Snapshot, int]:
+        """(bytes retained by loading every conversation, the snapshot, their JSON size)."""
+        config = HubConfig(idle_unload=3600, ping_interval=None, recent_records=recent_records)
+        json_size = 0
+        async with Hub(SqliteStore(path), host="127.0.0.1", port=0, config=config) as hub:
+            await hub.room_for_read("warm-up")  # first-use allocations of the code paths
+            gc.collect()
+            tracemalloc.start()
+            before = tracemalloc.get_traced_memory()[0]
+            for conversation_id in ids:
+                await hub.room_for_read(conversation_id)
+            gc.collect()
+            retained = tracemalloc.get_traced_memory()[0] - before
+            snapshot = tracemalloc.take_snapshot()
+            tracemalloc.stop()
+            for conversation_id in ids:
+                room = await hub.room_for_read(conversation_id)
+                assert room is not None and len(room.conversation) == size
+                json_size += len(encode(room.conversation))
         gc.collect()
-        tracemalloc.start()
-        before = tracemalloc.get_traced_memory()[0]
-        for conversation_id in ids:
-            await hub.room_for_read(conversation_id)
-        gc.collect()
-        retained = tracemalloc.get_traced_memory()[0] - before
-        snapshot = tracemalloc.take_snapshot()
-        tracemalloc.stop()
-        for conversation_id in ids:
-            room = await hub.room_for_read(conversation_id)
-            assert room is not None and len(room.conversation) == size
-            json_total += len(encode(room.conversation))
+        return retained, snapshot, json_size
+
+    default_recent = HubConfig().recent_records
+    retained, snapshot, json_total = await traced_load(default_recent)
+    retained_bare, _, _ = await traced_load(0)
     ratio = retained / json_total
     results.add(
         Row(
@@ -871,7 +1160,14 @@ async def topic_memory(settings: Settings, args: argparse.Namespace) -> Topic:
             f"{json_total / 2**20:.1f} MiB = {json_total / n / 1024:.0f} KiB each",
         )
     )
-    results.add(Row("memory / JSON size", f"{ratio:.2f}", bar="<= 3", passed=ratio <= 3))
+    results.add(Row("memory / JSON size", f"{ratio:.3f}", bar="<= 3", passed=ratio <= 3))
+    results.add(
+        Row(
+            "memory / JSON size with `HubConfig(recent_records=0)` (informative: without the "
+            f"tail of up to {default_recent:,} encoded records each room keeps for catch-up)",
+            f"{retained_bare / json_total:.3f}",
+        )
+    )
     top = snapshot.statistics("lineno")[:8]
     topic.results.notes.append(
         "Retained memory by allocating line (tracemalloc, top 8): "
@@ -884,7 +1180,7 @@ async def topic_memory(settings: Settings, args: argparse.Namespace) -> Topic:
 
     async with servers() as start:
         # --- the same load in a hub process of its own: RSS
-        hub_proc = await start("hub", "--store", "sqlite", "--path", path)
+        hub_proc = await start("hub", "--store", "sqlite", "--path", path, "--idle-unload", "3600")
         await hub_proc.ask("load", ids=["warm-up"])
         rss0 = (await hub_proc.ask("stats"))["rss_kb"]
         await hub_proc.ask("load", ids=ids)
@@ -899,7 +1195,7 @@ async def topic_memory(settings: Settings, args: argparse.Namespace) -> Topic:
         await hub_proc.stop()
 
         # --- idle connections
-        hub = await start("hub", "--store", "memory")
+        hub = await start("hub", "--store", "memory", "--idle-unload", "3600")
         conversations = [f"idle-{k}" for k in range(settings.idle_conversations)]
         for conversation_id in conversations:
             await hub.ask("seed", id=conversation_id, messages=10, chars=MESSAGE_CHARS)
@@ -913,8 +1209,8 @@ async def topic_memory(settings: Settings, args: argparse.Namespace) -> Topic:
                 conversation_id = conversations[k % len(conversations)]
                 conn = await open_raw(hub.url, f"/v1/conversations/{conversation_id}", None)
                 conns.append(conn)
-                await raw_hello(conn, f"idle-{k}")
-                await bounded(count_records(conn, 10), 30)
+                await conn.send(encode_message(Hello(f"idle-{k}", Lineage.EMPTY, 0)), text=True)
+                await bounded(receive_catch_up(conn, 10), 30)
             await asyncio.sleep(2)
             stats1 = await hub.ask("stats")
             assert stats1["connections"] == settings.idle_connections, stats1
@@ -944,28 +1240,47 @@ async def topic_memory(settings: Settings, args: argparse.Namespace) -> Topic:
     return topic
 
 
-async def raw_catch_up(url: str, conversation_id: str, messages: int) -> tuple[float, int, int]:
-    """A raw protocol client's catch-up: (seconds, frames, bytes) from connect to complete."""
+@dataclass
+class RawCatchUp:
+    seconds: float
+    frames: int
+    size: int  # bytes received
+    path: str  # what the hub sent: "state" (state + entries frames) or "records"
+
+
+async def receive_catch_up(conn: ClientConnection, messages: int) -> tuple[int, int, str]:
+    """After `hello`: read the welcome and the catch-up until `messages` entries came
+    (records or a state); returns (frames, bytes, what the hub sent)."""
+    frames = size = entries = 0
+    kinds: set[str] = set()
+    state_done = False
+    while not state_done and entries < messages:
+        data = await conn.recv(decode=False)
+        frames += 1
+        size += len(data)
+        message_ = decode_hub_message(data)
+        if isinstance(message_, Records):
+            kinds.add("records")
+            for record in message_.records:
+                entries += len(getattr(record.change, "entries", ()))
+        elif isinstance(message_, State):
+            kinds.add("state")
+            entries += len(message_.state.entries)
+            state_done = not message_.more
+        elif isinstance(message_, Entries):
+            entries += len(message_.entries)
+            state_done = not message_.more
+    return frames, size, " + ".join(sorted(kinds))
+
+
+async def raw_catch_up(url: str, conversation_id: str, messages: int) -> RawCatchUp:
+    """A raw protocol client's catch-up, from connect until it holds `messages` entries."""
     started = time.perf_counter()
     conn = await open_raw(url, f"/v1/conversations/{conversation_id}", None)
     try:
         await conn.send(encode_message(Hello("raw", Lineage.EMPTY, 0)), text=True)
-        frames = size = entries = 0
-        state_done = False
-        while not state_done and entries < messages:
-            data = await conn.recv(decode=False)
-            frames += 1
-            size += len(data)
-            message_ = decode_hub_message(data)
-            if isinstance(message_, Records):
-                entries += len(message_.records)
-            elif isinstance(message_, State):
-                entries += len(message_.state.entries)
-                state_done = not message_.more
-            elif hasattr(message_, "entries"):
-                entries += len(message_.entries)
-                state_done = not message_.more
-        return time.perf_counter() - started, frames, size
+        frames, size, path = await receive_catch_up(conn, messages)
+        return RawCatchUp(time.perf_counter() - started, frames, size, path)
     finally:
         await conn.close()
 
@@ -981,88 +1296,103 @@ async def replica_catch_up(url: str, conversation_id: str, messages: int) -> flo
 
 async def topic_catchup(settings: Settings, args: argparse.Namespace) -> Topic:
     sizes = settings.catchup_sizes
+    shapes = {"1 entry per record": 1, "2 entries per record": 2}
     topic = Topic(
         "Hub: catch-up (`bench/hub.py catchup`)",
-        f"A hub on `SqliteStore` (temporary file) in its own process. For each size, two logs "
-        f"are written straight into its store: N one-entry push records (alternating "
-        f"user/assistant messages of {MESSAGE_CHARS} characters) — a fresh replica gets "
-        "these as `records` frames (**records path**) — and the same N records plus one "
-        "record more (a `halt` change to no halt, which changes nothing), so the log is "
-        "longer than the state and a fresh replica gets `state` + `entries` frames "
-        "(**state path**, SPEC 2.4 rule 1). Both are loaded into the hub first (the cold "
-        "load is shown, informative). Catch-up time = from a fresh real `Replica`'s connect "
-        "to its `async with` returning (welcome, every frame, the state or records folded, "
-        "`local` rebuilt), checked to hold N entries. The raw rows: a raw protocol client "
-        "(hello, decode every frame, no fold) on the same log, with the frames and bytes it "
-        f"got (frame limit 1 MiB). Median of {settings.repeats} runs, sizes interleaved. "
-        "Bar: the time per message at the largest size is at most 1.5x that at the smallest.",
+        "A hub on `SqliteStore` (temporary file) in its own process. For each size N, two "
+        f"logs of N messages (alternating user/assistant, {MESSAGE_CHARS} characters each) "
+        "are written straight into its store: one push record per message (what a replica "
+        "pushing messages one by one leaves), and one push record per two messages (an "
+        "`extend` of a question and its answer). The hub chooses what a fresh replica gets "
+        "(SPEC 2.4 rule 1: the records, or the state when that is cheaper); the path column "
+        "says what it sent, as the raw client saw it (`state`: one `state` frame and "
+        "`entries` frames). Both logs are loaded into the hub first (the cold load is shown, "
+        "informative). Catch-up time = from a fresh real `Replica`'s connect to its "
+        "`async with` returning (welcome, every frame, the state or records folded, `local` "
+        "rebuilt), checked to hold N entries. The raw client: hello, decode every frame, no "
+        f"fold; with the frames and bytes it got (frame limit 1 MiB). Median of "
+        f"{settings.repeats} runs, sizes interleaved. Bar: the time per message at the "
+        "largest size is at most 1.5x that at the smallest (the cost grows linearly).",
     )
     results = topic.results
     tmp = tempfile.TemporaryDirectory(prefix="convsync-bench-")
-    paths = ("state", "records")
     times: dict[tuple[str, int], list[float]] = {}
-    raw: dict[tuple[str, int], list[tuple[float, int, int]]] = {}
+    raw: dict[tuple[str, int], list[RawCatchUp]] = {}
     loads: dict[tuple[str, int], float] = {}
     state_bytes: dict[int, int] = {}
+    log_records: dict[tuple[str, int], int] = {}
+
+    def conversation_of(shape: str, n: int) -> str:
+        return f"cu-{shapes[shape]}-{n}"
+
     async with servers() as start:
-        hub = await start("hub", "--store", "sqlite", "--path", f"{tmp.name}/catchup.db")
+        hub = await start(
+            "hub", "--store", "sqlite", "--path", f"{tmp.name}/catchup.db", "--idle-unload", "3600"
+        )
         for n in sizes:
-            for path in paths:
+            for shape, per_record in shapes.items():
+                conversation_id = conversation_of(shape, n)
                 answer = await hub.ask(
                     "seed",
-                    id=f"cu-{path}-{n}",
+                    id=conversation_id,
                     messages=n,
                     chars=MESSAGE_CHARS,
-                    tail_halt=path == "state",
+                    per_record=per_record,
                 )
                 state_bytes[n] = answer["state_bytes"]
-                load = await hub.ask("load", ids=[f"cu-{path}-{n}"])
-                loads[(path, n)] = load["seconds"][0]
-                log(f"catchup seeded {path} {n:,}: cold load {loads[(path, n)]:.2f} s")
+                log_records[(shape, n)] = answer["revision"]
+                load = await hub.ask("load", ids=[conversation_id])
+                loads[(shape, n)] = load["seconds"][0]
+                log(f"catchup seeded {shape}, {n:,}: cold load {loads[(shape, n)]:.2f} s")
+        for shape in shapes:  # warm-up: first-use costs of the code paths
+            await replica_catch_up(hub.url, conversation_of(shape, min(sizes)), min(sizes))
         for repeat in range(settings.repeats):
             for n in sizes:
-                for path in paths:
-                    conversation_id = f"cu-{path}-{n}"
+                for shape in shapes:
+                    conversation_id = conversation_of(shape, n)
                     seconds = await replica_catch_up(hub.url, conversation_id, n)
-                    times.setdefault((path, n), []).append(seconds)
-                    raw.setdefault((path, n), []).append(
+                    times.setdefault((shape, n), []).append(seconds)
+                    raw.setdefault((shape, n), []).append(
                         await raw_catch_up(hub.url, conversation_id, n)
                     )
                     log(
-                        f"catchup {path:<7} {n:>6,} #{repeat}: replica {seconds:.3f} s, "
-                        f"raw {raw[(path, n)][-1][0]:.3f} s"
+                        f"catchup {shape}, {n:>6,} #{repeat}: replica {seconds:.3f} s, "
+                        f"raw {raw[(shape, n)][-1].seconds:.3f} s ({raw[(shape, n)][-1].path})"
                     )
                     gc.collect()
         if args.profile:
             n = max(sizes)
+            conversation_id = conversation_of("1 entry per record", n)
             topic.profiles.append(
                 (
-                    f"hub process, catch-up of {n:,} messages (state path)",
-                    await profiled(hub, lambda: replica_catch_up(hub.url, f"cu-state-{n}", n)),
+                    f"hub process, catch-up of {n:,} messages",
+                    await profiled(hub, lambda: replica_catch_up(hub.url, conversation_id, n)),
                 )
             )
     tmp.cleanup()
-    for path in paths:
+    for shape in shapes:
         for n in sizes:
-            sample = times[(path, n)]
-            raw_sample = raw[(path, n)]
-            raw_seconds = median([r[0] for r in raw_sample])
-            _, frames, size = raw_sample[0]
+            sample = times[(shape, n)]
+            raw_sample = raw[(shape, n)]
+            raw_seconds = median([r.seconds for r in raw_sample])
+            first = raw_sample[0]
+            paths = sorted({r.path for r in raw_sample})
             results.add(
                 Row(
-                    f"{path} path, {n:,} messages (state {state_bytes[n] / 2**20:.1f} MiB)",
+                    f"{n:,} messages, {shape} ({log_records[(shape, n)]:,} records; state "
+                    f"{state_bytes[n] / 2**20:.1f} MiB): path {' / '.join(paths)}",
                     f"{median(sample):.3f} s = {median(sample) / n * 1e6:.1f} µs/message "
-                    f"(raw client {raw_seconds:.3f} s, {frames} frames, "
-                    f"{size / 2**20:.1f} MiB; cold load {loads[(path, n)]:.2f} s)",
+                    f"(raw client {raw_seconds:.3f} s, {first.frames} frames, "
+                    f"{first.size / 2**20:.1f} MiB; cold load {loads[(shape, n)]:.2f} s)",
                     spread=spread(sample, "{:.3f}") + " s",
                 )
             )
         small, large = min(sizes), max(sizes)
-        ratio = (median(times[(path, large)]) / large) / (median(times[(path, small)]) / small)
+        ratio = (median(times[(shape, large)]) / large) / (median(times[(shape, small)]) / small)
         results.add(
             Row(
-                f"{path} path: time per message at {large:,} / at {small:,}",
-                f"{ratio:.2f}",
+                f"{shape}: time per message at {large:,} / at {small:,}",
+                f"{ratio:.3f}",
                 bar="<= 1.5",
                 passed=ratio <= 1.5,
             )
@@ -1082,7 +1412,11 @@ async def topic_compression(settings: Settings, args: argparse.Namespace) -> Top
         "per delivery = CPU seconds of the hub process during the run (user + system, "
         "`getrusage` in that process) / records delivered. Runs interleaved, median of "
         f"{settings.repeats}. The messages are words of a small vocabulary, so they compress "
-        "well (as chat text does).",
+        "well (as chat text does). Issue 3 sets no bar here, only an expectation (2-4x the "
+        "hub CPU per delivery on loopback); permessage-deflate compresses every frame once "
+        "per connection (each keeps its own compression context), so its cost per delivery "
+        "is about fixed while the uncompressed cost per delivery is whatever the hub's send "
+        "path costs: the ratio grows as that path gets cheaper.",
     )
     results = topic.results
     messages = payload_messages(settings.fanout_records)
@@ -1130,11 +1464,13 @@ async def topic_compression(settings: Settings, args: argparse.Namespace) -> Top
     results.add(
         Row(
             "hub CPU per delivery, deflate / off",
-            f"{ratio:.2f}",
-            bar="<= 4 (expected 2-4)",
-            passed=ratio <= 4,
+            f"{ratio:.3f}"
+            + ("" if 2 <= ratio <= 4 else f" ({'above' if ratio > 4 else 'below'} 2-4)"),
+            bar="none: expected 2-4 (issue 3)",
         )
     )
+    extra = per_delivery["deflate"] - per_delivery["off"]
+    results.add(Row("hub CPU per delivery spent compressing (deflate - off)", f"{extra:.2f} µs"))
     off = median([r.rate for r in samples["off"]])
     on = median([r.rate for r in samples["deflate"]])
     results.add(Row("delivery rate, deflate / off", f"{on / off:.2f}"))
@@ -1153,7 +1489,7 @@ TOPICS: dict[str, Callable[[Settings, argparse.Namespace], Awaitable[Topic]]] = 
 }
 
 
-def section(topic: Topic, started: str, seconds: float) -> str:
+def section(topic: Topic, started: str, seconds: float, load: str) -> str:
     results = topic.results
     if results.failed:
         verdict = "FAILED: " + "; ".join(results.failed)
@@ -1166,6 +1502,8 @@ def section(topic: Topic, started: str, seconds: float) -> str:
             f"Command: `{command_line()}` (from the repository root)  ",
             f"Date: {started}; this topic took {seconds:.0f} s  ",
             f"Machine: {machine()}, shared with other jobs  ",
+            f"Code: {CODE_VERSION}  ",
+            f"Machine load during this topic: {load}  ",
             f"Result: **{verdict}**",
             "",
             topic.intro,
@@ -1186,8 +1524,11 @@ async def amain(args: argparse.Namespace) -> int:
         log(f"... {name}")
         started = now()
         began = time.perf_counter()
+        load = MachineLoad()
         topic = await TOPICS[name](settings, args)
         seconds = time.perf_counter() - began
+        load_text = load.describe()
+        print(f"\nmachine load: {load_text}")
         failed = failed or bool(topic.results.failed)
         print(f"\n## {topic.heading}\n")
         print(topic.results.table())
@@ -1198,7 +1539,7 @@ async def amain(args: argparse.Namespace) -> int:
         if args.quick or args.no_write:
             print("\n(not written to docs/benchmarks.md)")
         else:
-            path = write_section(topic.heading, section(topic, started, seconds))
+            path = write_section(topic.heading, section(topic, started, seconds, load_text))
             print(f"\nwrote the {topic.heading!r} section of {path}")
     return 1 if failed else 0
 

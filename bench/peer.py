@@ -311,7 +311,7 @@ async def convsync_converge(
         conversation = writer.conversation
         user = Message.user
         gc.collect()
-        await _start(probe, "converge")
+        await _start(probe, "converge-paced" if paced else "converge")
         begin = time.perf_counter()
         for item in texts[:n]:
             conversation.push(user(item))
@@ -320,7 +320,7 @@ async def convsync_converge(
         with anyio.fail_after(WAIT):
             await asyncio.gather(*(reader.wait_for(n) for reader in readers))
         elapsed = time.perf_counter() - begin
-        _stop(probe, "converge")
+        _stop(probe, "converge-paced" if paced else "converge")
         for reader in readers:
             assert len(reader.conversation) == n, (len(reader.conversation), n)
         with anyio.fail_after(WAIT):
@@ -416,7 +416,7 @@ async def pycrdt_converge(
             await client.enter(stack, url, path)
         doc, messages = writer.doc, writer.messages
         gc.collect()
-        await _start(probe, "converge")
+        await _start(probe, "converge-paced" if paced else "converge")
         begin = time.perf_counter()
         for item in texts[:n]:
             with doc.transaction():
@@ -427,7 +427,7 @@ async def pycrdt_converge(
             for reader in readers:
                 await reader.done.wait()
         elapsed = time.perf_counter() - begin
-        _stop(probe, "converge")
+        _stop(probe, "converge-paced" if paced else "converge")
         for reader in readers:
             assert len(reader.messages) == n, (len(reader.messages), n)
     return elapsed, n
@@ -563,11 +563,12 @@ def profile(
                 ("server process", pstats.Stats(server_out, stream=out)),
                 ("client process", pstats.Stats(probe.profiler, stream=out)),
             ):
-                stats.strip_dirs()
                 for order in ("tottime", "cumulative"):
                     out.write(f"\n=== {title}, top {top} by {order} ===\n")
                     stats.sort_stats(order).print_stats(top)
-    return out.getvalue()
+    # Paths relative to the repository (convsync) or to site-packages (the libraries).
+    site = str(Path(anyio.__file__).resolve().parent.parent) + os.sep
+    return out.getvalue().replace(site, "").replace(str(ROOT) + os.sep, "")
 
 
 # ---------------------------------------------------------------------------- report
@@ -687,6 +688,7 @@ def section(
     started: str,
     seconds: float,
     pushes: dict[str, list[int]],
+    load: tuple[float, float],
 ) -> str:
     verdict = "all bars PASS" if not failed else f"FAILED: {', '.join(failed)}"
     n, readers = settings.messages, settings.readers
@@ -702,7 +704,8 @@ def section(
             "`.venv/bin/pip install -e '.[bench]'`)  ",
             f"Date: {started}; the run took {seconds:.0f} s  ",
             f"Versions: {versions()}  ",
-            f"Machine: {machine()}, shared with other jobs  ",
+            f"Machine: {machine()}, shared with other jobs (1-minute load average "
+            f"{load[0]:.1f} at the start, {load[1]:.1f} at the end)  ",
             f"Result: **{verdict}** (bars of issue 3: convsync converges >= {BAR:g}x faster "
             f"and a fresh replica catches up >= {BAR:g}x faster than pycrdt-websocket)",
             "",
@@ -755,6 +758,16 @@ def section(
             "garbage collector stays on during the trials, in both processes.",
             "",
             table_text(table),
+            *(
+                [
+                    "",
+                    "A bar failed: the run then printed a cProfile of convsync's timed window of "
+                    "each failing workload, hub and client side (reproduce with "
+                    f"`.venv/bin/python bench/peer.py --profile-only {','.join(failed)}`).",
+                ]
+                if failed
+                else []
+            ),
         ]
     )
 
@@ -807,16 +820,18 @@ def main(argv: list[str] | None = None) -> int:
         print(profile(settings, args.profile_only.split(","), args.profile_system))
         return 0
     started = now()
+    load_before = os.getloadavg()[0]
     begin = time.perf_counter()
     samples = anyio.run(run, settings, not args.no_sqlite)
     seconds = time.perf_counter() - begin
+    load = (load_before, os.getloadavg()[0])
     table, failed = rows(samples, settings)
     print(table_text(table))
     if args.quick or args.no_write:
         print("\n(not written to docs/benchmarks.md)")
     else:
         path = write_section(
-            SECTION, section(table, failed, settings, started, seconds, samples.pushes)
+            SECTION, section(table, failed, settings, started, seconds, samples.pushes, load)
         )
         print(f"\nwrote the {SECTION!r} section of {path}")
     phases = [key for key, _, barred in workloads(settings) if barred] if args.profile else failed
