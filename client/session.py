@@ -183,34 +183,36 @@ class ReplicaSession:
         """
         if not self.ready or self._inflight is not None or not self.local.unsaved():
             return None, []
-        records = self.local.take_unsaved()
-        encoded = [encode(record) for record in records]
+        records = self.local.unsaved()
         overhead = 128
-        refused = [k for k, data in enumerate(encoded) if len(data) + overhead > self.max_frame]
-        if refused:
-            bad = set(refused)
-            conflicts = [
-                Conflict(records[k], "too_large", f"{len(encoded[k])} bytes over the frame limit")
-                for k in refused
-            ]
-            keep = [record for k, record in enumerate(records) if k not in bad]
-            conflicts += rebase(self.local, self.confirmed, keep, self.confirmed)
-            frame, more = self.next_push()
-            return frame, conflicts + more
+        encoded: list[bytes] = []
         size = overhead
-        count = 0
-        for data in encoded:
-            if count == self.max_batch or size + len(data) + 1 > self.max_frame:
+        for at, record in enumerate(records):  # encode only what this batch can carry
+            if len(encoded) == self.max_batch:
                 break
+            data = encode(record)
+            if len(data) + overhead > self.max_frame:
+                return self._refuse(at, len(data))
+            if size + len(data) + 1 > self.max_frame:
+                break
+            encoded.append(data)
             size += len(data) + 1
-            count += 1
-        self.local.return_unsaved(records[count:])
+        count = len(encoded)
+        taken = self.local.take_unsaved()
+        self.local.return_unsaved(taken[count:])
         self.seq += 1
-        self._inflight = _Batch(self.seq, records[:count])
-        frame = push_frame(
-            self.seq, self.confirmed.lineage, self.confirmed.revision, encoded[:count]
-        )
+        self._inflight = _Batch(self.seq, taken[:count])
+        frame = push_frame(self.seq, self.confirmed.lineage, self.confirmed.revision, encoded)
         return frame, []
+
+    def _refuse(self, at: int, size: int) -> tuple[bytes | None, list[Conflict]]:
+        """Take pending record `at` (too large to send) out of `local`; push the rest."""
+        records = self.local.take_unsaved()
+        conflicts = [Conflict(records[at], "too_large", f"{size} bytes over the frame limit")]
+        keep = records[:at] + records[at + 1 :]
+        conflicts += rebase(self.local, self.confirmed, keep, self.confirmed)
+        frame, more = self.next_push()
+        return frame, conflicts + more
 
     # ------------------------------------------------------------------ receiving
 

@@ -233,7 +233,9 @@ class Room:
             state_items = len(self.conversation) + len(self.conversation.asides())
             if not (fresh and missing >= state_items):
                 records = await self._records_since(revision)
-                if records is not None:
+                budget = self._config.max_frame - _FRAME_OVERHEAD
+                # A record too large for a frame (a rewrite's reset) goes as a chunked state.
+                if records is not None and all(len(record) <= budget for record in records):
                     self._send_records(sub, revision, records, None, catch_up=True)
                     return
         self._send_state(sub)

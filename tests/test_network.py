@@ -436,3 +436,29 @@ async def test_a_client_id_reused_by_a_new_replica_keeps_pushing(hub: Hub) -> No
         second.conversation.push(Message.user("two"))
         value = await settle([second], hub, "reuse")
     assert value.messages() == [Message.user("one"), Message.user("two")]
+
+
+async def test_catch_up_after_a_large_rewrite_keeps_frames_under_the_limit() -> None:
+    """A rewrite's single reset record can exceed the frame limit; a replica catching up
+    over it gets a chunked state instead (found by the catch-up benchmark)."""
+    limit = 64 * 1024
+    async with Hub(MemoryStore(), port=0, config=hub_config(max_frame=limit)) as hub:
+        big = Conversation.from_messages([Message.user(f"{k} " + "z" * 300) for k in range(400)])
+        await hub.rewrite("rewritten", big)
+        sizes: list[int] = []
+        async with ws_connect(
+            f"{hub.url}/v1/conversations/rewritten",
+            subprotocols=[SUBPROTOCOL],  # type: ignore[list-item]
+            max_size=None,
+        ) as raw:
+            await raw.send(HELLO, text=True)
+            with anyio.fail_after(bound(10)):
+                while True:
+                    frame = await raw.recv(decode=False)
+                    sizes.append(len(frame))
+                    message = msgspec.json.decode(frame)
+                    if message["type"] in ("state", "entries") and not message["more"]:
+                        break
+        assert len(sizes) > 3 and max(sizes) <= limit
+        async with connect(hub.url, "rewritten", client="fresh", max_frame=limit) as fresh:
+            assert fresh.conversation.messages() == big.messages()
