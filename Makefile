@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint types unit demo bench chaos clean
+.PHONY: test lint types unit demo bench load chaos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,8 +24,16 @@ unit: $(STAMP)
 
 test: lint types unit
 
+# Speed and memory figures, written to docs/benchmarks.md (about 25 minutes).
 bench: $(STAMP)
 	$(PY) bench/model.py
+	$(PY) bench/hub.py all
+	$(PY) -m pip install --quiet -e '.[bench]'
+	$(PY) bench/peer.py
+
+# Thousands of replicas on one hub; figures go to docs/reliability.md.
+load: $(STAMP)
+	$(PY) bench/load.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
