@@ -44,4 +44,4 @@ demo: $(STAMP)
 
 # 500 chaos seeds with hub kills; figures go to docs/reliability.md.
 chaos: $(STAMP)
-	$(PY) tests/chaos/run.py --seeds 1:501 --write
+	$(PY) tests/chaos/run.py --seeds 1:501 --jobs 3 --write

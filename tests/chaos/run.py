@@ -36,13 +36,20 @@ async def main() -> int:
     parser.add_argument("--no-kills", action="store_true", help="no kill -9 of the hub")
     parser.add_argument("--dir", type=Path, default=None, help="where run directories go")
     parser.add_argument("--write", action="store_true", help="write docs/reliability.md")
+    parser.add_argument("--jobs", type=int, default=1, help="seeds run at once")
     args = parser.parse_args()
     base = args.dir or Path(tempfile.mkdtemp(prefix="convsync-chaos-"))
-    totals: Counter[str] = Counter()
+    totals: Counter[str] = Counter()  # updated by every seed as it finishes
     faults: Counter[str] = Counter()
     failed: list[int] = []
     started = time.monotonic()
-    for seed in args.seeds:
+    gate = asyncio.Semaphore(args.jobs)
+
+    async def one(seed: int) -> None:
+        async with gate:
+            await run_seed(seed)
+
+    async def run_seed(seed: int) -> None:
         run_dir = base / f"seed-{seed}"
         run_dir.mkdir(parents=True, exist_ok=True)
         chaos = Chaos(seed, replicas=args.replicas, ops=args.ops, kills=not args.no_kills)
@@ -52,9 +59,9 @@ async def main() -> int:
         except Exception as exc:  # a hang or a crash is a failure of that seed too
             problems = [f"harness: {type(exc).__name__}: {exc}"]
             report = None
+        totals.update(seeds=1)
         if report is not None:
             totals.update(
-                seeds=1,
                 operations=report.operations,
                 acknowledged=report.acknowledged,
                 log_records=report.log_records,
@@ -71,6 +78,8 @@ async def main() -> int:
             shutil.rmtree(run_dir, ignore_errors=True)
             injected = len(report.faults) if report is not None else 0
             print(f"seed {seed} ok ({injected} faults)", flush=True)
+
+    await asyncio.gather(*(one(seed) for seed in args.seeds))
     elapsed = time.monotonic() - started
     summary = {**totals, "failed": len(failed), "seconds": round(elapsed)}
     print(summary, dict(faults))
