@@ -77,8 +77,11 @@ class Subscriber:
 
     def __init__(self, ws: ServerConnection, limit: int, metrics: Metrics) -> None:
         self._ws = ws
-        self._queue: collections.deque[bytes] = collections.deque()
-        self._queued = 0  # bytes in `_queue`
+        # Frames waiting for the writer, each with the bytes it counts against the limit: a
+        # catch-up counts none (it is bounded by the log, and a large one must not look like
+        # lagging), live frames count their size.
+        self._queue: collections.deque[tuple[bytes, int]] = collections.deque()
+        self._queued = 0  # live bytes in `_queue`
         self._limit = limit
         self._metrics = metrics
         self._wake = asyncio.Event()
@@ -102,14 +105,15 @@ class Subscriber:
             # broadcast does, without a task switch per frame and subscriber.
             broadcast((self._ws,), frame, text=True)
             return
-        if not catch_up and self._queued + len(frame) > self._limit and self._queue:
+        counted = 0 if catch_up else len(frame)
+        if counted and self._queued + counted > self._limit and self._queue:
             self._queue.clear()
             self._queued = 0
             self._metrics.send_queue_drops += 1
             self.close(LAGGING, "lagging")
             return
-        self._queue.append(frame)
-        self._queued += len(frame)
+        self._queue.append((frame, counted))
+        self._queued += counted
         self._wake.set()
 
     def _keeps_up(self) -> bool:
@@ -122,9 +126,7 @@ class Subscriber:
     def fail(self, code: str, detail: str, close_code: int = 1008) -> None:
         """Send `error` and close: bad input, or the hub cannot serve this socket now."""
         if self._closing is None:
-            frame = encode_message(Error(code, detail))
-            self._queue.append(frame)
-            self._queued += len(frame)
+            self._queue.append((encode_message(Error(code, detail)), 0))
             self.close(close_code, code)
 
     def close(self, code: int, reason: str) -> None:
@@ -151,8 +153,8 @@ class Subscriber:
             while True:
                 while queue:
                     self._sending = True
-                    frame = queue.popleft()
-                    self._queued -= len(frame)
+                    frame, counted = queue.popleft()
+                    self._queued -= counted
                     await ws.send(frame, text=True)
                     self._sending = False
                 if self._closing is not None:
