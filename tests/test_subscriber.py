@@ -1,0 +1,73 @@
+"""The hub's per-subscriber sending: direct writes, the bounded queue, lagging."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from websockets.protocol import State
+
+from server.metrics import Metrics
+from server.room import LAGGING, Subscriber
+
+
+class FakeSocket:
+    """Stands in for a server connection whose peer reads only when told to."""
+
+    def __init__(self, buffered: int) -> None:
+        self.protocol = type("P", (), {"state": State.OPEN})()
+        self.transport = self
+        self.buffered = buffered
+        self.sent: list[bytes] = []
+        self.closed: tuple[int, str] | None = None
+        self.reading = asyncio.Event()
+
+    def get_write_buffer_size(self) -> int:
+        return self.buffered
+
+    def abort(self) -> None:
+        self.closed = self.closed or (1006, "")
+
+    async def send(self, frame: bytes, text: bool = True) -> None:
+        await self.reading.wait()
+        self.sent.append(frame)
+
+    async def close(self, code: int, reason: str) -> None:
+        self.closed = (code, reason)
+
+    def write(self, data: Any) -> None:  # websockets' broadcast writes here
+        raise AssertionError("a stuck socket must not be written to directly")
+
+
+async def test_a_queued_catch_up_does_not_count_as_lagging() -> None:
+    """A catch-up larger than the queue limit waits in the queue; live frames behind it are
+    not taken for lagging (found in review: they were, and the replica looped resyncing)."""
+    ws = FakeSocket(buffered=10 << 20)  # the peer is slow: nothing goes straight through
+    metrics = Metrics()
+    sub = Subscriber(ws, 1000, metrics)  # type: ignore[arg-type]
+    writer = asyncio.create_task(sub.run())
+    for _ in range(5):
+        sub.send(b"c" * 800, catch_up=True)
+    sub.send(b"live" * 10)
+    assert not sub.closing and metrics.send_queue_drops == 0
+    ws.reading.set()
+    await asyncio.sleep(0.01)
+    assert ws.sent[-1] == b"live" * 10 and len(ws.sent) == 6
+    sub.close(1000, "")
+    await asyncio.wait_for(writer, 1)
+
+
+async def test_live_frames_over_the_limit_send_the_subscriber_to_resync() -> None:
+    """Live frames past `send_queue` bytes drop the queue and close with `lagging`."""
+    ws = FakeSocket(buffered=10 << 20)
+    metrics = Metrics()
+    sub = Subscriber(ws, 1000, metrics)  # type: ignore[arg-type]
+    writer = asyncio.create_task(sub.run())
+    await asyncio.sleep(0)
+    sub.send(b"a" * 600)
+    sub.send(b"b" * 600)
+    assert sub.closing and metrics.send_queue_drops == 1
+    ws.reading.set()
+    await asyncio.wait_for(writer, 1)
+    await asyncio.sleep(0.01)
+    assert ws.closed is not None and ws.closed[0] == LAGGING
