@@ -865,9 +865,12 @@ class Conversation:
         index = self._index
         held = self._entries
         length = len(held)
-        for entry in entries:
-            index[entry.id] = len(held)  # type: ignore[index]
-            held.append(entry)
+        if len(entries) == 1:
+            index[entries[0].id] = length  # type: ignore[index]
+        else:
+            ids = [entry.id for entry in entries]
+            index.update(zip(ids, range(length, length + len(ids)), strict=True))  # type: ignore[arg-type]
+        held.extend(entries)
         if self._fresh_upto == length:
             self._fresh_upto = len(held)
         halt, self._halt = self._halt, None
