@@ -37,7 +37,6 @@ import io
 import json
 import os
 import pstats
-import random
 import resource
 import sys
 import time
@@ -51,6 +50,7 @@ from websockets.asyncio.server import ServerConnection, broadcast, serve
 from websockets.exceptions import ConnectionClosed
 
 import bench._engine  # noqa: F401  (first: the engine code of the run)
+from bench._report import text
 from server.config import HubConfig
 from server.hub import Hub
 from server.store import LogStore, MemoryStore, SqliteStore
@@ -67,25 +67,6 @@ from sync import (
 )
 
 # ---------------------------------------------------------------------------- workload
-
-_WORDS = (
-    "the agent read the file and found that the parser drops the last token when a line "
-    "ends without a newline so it wrote a test that feeds such a line and then fixed the "
-    "loop bound in the tokenizer before running the whole suite again to be sure nothing "
-    "else depended on the old behaviour of the function that everyone calls read_all"
-).split()
-
-
-def text(i: int, length: int) -> str:
-    """A distinct string of exactly `length` characters (words of a small vocabulary)."""
-    rng = random.Random(i)
-    words = [f"#{i}"]
-    size = len(words[0])
-    while size < length:
-        word = rng.choice(_WORDS)
-        words.append(word)
-        size += len(word) + 1
-    return " ".join(words)[:length]
 
 
 def message(i: int, length: int, *, alternate: bool = True) -> User | Assistant:

@@ -12,10 +12,12 @@ import datetime
 import gc
 import os
 import platform
+import random
 import shlex
 import statistics
 import sys
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = [
@@ -130,3 +132,63 @@ def write_section(heading: str, body: str, path: Path = BENCHMARKS_MD) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return path
+
+
+# ------------------------------------------------------------------- shared by the benchmarks
+
+WORDS = (
+    "the agent read the file and found that the parser drops the last token when a line "
+    "ends without a newline so it wrote a test that feeds such a line and then fixed the "
+    "loop bound in the tokenizer before running the whole suite again to be sure nothing "
+    "else depended on the old behaviour of the function that everyone calls read_all"
+).split()
+
+
+def text(i: int, length: int = 300) -> str:
+    """A distinct string of exactly `length` characters (words of a small vocabulary), its own
+    object: nothing is shared between messages."""
+    rng = random.Random(i)
+    words = [f"#{i}"]
+    size = len(words[0])
+    while size < length:
+        word = rng.choice(WORDS)
+        words.append(word)
+        size += len(word) + 1
+    return " ".join(words)[:length]
+
+
+@dataclass
+class Row:
+    """One line of a results table: a figure, and the bar it is held to (if any)."""
+
+    name: str
+    figure: str
+    spread: str = ""
+    bar: str = ""
+    passed: bool | None = None
+
+    @property
+    def result(self) -> str:
+        return "" if self.passed is None else ("PASS" if self.passed else "FAIL")
+
+
+@dataclass
+class Results:
+    """The rows of one benchmark section, with the measurements whose bar failed."""
+
+    rows: list[Row] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+    def add(self, row: Row, measurement: str = "") -> None:
+        self.rows.append(row)
+        if row.passed is False:
+            self.failed.append(measurement or row.name)
+
+    def table(self) -> str:
+        header = ["Measurement", "Figure (median)", "Spread (min-max)", "Bar", "Result"]
+        lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+        for row in self.rows:
+            cells = [row.name, row.figure, row.spread, row.bar, row.result]
+            lines.append("| " + " | ".join(cells) + " |")
+        return "\n".join(lines)

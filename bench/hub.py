@@ -57,6 +57,8 @@ from websockets.asyncio.client import connect as ws_connect
 from bench._engine import CODE, CODE_VERSION, ROOT
 from bench._hubproc import GC_PAUSES, message, raise_fd_limit, records_for
 from bench._report import (
+    Results,
+    Row,
     command_line,
     gc_paused,
     machine,
@@ -156,39 +158,6 @@ PAYLOAD_CHARS = 120  # message text of the fan-out/latency/durable records: ~300
 MESSAGE_CHARS = 300  # message text of the memory and catch-up conversations
 
 # ---------------------------------------------------------------------------- results
-
-
-@dataclass
-class Row:
-    name: str
-    figure: str
-    spread: str = ""
-    bar: str = ""
-    passed: bool | None = None
-
-    @property
-    def result(self) -> str:
-        return "" if self.passed is None else ("PASS" if self.passed else "FAIL")
-
-
-@dataclass
-class Results:
-    rows: list[Row] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    failed: list[str] = field(default_factory=list)
-
-    def add(self, row: Row) -> None:
-        self.rows.append(row)
-        if row.passed is False:
-            self.failed.append(row.name)
-
-    def table(self) -> str:
-        header = ["Measurement", "Figure (median)", "Spread (min-max)", "Bar", "Result"]
-        lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-        for row in self.rows:
-            cells = [row.name, row.figure, row.spread, row.bar, row.result]
-            lines.append("| " + " | ".join(cells) + " |")
-        return "\n".join(lines)
 
 
 def rate(value: float) -> str:

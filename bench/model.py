@@ -34,19 +34,22 @@ import sys
 import time
 import tracemalloc
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import sync
 from bench._report import (
+    Results,
+    Row,
     command_line,
     gc_paused,
     machine,
     median,
     now,
     spread,
+    text,
     write_section,
 )
 from sync import (
@@ -105,25 +108,6 @@ QUICK = Settings(
 
 # ---------------------------------------------------------------------------- workload
 
-_WORDS = (
-    "the agent read the file and found that the parser drops the last token when a line "
-    "ends without a newline so it wrote a test that feeds such a line and then fixed the "
-    "loop bound in the tokenizer before running the whole suite again to be sure nothing "
-    "else depended on the old behaviour of the function that everyone calls read_all"
-).split()
-
-
-def text(i: int, length: int = 300) -> str:
-    """A distinct string of about `length` characters (its own object: nothing is shared)."""
-    rng = random.Random(i)
-    words = [f"#{i}"]
-    size = len(words[0])
-    while size < length:
-        word = rng.choice(_WORDS)
-        words.append(word)
-        size += len(word) + 1
-    return " ".join(words)[:length]
-
 
 def message(i: int) -> User | Assistant:
     """Message `i` of a chat: even ones the user's, odd ones the model's replies."""
@@ -162,33 +146,6 @@ def elapsed_ns(run: Callable[[], object]) -> int:
 
 
 # ---------------------------------------------------------------------------- results
-
-
-@dataclass
-class Row:
-    """One line of the table: a figure, and the bar it is held to (if any)."""
-
-    name: str
-    figure: str
-    bar: str = ""
-    passed: bool | None = None
-    spread: str = ""
-
-    @property
-    def result(self) -> str:
-        return "" if self.passed is None else ("PASS" if self.passed else "FAIL")
-
-
-@dataclass
-class Results:
-    rows: list[Row] = field(default_factory=list)
-    failed: list[str] = field(default_factory=list)  # the measurements whose bar failed
-    notes: list[str] = field(default_factory=list)
-
-    def add(self, row: Row, measurement: str = "") -> None:
-        self.rows.append(row)
-        if row.passed is False:
-            self.failed.append(measurement)
 
 
 def us(ns: float) -> str:
@@ -495,11 +452,12 @@ def bench_splice(settings: Settings, results: Results) -> None:
         )
     )
     results.notes.append(
-        "Lookups and splices are informative. Their cost per operation grows with the size "
-        "because random probes into (and a re-index over) a larger conversation miss the CPU "
-        "caches more, not because of more steps: the plain-dict baseline grows alike. A "
-        f"splice re-indexes the entries after it (O(entries after it)); at {settings.large:,} "
-        "entries almost all of its time is that loop in `Conversation._fold_splice`."
+        "Lookups and splices are informative. Lookups grow with the size because random "
+        "probes into a larger conversation miss the CPU caches more, not because of more "
+        "steps: the plain-dict baseline grows alike. A splice moves the entries after it "
+        "in the list (one C-level move) and leaves their positions in the id index stale; the "
+        "next lookup that finds a stale position refreshes them in one pass, so the cost of "
+        "re-indexing is paid once per run of splices, not once per splice."
     )
 
 
@@ -543,18 +501,6 @@ def profile(measurement: str, settings: Settings) -> str:
 # ---------------------------------------------------------------------------- report
 
 
-def table(results: Results) -> str:
-    header = ["Measurement", "Figure (median)", "Spread (min-max)", "Bar", "Result"]
-    lines = [
-        "| " + " | ".join(header) + " |",
-        "|" + "|".join("---" for _ in header) + "|",
-    ]
-    for row in results.rows:
-        cells = [row.name, row.figure, row.spread, row.bar, row.result]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
 def section(results: Results, settings: Settings, started: str, seconds: float) -> str:
     verdict = "all bars PASS" if not results.failed else f"FAILED: {', '.join(results.failed)}"
     return "\n".join(
@@ -580,7 +526,7 @@ def section(results: Results, settings: Settings, started: str, seconds: float) 
             "collection over the large conversation's objects is the interpreter's cost, not "
             "the model's.",
             "",
-            table(results),
+            results.table(),
             "",
             "\n\n".join(results.notes),
         ]
@@ -614,7 +560,7 @@ def main(argv: list[str] | None = None) -> int:
         step(settings, results)
     seconds = time.perf_counter() - begin
 
-    print(table(results))
+    print(results.table())
     for note in results.notes:
         print(note)
     for measurement in ["push", "apply", "fold"] if args.profile else results.failed:

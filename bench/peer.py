@@ -77,8 +77,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import anyio
 
-from bench._report import command_line, machine, median, now, spread, write_section
-from bench.model import text
+from bench._report import command_line, machine, median, now, spread, text, write_section
 
 SECTION = "Against pycrdt-websocket (`bench/peer.py`)"
 SCRIPT = Path(__file__).resolve()
