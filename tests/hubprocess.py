@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 import urllib.request
 from pathlib import Path
 
@@ -38,19 +39,29 @@ class HubProcess:
         self.env = env or {}
         self.process: subprocess.Popen[str] | None = None
 
-    def start(self) -> None:
+    def start(self, *, attempts: int = 5) -> None:
+        """Start the hub on its port (any free one the first time). After a kill the port can
+        be briefly taken by another socket of this machine: try again, then give up."""
         root = Path(__file__).resolve().parent.parent
         env = dict(os.environ, PYTHONPATH=str(root), **self.env)
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", HUB_SCRIPT, str(self.path), str(self.port)],
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        assert line.strip().isdigit(), f"the hub did not start: {line!r}"
-        self.port = int(line)
+        for attempt in range(attempts):
+            process = subprocess.Popen(
+                [sys.executable, "-c", HUB_SCRIPT, str(self.path), str(self.port)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL if attempt < attempts - 1 else None,
+                text=True,
+                env=env,
+            )
+            assert process.stdout is not None
+            line = process.stdout.readline()
+            if line.strip().isdigit():
+                self.process = process
+                self.port = int(line)
+                return
+            process.wait(timeout=bound(10))
+            process.stdout.close()
+            time.sleep(0.2)
+        raise AssertionError(f"the hub did not start on port {self.port}")
 
     @property
     def running(self) -> bool:

@@ -79,7 +79,7 @@ async def run(chaos: Chaos, run_dir: Path) -> Report:
         for proxy in proxies:
             proxy.heal()
         if not hub.running:
-            await anyio.to_thread.run_sync(hub.start)
+            await _restart(hub, proxies)
         with anyio.fail_after(bound(120)):
             await _tell(workers, "settle", "flushed")
             state = await anyio.to_thread.run_sync(hub.state, CONVERSATION)
@@ -130,7 +130,7 @@ async def _nemeses(
             case "kill":
                 hub.kill()
                 await asyncio.sleep(rng.random() * 0.2)
-                await anyio.to_thread.run_sync(hub.start)
+                await _restart(hub, proxies)
             case "cut":
                 proxy.cut()
             case "delay":
@@ -143,6 +143,18 @@ async def _nemeses(
                 proxy.duplicate_to_hub = lambda frame: False
             case "drop_ack":
                 proxy.drop_next(b'"type":"ack"')
+
+
+async def _restart(hub: HubProcess, proxies: list[FaultProxy]) -> None:
+    """Bring the hub back on its port; if another socket of this machine took the port
+    meanwhile (seeds run side by side), on a new one, and point the relays there."""
+    try:
+        await anyio.to_thread.run_sync(hub.start)
+    except AssertionError:
+        hub.port = 0
+        await anyio.to_thread.run_sync(hub.start)
+        for proxy in proxies:
+            proxy.upstream = hub.url
 
 
 async def _read_log(path: Path) -> tuple[list[bytes], bytes]:
