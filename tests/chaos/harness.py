@@ -12,6 +12,7 @@ reads every history file, the hub's log (straight from the SQLite file) and its 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import sys
@@ -71,11 +72,13 @@ async def run(chaos: Chaos, run_dir: Path) -> Report:
                 )
             )
         edited = asyncio.gather(*(_expect(worker, "edited") for worker in workers))
-        nemesis = asyncio.create_task(_nemeses(chaos, rng, hub, proxies))
+        calm = asyncio.Event()
+        nemesis = asyncio.create_task(_nemeses(chaos, rng, hub, proxies, calm))
         with anyio.fail_after(bound(120)):
             await edited
-        nemesis.cancel()
-        await asyncio.gather(nemesis, return_exceptions=True)
+        calm.set()  # the fault under way finishes (a restart is never cut in two)
+        with anyio.fail_after(bound(60)):
+            await nemesis
         for proxy in proxies:
             proxy.heal()
         if not hub.running:
@@ -117,12 +120,20 @@ async def _tell(workers: list[asyncio.subprocess.Process], say: str, answer: str
 
 
 async def _nemeses(
-    chaos: Chaos, rng: random.Random, hub: HubProcess, proxies: list[FaultProxy]
+    chaos: Chaos,
+    rng: random.Random,
+    hub: HubProcess,
+    proxies: list[FaultProxy],
+    calm: asyncio.Event,
 ) -> None:
-    """Inject a fault every 50-250 ms until cancelled; each one is recorded in `chaos.faults`."""
+    """Inject a fault every 50-250 ms until `calm` is set; each one is recorded in
+    `chaos.faults`. Returns between faults, never in the middle of one."""
     kinds = ["cut", "delay", "duplicate", "drop_ack"] + (["kill"] * 2 if chaos.kills else [])
-    while True:
-        await asyncio.sleep(0.05 + rng.random() * 0.2)
+    while not calm.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(calm.wait(), 0.05 + rng.random() * 0.2)
+        if calm.is_set():
+            return
         kind = rng.choice(kinds)
         proxy = rng.choice(proxies)
         chaos.faults.append(kind)
