@@ -77,7 +77,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import anyio
 
-from bench._report import command_line, machine, median, now, spread, text, write_section
+from bench._report import (
+    Results,
+    Row,
+    command_line,
+    machine,
+    median,
+    now,
+    spread,
+    text,
+    write_section,
+)
 
 SECTION = "Against pycrdt-websocket (`bench/peer.py`)"
 SCRIPT = Path(__file__).resolve()
@@ -605,19 +615,6 @@ def versions() -> str:
     )
 
 
-@dataclass
-class Row:
-    name: str
-    figure: str
-    spread: str = ""
-    bar: str = ""
-    passed: bool | None = None
-
-    @property
-    def result(self) -> str:
-        return "" if self.passed is None else ("PASS" if self.passed else "FAIL")
-
-
 def workloads(settings: Settings) -> list[tuple[str, str, bool]]:
     """(key, description, barred) of every workload, in table order."""
     return [
@@ -669,15 +666,6 @@ def rows(samples: Samples, settings: Settings) -> tuple[list[Row], list[str]]:
             if gate and ratio < BAR:
                 failed.append(key)
     return table, failed
-
-
-def table_text(table: list[Row]) -> str:
-    header = ["Measurement", "Figure (median)", "Spread (min-max)", "Bar", "Result"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    for row in table:
-        cells = [row.name, row.figure, row.spread, row.bar, row.result]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
 
 
 def section(
@@ -756,7 +744,7 @@ def section(
             "- `gc.collect()` runs in the client process before each timed trial; the "
             "garbage collector stays on during the trials, in both processes.",
             "",
-            table_text(table),
+            Results(rows=table).table(),
             *(
                 [
                     "",
@@ -825,7 +813,7 @@ def main(argv: list[str] | None = None) -> int:
     seconds = time.perf_counter() - begin
     load = (load_before, os.getloadavg()[0])
     table, failed = rows(samples, settings)
-    print(table_text(table))
+    print(Results(rows=table).table())
     if args.quick or args.no_write:
         print("\n(not written to docs/benchmarks.md)")
     else:
