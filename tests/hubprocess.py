@@ -19,13 +19,13 @@ HUB_SCRIPT = textwrap.dedent(
     import asyncio, sys
     from server import Hub, HubConfig, SqliteStore
 
-    async def main(path, port):
+    async def main(path, port, host):
         config = HubConfig.from_env(ping_interval=None)
-        async with Hub(SqliteStore(path), host="127.0.0.1", port=port, config=config) as hub:
+        async with Hub(SqliteStore(path), host=host, port=port, config=config) as hub:
             print(hub.port, flush=True)
             await hub.serve_forever()
 
-    asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+    asyncio.run(main(sys.argv[1], int(sys.argv[2]), sys.argv[3]))
     """
 )
 
@@ -33,8 +33,11 @@ HUB_SCRIPT = textwrap.dedent(
 class HubProcess:
     """A hub in its own process on a SQLite file."""
 
-    def __init__(self, path: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, path: Path, env: dict[str, str] | None = None, host: str = "127.0.0.1"
+    ) -> None:
         self.path = path
+        self.host = host
         self.port = 0
         self.env = env or {}
         self.process: subprocess.Popen[str] | None = None
@@ -46,7 +49,7 @@ class HubProcess:
         env = dict(os.environ, PYTHONPATH=str(root), **self.env)
         for attempt in range(attempts):
             process = subprocess.Popen(
-                [sys.executable, "-c", HUB_SCRIPT, str(self.path), str(self.port)],
+                [sys.executable, "-c", HUB_SCRIPT, str(self.path), str(self.port), self.host],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL if attempt < attempts - 1 else None,
                 text=True,
@@ -83,10 +86,10 @@ class HubProcess:
 
     @property
     def url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}"
+        return f"ws://{self.host}:{self.port}"
 
     def state(self, conversation_id: str) -> dict[str, object]:
-        url = f"http://127.0.0.1:{self.port}/v1/conversations/{conversation_id}"
+        url = f"http://{self.host}:{self.port}/v1/conversations/{conversation_id}"
         with urllib.request.urlopen(url, timeout=bound(5)) as response:
             result: dict[str, object] = msgspec.json.decode(response.read())
             return result

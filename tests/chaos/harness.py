@@ -47,7 +47,11 @@ class Chaos:
 async def run(chaos: Chaos, run_dir: Path) -> Report:
     """Run one seed in `run_dir`; return the checker's report (with the faults injected)."""
     rng = random.Random(chaos.seed)
-    hub = HubProcess(run_dir / "convsync.db", env={"CONVSYNC_STRICT_PAIRING": "off"})
+    # Each seed's hub listens on a loopback address of its own: seeds run side by side, and a
+    # killed hub's port may be taken by another seed's hub before it restarts; on its own
+    # address nothing of another seed can answer in its place.
+    host = f"127.0.{(chaos.seed // 250) % 250 + 1}.{chaos.seed % 250 + 2}"
+    hub = HubProcess(run_dir / "convsync.db", env={"CONVSYNC_STRICT_PAIRING": "off"}, host=host)
     await anyio.to_thread.run_sync(hub.start)
     proxies = [FaultProxy(hub.url) for _ in range(chaos.replicas)]
     workers: list[asyncio.subprocess.Process] = []
