@@ -69,7 +69,7 @@ def rebase(
         ApplyError: `mismatch` when `local` still has unsaved records.
     """
     walk = base.copy() if base is not None and needs_base(pending) else None
-    local.reread(onto.copy())
+    local.reread(onto)  # reread copies what it takes
     conflicts: list[Conflict] = []
     for record in pending:
         anchor: MessageId | None = _NO_ANCHOR
