@@ -480,7 +480,7 @@ class _Sink:
     def send(self, frame: bytes, *, catch_up: bool = False) -> None:
         self.frames.append(frame)
 
-    def fail(self, code: str, detail: str, close_code: int = 1008) -> None:
+    def fail(self, code: str, detail: str) -> None:
         raise RuntimeError(f"the room failed the push: {code}: {detail}")
 
     def close(self, code: int, reason: str) -> None:
@@ -534,7 +534,8 @@ async def pipeline_costs(messages: list[Message], repeats: int) -> list[tuple[st
             batches = [decode_client_message(frame) for frame in frames]
             note("hub: decode the push frames", clock() - began)
             pusher, reader = _Sink("writer"), _Sink("reader")
-            room.subscribers.add(reader)  # type: ignore[arg-type]
+            room.core.subscribers[reader] = "reader"  # type: ignore[index]
+            room.core.subscribers[pusher] = "writer"  # type: ignore[index]
             began = clock()
             for batch in batches:
                 assert isinstance(batch, PushBatch)

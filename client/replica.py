@@ -24,6 +24,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from sync import Conversation
 from sync.errors import ConvsyncError, UsageError
+from sync.frames import MAX_FRAME
 from sync.protocol import SUBPROTOCOL, decode_hub_message, encode_message
 
 from .session import Connected, Event, ReplicaSession
@@ -61,7 +62,7 @@ class Replica:
         *,
         client: str | None = None,
         conversation: Conversation | None = None,
-        max_frame: int = 1 << 20,
+        max_frame: int = MAX_FRAME,
         backoff: float = 0.05,
         max_backoff: float = 5.0,
         connect_timeout: float = 10.0,

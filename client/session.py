@@ -28,6 +28,7 @@ import msgspec
 
 from sync import ApplyError, ChangeRecord, Conversation, Entry, Lineage, UsageError, encode
 from sync.errors import ProtocolError
+from sync.frames import MAX_FRAME, PUSH_OVERHEAD, push_frame, runs
 from sync.protocol import (
     Ack,
     Entries,
@@ -38,7 +39,6 @@ from sync.protocol import (
     Reject,
     State,
     Welcome,
-    push_frame,
 )
 from sync.rebase import Conflict, needs_base, rebase
 
@@ -118,7 +118,7 @@ class ReplicaSession:
         client: str,
         local: Conversation | None = None,
         *,
-        max_frame: int = 1 << 20,
+        max_frame: int = MAX_FRAME,
         max_batch: int = 1000,
         seq: int = 0,
     ) -> None:
@@ -184,19 +184,11 @@ class ReplicaSession:
         if not self.ready or self._inflight is not None or not self.local.unsaved():
             return None, []
         records = self.local.unsaved()
-        overhead = 128
-        encoded: list[bytes] = []
-        size = overhead
-        for at, record in enumerate(records):  # encode only what this batch can carry
-            if len(encoded) == self.max_batch:
-                break
-            data = encode(record)
-            if len(data) + overhead > self.max_frame:
-                return self._refuse(at, len(data))
-            if size + len(data) + 1 > self.max_frame:
-                break
-            encoded.append(data)
-            size += len(data) + 1
+        budget = self.max_frame - PUSH_OVERHEAD
+        # Encode only what this batch can carry (and one more record).
+        encoded = next(runs((encode(r) for r in records), budget, max_items=self.max_batch))
+        if len(encoded[0]) > budget:
+            return self._refuse(0, len(encoded[0]))
         count = len(encoded)
         taken = self.local.take_unsaved()
         self.local.return_unsaved(taken[count:])

@@ -7,6 +7,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from sync.errors import UsageError
+from sync.frames import MAX_FRAME, MIN_FRAME
 
 __all__ = ["HubConfig"]
 
@@ -30,7 +31,7 @@ class HubConfig:
         max_connections: connections served at once; more are refused with HTTP 503.
     """
 
-    max_frame: int = 1 << 20
+    max_frame: int = MAX_FRAME
     strict_pairing: bool = True
     send_queue: int = 8 << 20
     idle_unload: float = 30.0
@@ -41,8 +42,8 @@ class HubConfig:
     max_connections: int = 10_000
 
     def __post_init__(self) -> None:
-        if self.max_frame < 4096:
-            raise UsageError("bad_setting", "max_frame must be at least 4096 bytes")
+        if self.max_frame < MIN_FRAME:
+            raise UsageError("bad_setting", f"max_frame must be at least {MIN_FRAME} bytes")
         if self.send_queue < 1 or self.snapshot_every < 1 or self.recent_records < 0:
             raise UsageError("bad_setting", "queue, snapshot and recent sizes must be positive")
         if self.compression not in (None, "deflate"):

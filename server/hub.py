@@ -3,10 +3,10 @@
 How this works: one `websockets` server on one port. Plain HTTP requests get `/healthz`,
 `/metrics` and `GET /v1/conversations/{id}`; websocket upgrades on `/v1/conversations/{id}` get a
 replica session. A connection reads frames one at a time: the pure `HubSession` decodes and
-checks each (bad input: `error`, then close), a `hello` joins the conversation's `Room`, a `push`
-goes through the room's pipeline. Rooms load on first use and unload when nobody has used them
-for `idle_unload` seconds. Every long-lived task (the server, the unloader, each connection's
-writer) lives in one anyio task group.
+checks each (bad input: `error`, then close); a `hello` and every `push` go to the
+conversation's `Room`, whose pure `RoomCore` holds every rule. Rooms load on first use and
+unload when nobody has used them for `idle_unload` seconds. Every long-lived task (the server,
+the unloader, each connection's writer) lives in one anyio task group.
 """
 
 from __future__ import annotations
@@ -29,9 +29,10 @@ from sync.protocol import SUBPROTOCOL, Hello, PushBatch
 
 from .config import HubConfig
 from .metrics import Metrics
-from .room import Room, Subscriber
+from .room import Room
 from .session import HubSession, conversation_id_of, is_conversation_id
 from .store import LogStore, MemoryStore
+from .subscriber import Subscriber
 
 __all__ = ["Hub"]
 
@@ -147,9 +148,7 @@ class Hub:
         self._closing = True
         server.close(close_connections=False)
         for room in list(self._rooms.values()):
-            async with room.lock:  # an append under way finishes first
-                for sub in list(room.subscribers):
-                    sub.close(1001, "hub shutting down")
+            await room.shut_down()  # an append under way finishes first
         server.close(close_connections=True)
         with anyio.move_on_after(5):
             await server.wait_closed()
@@ -291,7 +290,7 @@ class Hub:
                         await room.join(sub, message)
                     case PushBatch():
                         assert room is not None
-                        await room.push(sub, message, closing=self._closing)
+                        await room.push(sub, message)
             except ProtocolError as error:
                 self._fail(sub, error)
                 break
@@ -303,5 +302,4 @@ class Hub:
 
     def _fail(self, sub: Subscriber, error: ProtocolError) -> None:
         self.metrics.protocol_errors[error.reason] += 1
-        close_code = {"too_big": 1009, "internal": 1011}.get(error.reason, 1008)
-        sub.fail(error.reason, error.message, close_code)
+        sub.fail(error.reason, error.message)

@@ -1,7 +1,11 @@
 """Every error convsync raises, split by whose fault it is.
 
-- `ProtocolError`: a peer or a file sent something that is not what the protocol says
-  (`DecodeError` is the one the codec raises).
+- `ProtocolError`: something broke the protocol. `RemoteProtocolError`: the peer (or a file) sent
+  something the protocol does not allow (`DecodeError` is the one the codec raises); the
+  connection is dropped and, on a replica, made again with backoff. `LocalProtocolError`: this
+  side was about to break it (a bug or a misuse); nothing was sent.
+- `Refused`: the hub refused this replica for good (a bad id, a bad or missing token, a message
+  it will never accept). A replica never retries it; `connect()` raises it at once.
 - `UsageError`: the calling code misused the API (a bad range, a record too large to send).
 - `ApplyError`: a change record does not fit the conversation it is applied to.
 - `PairingError`, `AnswerError`: tool calls and results do not pair (see `sync.pairing`).
@@ -12,16 +16,114 @@ Every error carries a machine-readable `reason` and a short lower-case message.
 
 from __future__ import annotations
 
+from typing import Final, Literal, NamedTuple
+
 __all__ = [
+    "CODES",
     "AnswerError",
     "ApplyError",
+    "CodeInfo",
     "ConvsyncError",
     "DecodeError",
+    "ErrorCode",
+    "LocalProtocolError",
     "PairingError",
     "ProtocolError",
+    "Refused",
+    "RemoteProtocolError",
+    "Retry",
     "SnapshotError",
     "UsageError",
+    "close_code_of",
+    "code_of_close",
+    "retry_of",
 ]
+
+ErrorCode = Literal[
+    "malformed_json",
+    "unknown_type",
+    "bad_message",
+    "no_hello",
+    "unexpected",
+    "too_big",
+    "bad_client",
+    "bad_conversation_id",
+    "unauthorized",
+    "forbidden",
+    "rate_limited",
+    "lagging",
+    "unavailable",
+    "shutting_down",
+    "internal",
+    "replaced",
+]
+"""Every code the hub sends in an `error` message (and as the reason of the close after it)."""
+
+Retry = Literal["never", "new_token", "backoff", "at_once"]
+"""What a replica does after a close with that code: give up (`Refused`), retry only with a
+new token, retry with capped exponential backoff, or reconnect at once."""
+
+
+class CodeInfo(NamedTuple):
+    close: int
+    retry: Retry
+
+
+CODES: Final[dict[ErrorCode, CodeInfo]] = {
+    # The peer sent something the protocol does not allow: resending it cannot help.
+    "malformed_json": CodeInfo(1008, "never"),
+    "unknown_type": CodeInfo(1008, "never"),
+    "bad_message": CodeInfo(1008, "never"),
+    "no_hello": CodeInfo(1008, "never"),
+    "unexpected": CodeInfo(1008, "never"),
+    "too_big": CodeInfo(1009, "never"),
+    "bad_client": CodeInfo(1008, "never"),
+    "bad_conversation_id": CodeInfo(1008, "never"),
+    # Access control (SPEC 6).
+    "unauthorized": CodeInfo(4001, "new_token"),
+    "forbidden": CodeInfo(4003, "never"),
+    "replaced": CodeInfo(4009, "never"),
+    # Transient: the hub could not serve this socket now.
+    "rate_limited": CodeInfo(4008, "backoff"),
+    "lagging": CodeInfo(4000, "at_once"),
+    "unavailable": CodeInfo(1011, "backoff"),
+    "shutting_down": CodeInfo(1001, "backoff"),
+    "internal": CodeInfo(1011, "backoff"),
+}
+"""The one table of error codes: the websocket close code that follows each, and the retry
+rule replicas (Python and JavaScript) follow."""
+
+_BY_NAME: Final[dict[str, CodeInfo]] = {code: info for code, info in CODES.items()}
+
+_BY_CLOSE: Final[dict[int, ErrorCode]] = {
+    4000: "lagging",
+    4001: "unauthorized",
+    4003: "forbidden",
+    4008: "rate_limited",
+    4009: "replaced",
+}
+
+
+def retry_of(code: str) -> Retry:
+    """The retry rule for an error `code`; an unknown code (a newer hub) is retried with
+    backoff, so an old replica never gives up on something it does not understand."""
+    info = _BY_NAME.get(code)
+    return "backoff" if info is None else info.retry
+
+
+def close_code_of(code: str) -> int:
+    """The websocket close code the hub uses after `error {code}` (1011 for a code not in the
+    table, which would be a bug of the hub's)."""
+    info = _BY_NAME.get(code)
+    return 1011 if info is None else info.close
+
+
+def code_of_close(close: int, reason: str) -> str | None:
+    """The error code a close stands for: its reason when that is a known code (the hub
+    closes with the code as the reason), else the one code our close codes name alone."""
+    if reason in _BY_NAME:
+        return reason
+    return _BY_CLOSE.get(close)
 
 
 class ConvsyncError(Exception):
@@ -39,10 +141,34 @@ class ConvsyncError(Exception):
 
 
 class ProtocolError(ConvsyncError):
-    """A peer (or a file) sent something the protocol does not allow."""
+    """Something broke the protocol (see `RemoteProtocolError`, `LocalProtocolError`)."""
 
 
-class DecodeError(ProtocolError):
+class RemoteProtocolError(ProtocolError):
+    """The peer (or a file) sent something the protocol does not allow. `reason` is an
+    `ErrorCode` when the hub reports it to a replica."""
+
+
+class LocalProtocolError(ProtocolError):
+    """This side was about to break the protocol; nothing was sent."""
+
+
+class Refused(ConvsyncError):
+    """The hub refused this replica for good; retrying cannot help.
+
+    Attributes:
+        code: the hub's error code (`bad_conversation_id`, `forbidden`, ...; see `CODES`), or
+            `http_<status>` when the hub refused the websocket handshake itself.
+        detail: the hub's explanation.
+    """
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(code, detail)
+        self.code = code
+        self.detail = detail
+
+
+class DecodeError(RemoteProtocolError):
     """Bytes that do not decode to the expected wire type; the message says where."""
 
     def __init__(self, message: str) -> None:

@@ -3,7 +3,8 @@
 Replica -> hub: `Hello`, `PushBatch`. Hub -> replica: `Welcome`, `Records`, `State`, `Entries`,
 `Ack`, `Reject`, `Error`. Each direction is one tagged union (tag field `"type"`) with its
 decoder built once. The hub sends records it already holds as JSON bytes, joined into frames
-without decoding them, so a record is encoded once however many replicas receive it.
+without decoding them (`sync.frames`), so a record is encoded once however many replicas
+receive it.
 """
 
 from __future__ import annotations
@@ -34,8 +35,6 @@ __all__ = [
     "decode_client_message",
     "decode_hub_message",
     "encode_message",
-    "push_frame",
-    "records_frame",
 ]
 
 SUBPROTOCOL = "convsync.v1"
@@ -137,9 +136,7 @@ class Error(msgspec.Struct, frozen=True, tag_field="type", tag="error"):
 HubMessage = Welcome | Records | State | Entries | Ack | Reject | Error
 
 
-# ---------------------------------------------------------------- pre-encoded hub messages
-# The hub builds `records` and `state` frames from record and entry bytes it already holds
-# (`records_frame` here, `Room._state_frames`), so a record is encoded once however many get it.
+# Frames built from bytes encoded already (records, state runs) are built in `sync.frames`.
 
 _encoder = msgspec.json.Encoder()
 _client_decoder = msgspec.json.Decoder(ClientMessage)
@@ -149,23 +146,6 @@ _hub_decoder = msgspec.json.Decoder(HubMessage)
 def encode_message(message: msgspec.Struct) -> bytes:
     """JSON bytes of any protocol message."""
     return _encoder.encode(message)
-
-
-def records_frame(from_: int, records: list[bytes], origin: PushOrigin | None = None) -> bytes:
-    """A `records` message from records already encoded, without decoding them."""
-    head = b'{"type":"records","from":%d,"records":[' % from_
-    tail = b"]," + (b'"origin":' + _encoder.encode(origin) if origin else b'"origin":null') + b"}"
-    return head + b",".join(records) + tail
-
-
-def push_frame(seq: int, lineage: int, revision: int, records: list[bytes]) -> bytes:
-    """A `push` message from records already encoded (so the replica measures each once)."""
-    head = b'{"type":"push","seq":%d,"lineage":%d,"revision":%d,"records":[' % (
-        seq,
-        lineage,
-        revision,
-    )
-    return head + b",".join(records) + b"]}"
 
 
 def decode_client_message(data: bytes | str) -> ClientMessage:

@@ -8,7 +8,7 @@ from typing import Any
 from websockets.protocol import State
 
 from server.metrics import Metrics
-from server.room import LAGGING, Subscriber
+from server.subscriber import LAGGING, Subscriber
 
 
 class FakeSocket:

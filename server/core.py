@@ -1,0 +1,555 @@
+"""The hub's rules for one conversation, pure: messages and store outcomes in, actions out.
+
+How this works: a `RoomCore` holds one conversation as the hub knows it (the folded log, its
+lineage and revision, each client's last accepted push, the encoded tail of the log) and the
+connections subscribed to it. The I/O shell (`server.room.Room`) calls `join`, `push`,
+`rewrite`, ... with decoded client messages and the time, and gets back a list of actions:
+
+    replica frames ──► join / push ──► [Send, Broadcast, Close, ..., at most one StoreCall]
+                                                                        │
+    store outcome ───► resume(result) ──► [more actions] ◄──────────────┘
+
+The shell carries the actions out in order: it writes frames to sockets, and when the list
+ends with a `StoreCall` it awaits that call on the store and hands the outcome (a value, or the
+exception raised) back to `resume`, which continues the same operation. The shell runs one
+operation at a time per conversation, so the core never sees two interleaved. Every protocol
+rule of SPEC 2.4 lives here once: resend acks, lineage / behind / invalid rejects, strict
+pairing, catch-up by records or by state, broadcast, and what to do when the store says the
+log moved under us (another hub appended) or failed. The core never awaits, never reads a
+clock of its own and imports no I/O library; the test fake link drives it directly.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+import msgspec
+
+from sync import (
+    Assistant,
+    Author,
+    ChangeRecord,
+    Conversation,
+    Lineage,
+    Push,
+    Reset,
+    Splice,
+    ToolResult,
+    User,
+    decode_record,
+    decode_state,
+    encode,
+)
+from sync.errors import ApplyError, ErrorCode
+from sync.frames import RECORDS_OVERHEAD, records_frames, state_frames
+from sync.protocol import (
+    Ack,
+    Error,
+    Hello,
+    PushBatch,
+    PushOrigin,
+    Reject,
+    RejectReason,
+    Welcome,
+    encode_message,
+)
+from sync.strict import strict_violation
+
+from .metrics import Metrics
+from .store.base import ClientMark, Loaded, LogMoved, SeqTaken
+
+__all__ = [
+    "AppendRecords",
+    "Broadcast",
+    "Close",
+    "CoreConfig",
+    "LoadLog",
+    "ReadRecords",
+    "RewriteLog",
+    "RoomCore",
+    "Send",
+    "StoreCall",
+    "WriteSnapshot",
+]
+
+log = logging.getLogger("convsync.hub")
+
+C = TypeVar("C", bound=Hashable)
+"""A connection, as the shell names it (the core only compares and hashes it)."""
+
+
+# ---------------------------------------------------------------------- actions
+
+
+@dataclass(frozen=True, slots=True)
+class Send(Generic[C]):
+    """Write `frame` to `to`. A catch-up frame never counts toward the subscriber's
+    `lagging` limit (it is bounded by the log)."""
+
+    to: C
+    frame: bytes
+    catch_up: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Broadcast(Generic[C]):
+    """Write the same `frame` to every connection of `to`."""
+
+    to: list[C]
+    frame: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Close(Generic[C]):
+    """Send `error {code, detail}` to `to`, then close it with the code's close code."""
+
+    to: C
+    code: ErrorCode
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRecords:
+    """Read the log's records after revision `from_`, at `lineage` (None: gone)."""
+
+    lineage: int
+    from_: int
+
+
+@dataclass(frozen=True, slots=True)
+class AppendRecords:
+    """Compare-and-append `records` at `lineage`/`from_`, with `client`'s new `mark`."""
+
+    lineage: int
+    from_: int
+    records: list[bytes]
+    client: str
+    mark: ClientMark
+
+
+@dataclass(frozen=True, slots=True)
+class LoadLog:
+    """Load the conversation from the store (its snapshot and the records after it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WriteSnapshot:
+    """Store `data`, the encoded state at `lineage`/`revision`."""
+
+    lineage: int
+    revision: int
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class RewriteLog:
+    """Replace the log with `records` under the new `lineage`."""
+
+    lineage: int
+    records: list[bytes]
+
+
+StoreCall = ReadRecords | AppendRecords | LoadLog | WriteSnapshot | RewriteLog
+Action = Send[C] | Broadcast[C] | Close[C] | StoreCall
+_Then = Callable[[object], list[Action[C]]]
+
+
+@dataclass(frozen=True, slots=True)
+class CoreConfig:
+    """The settings the rules read (a subset of `HubConfig`)."""
+
+    max_frame: int
+    strict_pairing: bool = True
+    recent_records: int = 1000
+    snapshot_every: int = 1000
+
+
+# ---------------------------------------------------------------------- the core
+
+
+class RoomCore(Generic[C]):
+    """The rules of one conversation on the hub.
+
+    Every entry point returns the actions to carry out, in order. When the last one is a
+    `StoreCall`, carry it out and pass its outcome (the value it returned, or the exception it
+    raised) to `resume`, which returns the next actions; until then, call nothing else.
+
+    Args:
+        conversation_id: the conversation's id (for messages and logs).
+        config: the settings the rules read.
+        metrics: the hub's counters, updated as pushes land or are rejected.
+    """
+
+    def __init__(
+        self, conversation_id: str, config: CoreConfig, metrics: Metrics | None = None
+    ) -> None:
+        self.id = conversation_id
+        self.config = config
+        self.metrics = metrics if metrics is not None else Metrics()
+        self.conversation = Conversation()
+        self.lineage: int = Lineage.fresh()
+        self.revision = 0
+        self.exists = False
+        self.marks: dict[str, ClientMark] = {}
+        self.subscribers: dict[C, str] = {}  # connection -> its client id
+        self.closing = False
+        self._recent: list[bytes] = []
+        self._recent_from = 0
+        self._snapshot_revision = 0
+        self._then: _Then[C] | None = None
+        self._stale = False  # the store failed in a way that may leave us behind it
+
+    # ------------------------------------------------------------------ driving
+
+    @property
+    def waiting(self) -> bool:
+        """Whether the core waits for the outcome of a `StoreCall` (`resume`)."""
+        return self._then is not None
+
+    def resume(self, outcome: object) -> list[Action[C]]:
+        """Continue the operation that asked for a store call, with its outcome: the value
+        it returned, or the exception it raised."""
+        then, self._then = self._then, None
+        assert then is not None, "resume without a store call"
+        return then(outcome)
+
+    def _call(self, call: StoreCall, then: _Then[C]) -> list[Action[C]]:
+        self._then = then
+        return [call]
+
+    # ------------------------------------------------------------------ loading
+
+    def load(self, loaded: Loaded | None) -> None:
+        """Take the store's log (`LogStore.load`'s answer) as the room's state."""
+        self._stale = False
+        self._snapshot_revision = 0
+        self._recent, self._recent_from = [], 0
+        if loaded is None:
+            self.conversation = Conversation()
+            self.lineage, self.revision, self.exists = Lineage.fresh(), 0, False
+            self.marks = {}
+            return
+        conversation = decode_state(loaded.snapshot) if loaded.snapshot else Conversation()
+        for data in loaded.records:
+            conversation.apply(decode_record(data))
+        conversation.continue_log(loaded.lineage, loaded.revision)
+        self.conversation = conversation
+        self.lineage, self.revision, self.exists = loaded.lineage, loaded.revision, True
+        self.marks = dict(loaded.clients)
+        keep = self.config.recent_records
+        self._recent = list(loaded.records[-keep:]) if keep else []
+        self._recent_from = loaded.revision - len(self._recent)
+        self._snapshot_revision = loaded.snapshot_revision
+
+    def _fresh(self, then: Callable[[], list[Action[C]]]) -> list[Action[C]]:
+        """Run `then` on a room that matches the store: reload first after a store failure."""
+        if not self._stale:
+            return then()
+        return self._call(LoadLog(), lambda outcome: self._reloaded(outcome, then))
+
+    def _reloaded(self, outcome: object, then: Callable[[], list[Action[C]]]) -> list[Action[C]]:
+        if isinstance(outcome, Exception):
+            log.error("reloading %s failed", self.id, exc_info=outcome)
+            return []
+        assert outcome is None or isinstance(outcome, Loaded)
+        self.load(outcome)
+        return then()
+
+    # ------------------------------------------------------------------ joining
+
+    def join(self, conn: C, hello: Hello) -> list[Action[C]]:
+        """Welcome `conn`, bring it up to date; from then on it gets every record appended."""
+        return self._fresh(lambda: self._join(conn, hello))
+
+    def _join(self, conn: C, hello: Hello) -> list[Action[C]]:
+        if self._stale:
+            return [Close(conn, "unavailable", "the log cannot be read now; reconnect later")]
+        mark = self.marks.get(hello.client)
+        welcome = Welcome(self.lineage, self.revision, mark.seq if mark else 0)
+        actions: list[Action[C]] = [Send(conn, encode_message(welcome), True)]
+        lineage, revision = hello.lineage, hello.revision
+        fresh = lineage == Lineage.EMPTY and revision == 0
+        if (lineage == self.lineage or fresh) and revision <= self.revision:
+            missing = self.revision - revision
+            state_items = len(self.conversation) + len(self.conversation.asides())
+            if missing == 0:
+                return self._subscribe(conn, hello.client, actions)
+            if not (fresh and missing >= state_items):
+                if revision >= self._recent_from:
+                    records = self._recent[revision - self._recent_from :]
+                    return self._subscribe(
+                        conn, hello.client, actions + self._catch_up(conn, revision, records)
+                    )
+                read = ReadRecords(self.lineage, revision)
+                return actions + self._call(
+                    read, lambda outcome: self._caught_up(conn, hello.client, revision, outcome)
+                )
+        return self._subscribe(conn, hello.client, actions + self._state_to(conn))
+
+    def _caught_up(self, conn: C, client: str, revision: int, outcome: object) -> list[Action[C]]:
+        if isinstance(outcome, Exception):
+            log.error("reading %s for a catch-up failed", self.id, exc_info=outcome)
+            return [Close(conn, "unavailable", "the log cannot be read now; reconnect later")]
+        if outcome is None:  # compacted away or rewritten meanwhile: the state it is
+            return self._subscribe(conn, client, self._state_to(conn))
+        assert isinstance(outcome, Sequence)
+        return self._subscribe(conn, client, self._catch_up(conn, revision, outcome))
+
+    def _catch_up(self, conn: C, revision: int, records: Sequence[bytes]) -> list[Action[C]]:
+        """`records` from `revision` as catch-up frames; a state when one record is too large
+        for a frame (a rewrite's reset)."""
+        budget = self.config.max_frame - RECORDS_OVERHEAD
+        if any(len(record) > budget for record in records):
+            return self._state_to(conn)
+        frames = records_frames(revision, records, None, self.config.max_frame)
+        return [Send(conn, frame, True) for frame in frames]
+
+    def _subscribe(self, conn: C, client: str, actions: list[Action[C]]) -> list[Action[C]]:
+        self.subscribers[conn] = client
+        return actions
+
+    def _state_to(self, conn: C) -> list[Action[C]]:
+        return [Send(conn, frame, True) for frame in self._state_frames()]
+
+    def _state_frames(self) -> list[bytes]:
+        state = self.conversation.state()
+        return state_frames(self.lineage, self.revision, state, self.config.max_frame)
+
+    def leave(self, conn: C) -> None:
+        """`conn` is gone; it gets nothing more."""
+        self.subscribers.pop(conn, None)
+
+    # ------------------------------------------------------------------ pushing
+
+    def push(self, conn: C, batch: PushBatch, now: int) -> list[Action[C]]:
+        """Handle `batch` from `conn` (joined); `now` stamps records without a time (ms)."""
+        return self._fresh(lambda: self._push(conn, batch, now))
+
+    def _push(self, conn: C, batch: PushBatch, now: int) -> list[Action[C]]:
+        if self.closing:
+            return [Close(conn, "shutting_down", "the hub is shutting down; reconnect later")]
+        if self._stale:
+            return [Close(conn, "unavailable", "the log cannot be read now; reconnect later")]
+        client = self.subscribers[conn]
+        mark = self.marks.get(client)
+        if mark is not None and batch.seq <= mark.seq:
+            # A resend of a push that landed: answer with its ack, append nothing.
+            return [Send(conn, _ack(batch.seq, mark))]
+        if batch.lineage != self.lineage and not (
+            batch.lineage == Lineage.EMPTY and self.revision == 0
+        ):
+            reject = self._reject(batch, "lineage", "the log was rewritten; a state follows")
+            return [Send(conn, reject), *self._state_to(conn)]
+        if batch.revision != self.revision:
+            return [Send(conn, self._reject(batch, "behind", f"the log is at {self.revision}"))]
+        since = len(self.conversation)
+        try:
+            undo = self.conversation.apply_batch(batch.records)
+        except ApplyError as error:
+            return [Send(conn, self._reject(batch, "invalid", str(error)))]
+        if self.config.strict_pairing:
+            violation = _strict_check(self.conversation, batch.records, since)
+            if violation is not None:
+                undo()
+                detail = f"strict pairing: {violation}"
+                return [Send(conn, self._reject(batch, "invalid", detail))]
+        records = [
+            record if record.at is not None else msgspec.structs.replace(record, at=now)
+            for record in batch.records
+        ]
+        encoded = [encode(record) for record in records]
+        from_ = self.revision
+        append = AppendRecords(
+            self.lineage, from_, encoded, client, ClientMark(batch.seq, from_, from_ + len(encoded))
+        )
+        return self._call(
+            append, lambda outcome: self._appended(conn, batch, append, undo, outcome)
+        )
+
+    def _appended(
+        self,
+        conn: C,
+        batch: PushBatch,
+        append: AppendRecords,
+        undo: Callable[[], None],
+        outcome: object,
+    ) -> list[Action[C]]:
+        if isinstance(outcome, SeqTaken):
+            # Another hub (or this one before a restart) appended this push: bring the room
+            # and everyone up to the store, then answer with the ack the store holds.
+            undo()
+            self.marks[append.client] = outcome.mark
+            ack = Send(conn, _ack(batch.seq, outcome.mark))
+            return self._forward_missing(lambda: [ack])
+        if isinstance(outcome, LogMoved):
+            # Another hub sharing the store appended first: forward what it appended (exactly
+            # what this room folds), then reject; the replica rebases on those records.
+            undo()
+            return self._forward_missing(lambda: self._reject_after_move(conn, batch))
+        if isinstance(outcome, Exception):
+            # The write may or may not have landed: trust only what the store says.
+            log.error("append to %s failed", self.id, exc_info=outcome)
+            undo()
+            self._stale = True
+            detail = f"storage failed: {outcome}; reconnect and resend"
+            return [Close(conn, "unavailable", detail)]
+        self.exists = True
+        from_ = append.from_
+        self.revision = append.mark.ack_revision
+        self.marks[append.client] = append.mark
+        self._remember(append.records)
+        others = [other for other in self.subscribers if other != conn]
+        actions: list[Action[C]] = [Send(conn, _ack(batch.seq, append.mark))]
+        if others:
+            origin = PushOrigin(append.client, batch.seq)
+            frames = records_frames(from_, append.records, origin, self.config.max_frame)
+            actions += [Broadcast(others, frame) for frame in frames]
+        metrics = self.metrics
+        metrics.records_appended += len(append.records)
+        metrics.pushes_accepted += 1
+        if self.revision - self._snapshot_revision >= self.config.snapshot_every:
+            snapshot = WriteSnapshot(self.lineage, self.revision, encode(self.conversation))
+            actions += self._call(snapshot, self._snapshot_written)
+        return actions
+
+    def _reject_after_move(self, conn: C, batch: PushBatch) -> list[Action[C]]:
+        if batch.lineage != self.lineage:
+            return [Send(conn, self._reject(batch, "lineage", "the log was rewritten"))]
+        return [Send(conn, self._reject(batch, "behind", "the log moved on another hub"))]
+
+    def _snapshot_written(self, outcome: object) -> list[Action[C]]:
+        if isinstance(outcome, Exception):  # a snapshot only speeds up loading
+            log.error("snapshot of %s failed", self.id, exc_info=outcome)
+        else:
+            self._snapshot_revision = self.revision
+        return []
+
+    def _reject(self, batch: PushBatch, reason: RejectReason, detail: str) -> bytes:
+        self.metrics.pushes_rejected[reason] += 1
+        return encode_message(Reject(batch.seq, reason, detail, self.lineage, self.revision))
+
+    def _remember(self, encoded: list[bytes]) -> None:
+        keep = self.config.recent_records
+        if not keep:
+            self._recent_from = self.revision
+            return
+        self._recent.extend(encoded)
+        if len(self._recent) > 2 * keep:
+            drop = len(self._recent) - keep
+            del self._recent[:drop]
+            self._recent_from += drop
+
+    # ------------------------------------------------------------------ the log moved
+
+    def log_moved(self) -> list[Action[C]]:
+        """Another hub appended to this conversation: forward what the room lacks."""
+        return self._fresh(lambda: self._forward_missing(list))
+
+    def _forward_missing(self, then: Callable[[], list[Action[C]]]) -> list[Action[C]]:
+        """Read the records this room lacks, fold them, send exactly those to every
+        subscriber (a replica never holds more than its hub's room), then `then()`."""
+        read = ReadRecords(self.lineage, self.revision)
+        return self._call(read, lambda outcome: self._forwarded(outcome, then))
+
+    def _forwarded(self, outcome: object, then: Callable[[], list[Action[C]]]) -> list[Action[C]]:
+        if isinstance(outcome, Exception) or outcome is None:
+            # Rewritten meanwhile (or unreadable): reload, and everyone rereads the state.
+            return self._call(LoadLog(), lambda loaded: self._reloaded_for_all(loaded, then))
+        assert isinstance(outcome, Sequence)
+        records = list(outcome)
+        if not records:
+            return then()
+        from_ = self.revision
+        for data in records:
+            self.conversation.apply(decode_record(data))
+        self.revision += len(records)
+        self.conversation.continue_log(self.lineage, self.revision)
+        self.exists = True
+        self._remember(records)
+        to = list(self.subscribers)
+        frames = records_frames(from_, records, None, self.config.max_frame)
+        return [*(Broadcast(to, frame) for frame in frames), *then()]
+
+    def _reloaded_for_all(
+        self, outcome: object, then: Callable[[], list[Action[C]]]
+    ) -> list[Action[C]]:
+        if isinstance(outcome, Exception):
+            log.error("reloading %s failed", self.id, exc_info=outcome)
+            self._stale = True
+            return [
+                Close(conn, "unavailable", "the log cannot be read now; reconnect later")
+                for conn in self.subscribers
+            ]
+        assert outcome is None or isinstance(outcome, Loaded)
+        self.load(outcome)
+        frames = self._state_frames()
+        to = list(self.subscribers)
+        return [*(Broadcast(to, frame) for frame in frames), *then()]
+
+    # ------------------------------------------------------------------ rewriting
+
+    def rewrite(self, conversation: Conversation, lineage: int, now: int) -> list[Action[C]]:
+        """Replace the log with one `reset` record holding `conversation`'s state under the
+        fresh `lineage`; every subscriber is sent the new state and rereads."""
+        record = ChangeRecord(Reset(conversation.state()), Author.rig(), now)
+        call = RewriteLog(lineage, [encode(record)])
+        return self._call(call, self._rewritten)
+
+    def _rewritten(self, outcome: object) -> list[Action[C]]:
+        if isinstance(outcome, Exception):
+            raise outcome  # the caller of `Hub.rewrite` learns it; nothing changed here
+        return self._call(LoadLog(), lambda loaded: self._reloaded_for_all(loaded, list))
+
+    # ------------------------------------------------------------------ shutting down
+
+    def shut_down(self) -> list[Action[C]]:
+        """Close every subscriber; later pushes are refused."""
+        self.closing = True
+        return [
+            Close(conn, "shutting_down", "the hub is shutting down; reconnect later")
+            for conn in self.subscribers
+        ]
+
+    # ------------------------------------------------------------------ reads
+
+    def snapshot_json(self) -> bytes:
+        """`{"lineage", "revision", "state"}` for `GET /v1/conversations/{id}`."""
+        state = encode(self.conversation)
+        return b'{"lineage":%d,"revision":%d,"state":%s}' % (self.lineage, self.revision, state)
+
+
+def error_frame(code: ErrorCode, detail: str) -> bytes:
+    """The `error` message sent before a close."""
+    return encode_message(Error(code, detail))
+
+
+def _ack(seq: int, mark: ClientMark) -> bytes:
+    return encode_message(Ack(seq, mark.ack_from, mark.ack_revision))
+
+
+def _strict_check(
+    conversation: Conversation, records: Sequence[ChangeRecord], since: int
+) -> str | None:
+    """Strict pairing over what `records` changed (`since` is the length before them)."""
+    touches = False
+    for record in records:
+        change = record.change
+        if isinstance(change, Push):
+            touches = touches or any(_pairs(entry.message) for entry in change.entries)
+        elif isinstance(change, Splice | Reset):
+            since = min(since, change.start if isinstance(change, Splice) else 0)
+            touches = True
+    if not touches:
+        return None
+    violation = strict_violation(conversation, since)
+    return None if violation is None else violation.message
+
+
+def _pairs(message: object) -> bool:
+    """Whether a pushed message takes part in pairing (an assistant turn or a result)."""
+    if isinstance(message, Assistant):
+        return True
+    return isinstance(message, User) and any(isinstance(p, ToolResult) for p in message.content)

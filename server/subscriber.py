@@ -1,0 +1,126 @@
+"""The sending side of one hub connection: a bounded queue of frames and one writer task.
+
+A frame goes straight to the socket while the socket keeps up (as websockets' `broadcast`
+does, without a task switch per frame); otherwise it queues behind one writer task that waits
+for the peer to read. A subscriber whose queue of live frames passes `send_queue` bytes is
+closed with code 4000 (`lagging`) and catches up when it reconnects; catch-up frames never
+count toward that limit (they are bounded by the log).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+
+from websockets.asyncio.server import ServerConnection, broadcast
+from websockets.exceptions import ConnectionClosed
+from websockets.protocol import State
+
+from sync.errors import CODES, close_code_of
+from sync.protocol import Error, encode_message
+
+from .metrics import Metrics
+
+__all__ = ["DIRECT_WRITE", "LAGGING", "Subscriber"]
+
+LAGGING = CODES["lagging"].close
+"""Close code for a subscriber sent to resync: reconnect and catch up from your revision."""
+
+DIRECT_WRITE = 256 * 1024
+"""Unsent bytes on a socket below which a frame is written at once; above, frames queue (and
+count towards `send_queue` bytes) behind a writer that waits for the peer to read."""
+
+
+class Subscriber:
+    """The sending side of one connection: a bounded queue of frames and one writer task."""
+
+    def __init__(self, ws: ServerConnection, limit: int, metrics: Metrics) -> None:
+        self._ws = ws
+        # Frames waiting for the writer, each with the bytes it counts against the limit: a
+        # catch-up counts none (it is bounded by the log, and a large one must not look like
+        # lagging), live frames count their size.
+        self._queue: collections.deque[tuple[bytes, int]] = collections.deque()
+        self._queued = 0  # live bytes in `_queue`
+        self._limit = limit
+        self._metrics = metrics
+        self._wake = asyncio.Event()
+        self._closing: tuple[int, str] | None = None
+        self._sending = False
+        self._closer: asyncio.Task[None] | None = None
+        self.client: str | None = None
+
+    @property
+    def closing(self) -> bool:
+        return self._closing is not None
+
+    def send(self, frame: bytes, *, catch_up: bool = False) -> None:
+        """Send `frame` now if the socket keeps up, else queue it for the writer task. A full
+        queue sends this subscriber to resync (live frames only: a catch-up is bounded by the
+        log and always queued)."""
+        if self._closing is not None:
+            return
+        if not self._queue and not self._sending and self._keeps_up():
+            # Nothing waits before it: write straight to the transport, as websockets'
+            # broadcast does, without a task switch per frame and subscriber.
+            broadcast((self._ws,), frame, text=True)
+            return
+        counted = 0 if catch_up else len(frame)
+        if counted and self._queued + counted > self._limit and self._queue:
+            self._queue.clear()
+            self._queued = 0
+            self._metrics.send_queue_drops += 1
+            self.close(LAGGING, "lagging")
+            return
+        self._queue.append((frame, counted))
+        self._queued += counted
+        self._wake.set()
+
+    def _keeps_up(self) -> bool:
+        """Whether the socket is open and its unsent bytes are few (below `DIRECT_WRITE`)."""
+        ws = self._ws
+        return (
+            ws.protocol.state is State.OPEN and ws.transport.get_write_buffer_size() < DIRECT_WRITE
+        )
+
+    def fail(self, code: str, detail: str) -> None:
+        """Send `error {code, detail}` and close with the code's close code (`sync.errors.CODES`):
+        bad input, a refusal, or the hub cannot serve this socket now."""
+        if self._closing is None:
+            self._queue.append((encode_message(Error(code, detail)), 0))
+            self.close(close_code_of(code), code)
+
+    def close(self, code: int, reason: str) -> None:
+        if self._closing is None:
+            self._closing = (code, reason)
+            self._wake.set()
+            if self._sending:
+                # The writer is stuck on a peer that stopped reading: close around it.
+                self._closer = asyncio.get_running_loop().create_task(self._close_stuck())
+
+    async def _close_stuck(self) -> None:
+        assert self._closing is not None
+        try:
+            await asyncio.wait_for(self._ws.close(*self._closing), timeout=2)
+        except (TimeoutError, ConnectionClosed):
+            pass
+        finally:
+            self._ws.transport.abort()
+
+    async def run(self) -> None:
+        """Write queued frames until closed; then close the socket with the reason given."""
+        ws, queue = self._ws, self._queue
+        try:
+            while True:
+                while queue:
+                    self._sending = True
+                    frame, counted = queue.popleft()
+                    self._queued -= counted
+                    await ws.send(frame, text=True)
+                    self._sending = False
+                if self._closing is not None:
+                    break
+                self._wake.clear()
+                await self._wake.wait()
+            await ws.close(*self._closing)
+        except ConnectionClosed:
+            pass

@@ -1,0 +1,166 @@
+"""Frames built from pre-encoded bytes, the one byte-budget chunker, and the frame sizes.
+
+How this works: the hub holds every record as the JSON bytes the codec produced once, and the
+replica measures each record it pushes as it encodes it. Both build their frames here by
+wrapping those bytes in `msgspec.Raw`, so a record is encoded once however many frames carry it,
+and nothing is decoded to be sent again. `runs` is the one chunker: it splits encoded items into
+runs whose frames stay under a byte budget. Hub catch-up, hub state transfer, replica pushes
+and CLI imports all size their frames with it and with the constants below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Final
+
+import msgspec
+
+from .changes import ConversationState
+from .codec import encode
+from .protocol import PushOrigin
+
+__all__ = [
+    "MAX_FRAME",
+    "MIN_FRAME",
+    "PUSH_OVERHEAD",
+    "RECORDS_OVERHEAD",
+    "push_frame",
+    "records_frame",
+    "records_frames",
+    "runs",
+    "state_frames",
+]
+
+MAX_FRAME: Final = 1 << 20
+"""The default frame limit in bytes, on both sides (`HubConfig.max_frame`, `connect`)."""
+
+MIN_FRAME: Final = 4096
+"""The smallest frame limit a hub accepts as a setting."""
+
+PUSH_OVERHEAD: Final = 128
+"""Bytes of a `push` frame around its records: seq, lineage and revision of up to 19 digits."""
+
+RECORDS_OVERHEAD: Final = 1024
+"""Bytes of a `records` frame around its records: `from` and an `origin` whose client id is up
+to 128 characters, each escaped to at most 6 bytes in JSON."""
+
+
+class _RecordsOut(
+    msgspec.Struct, frozen=True, tag_field="type", tag="records", rename={"from_": "from"}
+):
+    from_: int
+    records: list[msgspec.Raw]
+    origin: PushOrigin | None = None
+
+
+class _PushOut(msgspec.Struct, frozen=True, tag_field="type", tag="push"):
+    seq: int
+    lineage: int
+    revision: int
+    records: list[msgspec.Raw]
+
+
+class _StateOut(msgspec.Struct, frozen=True, tag_field="type", tag="state"):
+    lineage: int
+    revision: int
+    state: msgspec.Raw
+    more: bool
+
+
+class _EntriesOut(msgspec.Struct, frozen=True, tag_field="type", tag="entries"):
+    entries: msgspec.Raw
+    more: bool
+
+
+_encoder = msgspec.json.Encoder()
+
+
+def records_frame(from_: int, records: Sequence[bytes], origin: PushOrigin | None = None) -> bytes:
+    """A `records` message from records already encoded (log revisions `from_ + 1 ..`)."""
+    return _encoder.encode(_RecordsOut(from_, [msgspec.Raw(r) for r in records], origin))
+
+
+def records_frames(
+    from_: int, records: Sequence[bytes], origin: PushOrigin | None, max_frame: int
+) -> list[bytes]:
+    """`records` messages of consecutive `from` carrying `records`, each under `max_frame`
+    (a record larger than the budget goes alone; callers send such a log as a state)."""
+    frames = []
+    start = from_
+    for run in runs(records, max_frame - RECORDS_OVERHEAD):
+        frames.append(records_frame(start, run, origin))
+        start += len(run)
+    return frames
+
+
+def push_frame(seq: int, lineage: int, revision: int, records: Sequence[bytes]) -> bytes:
+    """A `push` message from records already encoded."""
+    return _encoder.encode(_PushOut(seq, lineage, revision, [msgspec.Raw(r) for r in records]))
+
+
+def runs(
+    items: Iterable[bytes], budget: int, *, max_items: int | None = None
+) -> Iterator[list[bytes]]:
+    """Split `items` into consecutive runs whose sizes, plus a comma each, fit `budget`.
+
+    Every run holds at least one item: an item larger than `budget` comes alone (the caller
+    decides what to do with it). `items` is consumed lazily, one item past the run yielded,
+    so a caller that encodes as it goes encodes only what it sends (and one more).
+    """
+    run: list[bytes] = []
+    size = 0
+    for item in items:
+        if run and (size + len(item) + 1 > budget or len(run) == max_items):
+            yield run
+            run, size = [], 0
+        run.append(item)
+        size += len(item) + 1
+    if run:
+        yield run
+
+
+def state_frames(
+    lineage: int, revision: int, state: ConversationState, max_frame: int
+) -> list[bytes]:
+    """The whole state as a `state` message, then as many `entries` messages as `max_frame`
+    needs (the last one says `"more": false`). Asides, halt and retired ids travel in the first
+    frame."""
+    rest = b',"asides":%s,"halt":%s,"retired":%s}' % (
+        encode(state.asides),
+        encode(state.halt),
+        encode(state.retired),
+    )
+    head = _encoder.encode(_StateOut(lineage, revision, msgspec.Raw(b"{}"), True))
+    budget = max_frame - RECORDS_OVERHEAD
+    arrays = _encoded_arrays(state.entries, budget - len(head) - len(rest), budget)
+    more = len(arrays) > 1
+    first = b'{"entries":' + arrays[0] + rest
+    frames = [_encoder.encode(_StateOut(lineage, revision, msgspec.Raw(first), more))]
+    for k, array in enumerate(arrays[1:], start=2):
+        frames.append(_encoder.encode(_EntriesOut(msgspec.Raw(array), k < len(arrays))))
+    return frames
+
+
+def _encoded_arrays(items: Sequence[object], first_budget: int, budget: int) -> list[bytes]:
+    """`items` encoded as consecutive JSON arrays, the first at most `first_budget` bytes and
+    the others at most `budget` (an item larger than that goes alone). Each array is encoded
+    in one call, sized from a sample, so the cost is about one encoding of everything."""
+    count_all = len(items)
+    if not count_all:
+        return [b"[]"]
+    sample = min(64, count_all)
+    per_item = max(1, len(encode(list(items[:sample]))) // sample)
+    arrays: list[bytes] = []
+    start = 0
+    limit = first_budget
+    while start < count_all:
+        count = max(1, min(count_all - start, int(limit * 0.9) // per_item))
+        while True:
+            data = encode(list(items[start : start + count]))
+            if len(data) <= limit or count == 1:
+                break
+            count = max(1, count // 2)
+        arrays.append(data)
+        start += count
+        limit = budget
+    return arrays
