@@ -20,10 +20,18 @@ from typing import Self
 import anyio
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
 from sync import Conversation
-from sync.errors import ConvsyncError, UsageError
+from sync.errors import (
+    ConvsyncError,
+    ProtocolError,
+    Refused,
+    Unavailable,
+    UsageError,
+    code_of_close,
+    retry_of,
+)
 from sync.frames import MAX_FRAME
 from sync.protocol import SUBPROTOCOL, decode_hub_message, encode_message
 
@@ -84,6 +92,7 @@ class Replica:
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         self._welcomed = False
+        self._refused: Refused | None = None
         self.connects = 0
         self.session.local.on_edit(self._wake.set)
 
@@ -130,14 +139,25 @@ class Replica:
         with `anyio.fail_after` (it lasts while the hub is unreachable)."""
         self._wake.set()
         while not self.session.settled or self._ws is None:
+            self._raise_if_refused()
             self._progress.clear()
             await self._progress.wait()
 
     async def wait_for(self, revision: int) -> None:
         """Wait until the replica has seen the log up to `revision`."""
         while self.session.confirmed.revision < revision or not self.session.ready:
+            self._raise_if_refused()
             self._progress.clear()
             await self._progress.wait()
+
+    @property
+    def refused(self) -> Refused | None:
+        """The hub's refusal that stopped this replica for good, if one did."""
+        return self._refused
+
+    def _raise_if_refused(self) -> None:
+        if self._refused is not None:
+            raise self._refused
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -148,6 +168,7 @@ class Replica:
         try:
             with anyio.fail_after(self._connect_timeout):
                 while not self.session.ready:
+                    self._raise_if_refused()
                     if self._task.done():
                         self._task.result()
                     self._progress.clear()
@@ -197,7 +218,8 @@ class Replica:
         while not self._closed:
             reason = "closed"
             self._welcomed = False
-            resync = False
+            retry = "backoff"
+            broke_protocol = False
             try:
                 async with ws_connect(
                     self.url,
@@ -214,22 +236,52 @@ class Replica:
                     close = ws.protocol.close_rcvd
                     if close is not None:
                         reason = f"closed {close.code} {close.reason}".strip()
-                        resync = close.reason == "lagging"
+                        code = code_of_close(close.code, close.reason)
+                        if code is not None:
+                            retry = retry_of(code)
+                            if retry in ("never", "new_token"):
+                                raise Refused(code, f"the hub closed the connection ({reason})")
+            except Refused as exc:
+                self._stop_refused(exc)
+                return
+            except InvalidStatus as exc:
+                status = exc.response.status_code
+                body = exc.response.body or b""
+                detail = body.decode(errors="replace").strip()
+                if 400 <= status < 500 and status not in (408, 429):
+                    self._stop_refused(Refused(f"http_{status}", detail or f"HTTP {status}"))
+                    return
+                reason = f"HTTP {status} {detail}".strip()
             except (OSError, TimeoutError, ConnectionClosed, InvalidHandshake) as exc:
                 reason = f"{type(exc).__name__}: {exc}"
             except InvalidURI as exc:
                 raise UsageError("bad_url", str(exc)) from exc
+            except Unavailable as exc:
+                reason = f"{exc.code}: {exc.detail}"
+                retry = retry_of(exc.code)
+            except ProtocolError as exc:
+                reason = f"{exc.reason}: {exc.message}"
+                broke_protocol = True
+                log.warning("replica %s dropped the connection: %s", self.client, reason)
             except ConvsyncError as exc:
                 reason = f"{exc.reason}: {exc.message}"
                 log.warning("replica %s dropped the connection: %s", self.client, reason)
             self._emit(self.session.disconnected(reason))
             if self._closed:
                 return
-            failures = 0 if self._welcomed else failures + 1
-            if resync:
+            # A connection that broke the protocol counts as a failure even after a welcome,
+            # so a hub and a replica that disagree back off instead of spinning.
+            failures = 0 if self._welcomed and not broke_protocol else failures + 1
+            if retry == "at_once":
                 continue  # sent to resync: catch up at once
             cap = min(self._max_backoff, self._backoff * 2 ** max(failures - 1, 0))
             await anyio.sleep(random.uniform(0, cap))
+
+    def _stop_refused(self, refused: Refused) -> None:
+        """The hub refused us for good: stop, and let every waiter raise it."""
+        self._refused = refused
+        log.warning("replica %s refused by the hub: %s", self.client, refused)
+        self._emit(self.session.disconnected(f"refused: {refused.code}: {refused.detail}"))
 
     async def _serve(self, ws: ClientConnection) -> None:
         """Read frames into the session until the connection ends; a protocol error from the

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 import msgspec
 
 from sync import ApplyError, ChangeRecord, Conversation, Entry, Lineage, UsageError, encode
-from sync.errors import ProtocolError
+from sync.errors import ProtocolError, Refused, RemoteProtocolError, Unavailable, retry_of
 from sync.frames import MAX_FRAME, PUSH_OVERHEAD, push_frame, runs
 from sync.protocol import (
     Ack,
@@ -228,7 +228,9 @@ class ReplicaSession:
             case Reject():
                 return self._on_reject(message)
             case Error(code, detail):
-                raise ProtocolError(code, f"the hub closed the session: {detail}")
+                if retry_of(code) in ("never", "new_token"):
+                    raise Refused(code, detail)
+                raise Unavailable(code, detail)
         raise ProtocolError("unexpected", f"unexpected {type(message).__name__}")
 
     def disconnected(self, reason: str) -> list[Event]:
@@ -391,6 +393,15 @@ class ReplicaSession:
             self.on_landed(batch.seq, batch.records)
 
     def _on_reject(self, reject: Reject) -> list[Event]:
+        confirmed = self.confirmed
+        if reject.lineage == confirmed.lineage and reject.revision < confirmed.revision:
+            # The hub says its log is behind what this replica holds (a hub that lost records,
+            # or one of several hubs serving a stale copy): resending would spin. Drop the
+            # connection; the next hello, ahead of the log, gets the log's state.
+            raise RemoteProtocolError(
+                "ahead",
+                f"the hub's log is at {reject.revision}, this replica at {confirmed.revision}",
+            )
         batch = self._inflight
         if batch is None or batch.seq != reject.seq:
             return []

@@ -73,6 +73,7 @@ __all__ = [
     "Send",
     "StoreCall",
     "WriteSnapshot",
+    "deliver",
 ]
 
 log = logging.getLogger("convsync.hub")
@@ -519,6 +520,29 @@ class RoomCore(Generic[C]):
         """`{"lineage", "revision", "state"}` for `GET /v1/conversations/{id}`."""
         state = encode(self.conversation)
         return b'{"lineage":%d,"revision":%d,"state":%s}' % (self.lineage, self.revision, state)
+
+
+def deliver(
+    actions: list[Action[C]],
+    send: Callable[[C, bytes, bool], None],
+    close: Callable[[C, ErrorCode, str], None],
+) -> StoreCall | None:
+    """Carry out the frame actions of `actions` in order with `send(to, frame, catch_up)` and
+    `close(to, code, detail)`; return the store call that ends the list, if any (the caller
+    awaits it and hands the outcome to `RoomCore.resume`)."""
+    call: StoreCall | None = None
+    for action in actions:
+        match action:
+            case Send(to, frame, catch_up):
+                send(to, frame, catch_up)
+            case Broadcast(to, frame):
+                for conn in to:
+                    send(conn, frame, False)
+            case Close(to, code, detail):
+                close(to, code, detail)
+            case _:
+                call = action
+    return call
 
 
 def error_frame(code: ErrorCode, detail: str) -> bytes:

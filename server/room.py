@@ -20,22 +20,20 @@ from .config import HubConfig
 from .core import (
     Action,
     AppendRecords,
-    Broadcast,
-    Close,
     CoreConfig,
     LoadLog,
     ReadRecords,
     RewriteLog,
     RoomCore,
-    Send,
     StoreCall,
     WriteSnapshot,
+    deliver,
 )
 from .metrics import Metrics
 from .store import LogStore
 from .subscriber import Subscriber
 
-__all__ = ["Room"]
+__all__ = ["Room", "store_call"]
 
 
 class Room:
@@ -121,38 +119,29 @@ class Room:
         return self.core.snapshot_json()
 
     async def _carry_out(self, actions: list[Action[Subscriber]]) -> None:
-        while True:
-            call: StoreCall | None = None
-            for action in actions:
-                match action:
-                    case Send(to, frame, catch_up):
-                        to.send(frame, catch_up=catch_up)
-                    case Broadcast(to, frame):
-                        for sub in to:
-                            sub.send(frame)
-                    case Close(to, code, detail):
-                        to.fail(code, detail)
-                    case _:
-                        call = action
-            if call is None:
-                return
+        while (call := deliver(actions, _send, Subscriber.fail)) is not None:
             try:
-                outcome: object = await self._store_call(call)
+                outcome: object = await store_call(self._store, self.id, call)
             except Exception as exc:
                 outcome = exc
             actions = self.core.resume(outcome)
 
-    async def _store_call(self, call: StoreCall) -> object:
-        store, id_ = self._store, self.id
-        match call:
-            case ReadRecords(lineage, from_):
-                return await store.read(id_, lineage, from_)
-            case AppendRecords(lineage, from_, records, client, mark):
-                return await store.append(id_, lineage, from_, records, client, mark)
-            case LoadLog():
-                return await store.load(id_)
-            case WriteSnapshot(lineage, revision, data):
-                await store.write_snapshot(id_, lineage, revision, data)
-            case RewriteLog(lineage, records):
-                await store.rewrite(id_, lineage, records)
-        return None
+
+def _send(sub: Subscriber, frame: bytes, catch_up: bool) -> None:
+    sub.send(frame, catch_up=catch_up)
+
+
+async def store_call(store: LogStore, conversation_id: str, call: StoreCall) -> object:
+    """Carry out one `StoreCall` of a `RoomCore` on `store`; its outcome for `resume`."""
+    match call:
+        case ReadRecords(lineage, from_):
+            return await store.read(conversation_id, lineage, from_)
+        case AppendRecords(lineage, from_, records, client, mark):
+            return await store.append(conversation_id, lineage, from_, records, client, mark)
+        case LoadLog():
+            return await store.load(conversation_id)
+        case WriteSnapshot(lineage, revision, data):
+            await store.write_snapshot(conversation_id, lineage, revision, data)
+        case RewriteLog(lineage, records):
+            await store.rewrite(conversation_id, lineage, records)
+    return None

@@ -4,6 +4,7 @@
   something the protocol does not allow (`DecodeError` is the one the codec raises); the
   connection is dropped and, on a replica, made again with backoff. `LocalProtocolError`: this
   side was about to break it (a bug or a misuse); nothing was sent.
+- `Unavailable`: the hub could not serve this socket now; a replica retries.
 - `Refused`: the hub refused this replica for good (a bad id, a bad or missing token, a message
   it will never accept). A replica never retries it; `connect()` raises it at once.
 - `UsageError`: the calling code misused the API (a bad range, a record too large to send).
@@ -33,6 +34,7 @@ __all__ = [
     "RemoteProtocolError",
     "Retry",
     "SnapshotError",
+    "Unavailable",
     "UsageError",
     "close_code_of",
     "code_of_close",
@@ -159,6 +161,21 @@ class Refused(ConvsyncError):
     Attributes:
         code: the hub's error code (`bad_conversation_id`, `forbidden`, ...; see `CODES`), or
             `http_<status>` when the hub refused the websocket handshake itself.
+        detail: the hub's explanation.
+    """
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(code, detail)
+        self.code = code
+        self.detail = detail
+
+
+class Unavailable(ConvsyncError):
+    """The hub could not serve this socket now (`unavailable`, `shutting_down`, `lagging`,
+    `rate_limited`, `internal`, ...): a replica reconnects as `retry_of(code)` says.
+
+    Attributes:
+        code: the hub's error code.
         detail: the hub's explanation.
     """
 

@@ -1,33 +1,42 @@
-"""A hub in memory with the protocol's rules, linked to `ReplicaSession`s without sockets.
+"""The hub's real core linked to `ReplicaSession`s without sockets.
 
 Like h11's `ConnectionPair`: a test decides when each message crosses, in which order, and can
 cut a link (messages in transit are lost). Every message crosses as JSON bytes, so the codecs
-are exercised too. The hub side follows SPEC §2.4: catch-up by records or state, idempotent
-pushes by seq, reject `behind`/`lineage`/`invalid`, broadcast to everyone but the pusher.
+are exercised too. The hub side is the hub's own code: each link's frames go through a real
+`HubSession`, then to one `RoomCore`, whose store calls run on a real `MemoryStore`. This
+module only moves bytes; it holds no rule of the protocol.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
-
-import msgspec
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 from client.session import Event, ReplicaSession
-from sync import ApplyError, ChangeRecord, Conversation, Lineage, encode
-from sync.protocol import (
-    Ack,
-    Hello,
-    PushBatch,
-    PushOrigin,
-    Records,
-    Reject,
-    State,
-    Welcome,
-    decode_client_message,
-    decode_hub_message,
-    encode_message,
-)
+from server.core import Action, CoreConfig, RoomCore, deliver
+from server.room import store_call
+from server.session import HubSession
+from server.store import MemoryStore
+from sync import ChangeRecord, Conversation, Lineage, decode_record
+from sync.errors import ErrorCode, ProtocolError
+from sync.frames import MAX_FRAME
+from sync.protocol import Error, Hello, PushBatch, decode_hub_message, encode_message
+
+T = TypeVar("T")
+
+CONVERSATION = "fake"
+NOW = 1_700_000_000_000  # the hub's clock, in ms: fixed, so runs repeat exactly
+
+
+def run_now(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run a `MemoryStore` call to its end at once (it never awaits)."""
+    try:
+        coroutine.send(None)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+    coroutine.close()
+    raise AssertionError("the memory store awaited")
 
 
 class Link:
@@ -40,12 +49,14 @@ class Link:
         self.to_replica: deque[bytes] = deque()
         self.open = False
         self.events: list[Event] = []
+        self.hub_session = HubSession(hub.core.config.max_frame)
 
     def connect(self) -> None:
         """Open a new connection: the replica says hello."""
         self.to_hub.clear()
         self.to_replica.clear()
         self.open = True
+        self.hub_session = HubSession(self.hub.core.config.max_frame)
         self.to_hub.append(encode_message(self.session.hello()))
 
     def cut(self) -> None:
@@ -54,7 +65,7 @@ class Link:
             self.open = False
             self.to_hub.clear()
             self.to_replica.clear()
-            self.hub.links.discard(self)
+            self.hub.core.leave(self)
             self.events += self.session.disconnected("cut")
 
     def pump(self) -> bool:
@@ -84,97 +95,79 @@ class Link:
 
 
 class FakeHub:
-    """The log of one conversation, with the hub's rules and no durability."""
+    """One conversation on the hub's real core, over a `MemoryStore`, with no sockets."""
 
-    def __init__(self) -> None:
-        self.conversation = Conversation()
-        self.lineage = Lineage.fresh()
-        self.log: list[ChangeRecord] = []
-        self.marks: dict[str, tuple[int, int, int]] = {}
-        self.links: set[Link] = set()
-        self.rejected: list[str] = []
-        self.refuse: Callable[[ChangeRecord], bool] = lambda record: False  # strict rules
+    def __init__(self, *, max_frame: int = MAX_FRAME, strict_pairing: bool = True) -> None:
+        self.store = MemoryStore()
+        self.core: RoomCore[Link] = RoomCore(
+            CONVERSATION, CoreConfig(max_frame=max_frame, strict_pairing=strict_pairing)
+        )
+        self.core.load(run_now(self.store.load(CONVERSATION)))
+        self.closed: list[tuple[Link, str]] = []  # links the hub closed, with the code
+
+    # ------------------------------------------------------------------ what tests read
+
+    @property
+    def conversation(self) -> Conversation:
+        return self.core.conversation
+
+    @property
+    def log(self) -> list[ChangeRecord]:
+        """The records the store holds, decoded."""
+        records = run_now(self.store.read(CONVERSATION, self.core.lineage, 0))
+        return [decode_record(data) for data in records or []]
+
+    @property
+    def rejected(self) -> list[str]:
+        """The reasons of every reject the core sent."""
+        return list(self.core.metrics.pushes_rejected.elements())
+
+    def refolded(self) -> Conversation:
+        """The log folded from scratch (the fold law on the hub side)."""
+        conversation = Conversation()
+        for record in self.log:
+            conversation.apply(record)
+        return conversation
+
+    # ------------------------------------------------------------------ moving messages
 
     def link(self, session: ReplicaSession) -> Link:
         link = Link(self, session)
         link.connect()
         return link
 
-    def send(self, link: Link, message: msgspec.Struct) -> None:
-        link.to_replica.append(encode_message(message))
-
     def receive(self, link: Link, data: bytes) -> None:
-        message = decode_client_message(data)
+        try:
+            message = link.hub_session.receive(data)
+        except ProtocolError as error:
+            self._close(link, error.reason, error.message)  # type: ignore[arg-type]
+            return
         if isinstance(message, Hello):
-            self.hello(link, message)
+            self._carry_out(self.core.join(link, message))
         else:
             assert isinstance(message, PushBatch)
-            self.push(link, message)
-
-    def hello(self, link: Link, hello: Hello) -> None:
-        mark = self.marks.get(hello.client)
-        self.send(link, Welcome(self.lineage, len(self.log), mark[0] if mark else 0))
-        fresh = hello.lineage == Lineage.EMPTY and hello.revision == 0
-        if (hello.lineage == self.lineage or fresh) and hello.revision <= len(self.log):
-            if hello.revision < len(self.log):
-                self.send(link, Records(hello.revision, self.log[hello.revision :]))
-        else:
-            self.send_state(link)
-        self.links.add(link)
-
-    def send_state(self, link: Link) -> None:
-        self.send(link, State(self.lineage, len(self.log), self.conversation.state()))
-
-    def push(self, link: Link, batch: PushBatch) -> None:
-        client = link.session.client
-        mark = self.marks.get(client)
-        if mark is not None and batch.seq <= mark[0]:
-            self.send(link, Ack(batch.seq, mark[1], mark[2]))
-            return
-        revision = len(self.log)
-        if batch.lineage != self.lineage and not (batch.lineage == 0 and revision == 0):
-            self.reject(link, batch, "lineage")
-            self.send_state(link)
-            return
-        if batch.revision != revision:
-            self.reject(link, batch, "behind")
-            return
-        if any(self.refuse(record) for record in batch.records):
-            self.reject(link, batch, "invalid", "refused")
-            return
-        try:
-            self.conversation.apply_batch(batch.records)
-        except ApplyError as error:
-            self.reject(link, batch, "invalid", str(error))
-            return
-        self.log.extend(batch.records)
-        self.marks[client] = (batch.seq, revision, len(self.log))
-        self.send(link, Ack(batch.seq, revision, len(self.log)))
-        for other in self.links:
-            if other is not link:
-                self.send(other, Records(revision, batch.records, PushOrigin(client, batch.seq)))
-
-    def reject(self, link: Link, batch: PushBatch, reason: str, detail: str = "") -> None:
-        self.rejected.append(reason)
-        self.send(link, Reject(batch.seq, reason, detail, self.lineage, len(self.log)))  # type: ignore[arg-type]
+            self._carry_out(self.core.push(link, message, NOW))
 
     def rewrite(self, conversation: Conversation) -> None:
         """Replace the log with one reset under a fresh lineage; every link gets the state."""
-        from sync import Reset
+        self._carry_out(self.core.rewrite(conversation, Lineage.fresh(), NOW))
 
-        self.lineage = Lineage.fresh()
-        self.log = [ChangeRecord(Reset(conversation.state()))]
-        self.conversation = Conversation()
-        self.conversation.apply(self.log[0])
-        for link in self.links:
-            self.send_state(link)
+    def _carry_out(self, actions: list[Action[Link]]) -> None:
+        while (call := deliver(actions, _send, self._close)) is not None:
+            try:
+                outcome: object = run_now(store_call(self.store, CONVERSATION, call))
+            except Exception as exc:
+                outcome = exc
+            actions = self.core.resume(outcome)
 
-    def refolded(self) -> Conversation:
-        """The log folded from scratch (the fold law on the hub side)."""
-        conversation = Conversation()
-        for record in self.log:
-            conversation.apply(msgspec.json.decode(encode(record), type=ChangeRecord))
-        return conversation
+    def _close(self, link: Link, code: ErrorCode, detail: str) -> None:
+        link.to_replica.append(encode_message(Error(code, detail)))
+        self.closed.append((link, code))
+        self.core.leave(link)
+
+
+def _send(link: Link, frame: bytes, catch_up: bool) -> None:
+    link.to_replica.append(frame)
 
 
 def settle(links: list[Link], rounds: int = 10_000) -> None:

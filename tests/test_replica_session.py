@@ -109,11 +109,10 @@ def test_resent_push_gets_the_original_ack() -> None:
 
 def test_invalid_push_is_a_conflict_and_later_edits_survive() -> None:
     """A rejected batch is reported as conflicts; edits made after it are replayed."""
-    hub = FakeHub()
-    hub.refuse = lambda record: "bad" in str(record)
+    hub = FakeHub()  # strict pairing: a result that answers no call is refused
     b, blink = replica(hub, "b")
     settle([blink])
-    b.local.push(Message.user("bad"))
+    b.local.push(Message.tool_result("no-such-call", "lookup", "bad"))
     blink.pump()
     b.local.push(Message.user("later"))
     settle([blink])
