@@ -1,0 +1,228 @@
+"""The hub's rules in `RoomCore`, without sockets, store or event loop: actions out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from server.core import (
+    AppendRecords,
+    Broadcast,
+    Close,
+    CoreConfig,
+    LoadLog,
+    ReadRecords,
+    RoomCore,
+    Send,
+)
+from server.store import ClientMark, Loaded, LogMoved, SeqTaken, StoreError
+from sync import ChangeRecord, Conversation, Lineage, Message, Push, encode
+from sync.entries import Entry
+from sync.protocol import (
+    Ack,
+    Hello,
+    HubMessage,
+    PushBatch,
+    Records,
+    Reject,
+    State,
+    Welcome,
+    decode_hub_message,
+)
+
+NOW = 1_700_000_000_000
+
+
+def core(**config: Any) -> RoomCore[str]:
+    room: RoomCore[str] = RoomCore("c", CoreConfig(max_frame=1 << 20, **config))
+    room.load(None)
+    return room
+
+
+def record(text: str) -> ChangeRecord:
+    """A push record of one user message, with a fresh id."""
+    maker = Conversation()
+    maker.push(Message.user(text))
+    [made] = maker.take_unsaved()
+    return made
+
+
+def frames_to(actions: list[Any], conn: str) -> list[HubMessage]:
+    """The messages `conn` is sent by `actions`, decoded, in order."""
+    out = []
+    for action in actions:
+        if isinstance(action, Send) and action.to == conn:
+            out.append(decode_hub_message(action.frame))
+        elif isinstance(action, Broadcast) and conn in action.to:
+            out.append(decode_hub_message(action.frame))
+    return out
+
+
+def joined(room: RoomCore[str], *conns: str) -> None:
+    for conn in conns:
+        actions = room.join(conn, Hello(conn, room.lineage, room.revision))
+        assert isinstance(frames_to(actions, conn)[0], Welcome)
+
+
+def land(room: RoomCore[str], conn: str, seq: int, *texts: str) -> list[Any]:
+    """Push `texts` from `conn` at the room's head and let the store accept it."""
+    batch = PushBatch(seq, room.lineage, room.revision, [record(t) for t in texts])
+    actions = room.push(conn, batch, NOW)
+    call = actions[-1]
+    assert isinstance(call, AppendRecords)
+    return room.resume(call.from_ + len(call.records))
+
+
+def test_accepted_push_is_appended_with_the_mark_then_acked_and_broadcast() -> None:
+    """A push on the head asks the store to append it with the client's mark, then acks the
+    pusher and broadcasts to everyone else, never echoing the records to the pusher."""
+    room = core()
+    joined(room, "a", "b")
+    batch = PushBatch(1, room.lineage, 0, [record("hi")])
+    actions = room.push("a", batch, NOW)
+    assert actions == [actions[-1]] and room.waiting
+    call = actions[-1]
+    assert isinstance(call, AppendRecords)
+    assert (call.client, call.mark) == ("a", ClientMark(1, 0, 1))
+    assert msgspec.json.decode(call.records[0])["at"] == NOW  # stamped by the hub
+    after = room.resume(1)
+    assert frames_to(after, "a") == [Ack(1, 0, 1)]
+    [records] = frames_to(after, "b")
+    assert isinstance(records, Records) and records.origin is not None
+    assert (records.from_, records.origin.client) == (0, "a")
+    assert room.revision == 1 and not room.waiting
+
+
+def test_resend_of_a_landed_push_gets_its_ack_and_appends_nothing() -> None:
+    """The same seq again is answered with the first ack, with no store call."""
+    room = core()
+    joined(room, "a")
+    land(room, "a", 1, "once")
+    again = room.push("a", PushBatch(1, room.lineage, 0, [record("once")]), NOW)
+    assert frames_to(again, "a") == [Ack(1, 0, 1)]
+    assert not any(isinstance(action, AppendRecords) for action in again)
+    assert len(room.conversation) == 1
+
+
+def test_stale_push_is_rejected_behind_and_changes_nothing() -> None:
+    """A push made on an older revision is rejected `behind`; nothing is folded."""
+    room = core()
+    joined(room, "a", "b")
+    land(room, "a", 1, "first")
+    before = room.conversation.copy()
+    actions = room.push("b", PushBatch(1, room.lineage, 0, [record("late")]), NOW)
+    [reject] = frames_to(actions, "b")
+    assert isinstance(reject, Reject) and (reject.reason, reject.revision) == ("behind", 1)
+    assert room.conversation == before and not room.waiting
+
+
+def test_push_on_another_lineage_is_rejected_and_gets_the_state() -> None:
+    """A push made on a rewritten log's old lineage: `reject lineage`, then the state."""
+    room = core()
+    joined(room, "a")
+    land(room, "a", 1, "x")
+    actions = room.push("a", PushBatch(2, Lineage.fresh(), 1, [record("y")]), NOW)
+    reject, state = frames_to(actions, "a")
+    assert isinstance(reject, Reject) and reject.reason == "lineage"
+    assert isinstance(state, State) and state.revision == 1
+
+
+def test_invalid_and_strict_pairing_pushes_are_rejected_and_leave_no_trace() -> None:
+    """A record that does not fit, and a result answering no call, are `invalid`; the
+    conversation is exactly as before (the batch is undone)."""
+    room = core()
+    joined(room, "a")
+    land(room, "a", 1, "x")
+    before = room.conversation.copy()
+    held = room.conversation.id(0)
+    assert held is not None
+    refit = ChangeRecord(Push([Entry(Message.user("dup"), id=held)]))
+    maker = Conversation()
+    maker.push(Message.tool_result("nope", "t", "r"))
+    [orphan] = maker.take_unsaved()
+    for seq, records in ((2, [record("ok"), refit]), (3, [record("ok"), orphan])):
+        actions = room.push("a", PushBatch(seq, room.lineage, 1, records), NOW)
+        [reject] = frames_to(actions, "a")
+        assert isinstance(reject, Reject) and reject.reason == "invalid"
+        assert room.conversation == before and room.revision == 1
+
+
+def test_catch_up_by_records_by_state_and_from_the_store() -> None:
+    """A replica behind gets the missing records; a fresh one a state when that is smaller;
+    one behind the in-memory tail waits for a store read, and a gone log gives the state."""
+    room = core(recent_records=2)
+    joined(room, "w")
+    for seq in range(1, 7):
+        land(room, "w", seq, f"m{seq}")
+    # recent_records=2 keeps between 2 and 4 records in memory.
+    near = room.join("r1", Hello("r1", room.lineage, 5))
+    assert [type(m) for m in frames_to(near, "r1")] == [Welcome, Records]
+    far = room.join("r2", Hello("r2", room.lineage, 1))
+    assert isinstance(far[-1], ReadRecords) and far[-1].from_ == 1
+    gone = room.resume(None)  # compacted away meanwhile
+    assert [type(m) for m in frames_to(gone, "r2")] == [State]
+    # A fresh replica of a log whose state is no larger than its records gets the state.
+    fresh = room.join("r3", Hello("r3", Lineage.EMPTY, 0))
+    assert [type(m) for m in frames_to(fresh, "r3")] == [Welcome, State]
+
+
+def test_log_moved_forwards_exactly_what_the_room_folds_then_rejects() -> None:
+    """When another hub appended first, the room reads what it lacks, folds it, sends those
+    records (and nothing past them) to every subscriber, then rejects the push `behind`."""
+    room = core()
+    joined(room, "a", "b")
+    actions = room.push("a", PushBatch(1, room.lineage, 0, [record("mine")]), NOW)
+    assert isinstance(actions[-1], AppendRecords)
+    read = room.resume(LogMoved("c", room.lineage, 2))
+    assert read == [ReadRecords(room.lineage, 0)]
+    elsewhere = [encode(record("other 1")), encode(record("other 2"))]
+    after = room.resume(elsewhere)
+    for conn in ("a", "b"):
+        records = frames_to(after, conn)[0]
+        assert isinstance(records, Records) and len(records.records) == 2
+    *_, reject = frames_to(after, "a")
+    assert isinstance(reject, Reject) and (reject.reason, reject.revision) == ("behind", 2)
+    assert room.revision == 2
+    assert [m.content[0].text for m in room.conversation.messages()] == ["other 1", "other 2"]  # type: ignore[union-attr]
+
+
+def test_seq_taken_answers_with_the_stored_ack_after_catching_up() -> None:
+    """A push another hub already appended: the room catches up, then acks as the store says."""
+    room = core()
+    joined(room, "a")
+    actions = room.push("a", PushBatch(1, room.lineage, 0, [record("mine")]), NOW)
+    assert isinstance(actions[-1], AppendRecords)
+    read = room.resume(SeqTaken("c", "a", ClientMark(1, 0, 1)))
+    assert read == [ReadRecords(room.lineage, 0)]
+    after = room.resume([encode(record("mine"))])
+    messages = frames_to(after, "a")
+    assert isinstance(messages[0], Records) and messages[-1] == Ack(1, 0, 1)
+
+
+def test_store_failure_closes_the_pusher_and_reloads_before_the_next_operation() -> None:
+    """A failed append undoes the batch, closes the pusher `unavailable`, and the next
+    operation first reloads the log from the store (the write may have landed)."""
+    room = core()
+    joined(room, "a", "b")
+    actions = room.push("a", PushBatch(1, room.lineage, 0, [record("lost?")]), NOW)
+    assert isinstance(actions[-1], AppendRecords)
+    failed = room.resume(StoreError("disk full"))
+    assert failed == [Close("a", "unavailable", failed[0].detail)]  # type: ignore[union-attr]
+    assert len(room.conversation) == 0
+    nxt = room.join("c", Hello("c", Lineage.EMPTY, 0))
+    assert nxt == [LoadLog()]
+    landed = Conversation.from_messages([Message.user("lost?")])
+    loaded = Loaded(room.lineage, 1, None, 0, [encode(r) for r in landed.unsaved()], {})
+    after = room.resume(loaded)
+    assert room.revision == 1 and isinstance(frames_to(after, "c")[0], Welcome)
+
+
+def test_shutting_down_closes_everyone_and_refuses_pushes() -> None:
+    """`shut_down` closes each subscriber `shutting_down`; a push after it is refused so."""
+    room = core()
+    joined(room, "a", "b")
+    closes = room.shut_down()
+    assert sorted(c.to for c in closes if isinstance(c, Close)) == ["a", "b"]
+    later = room.push("a", PushBatch(1, room.lineage, 0, [record("x")]), NOW)
+    assert [(c.code) for c in later if isinstance(c, Close)] == ["shutting_down"]
