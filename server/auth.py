@@ -47,6 +47,7 @@ __all__ = [
     "KeyRing",
     "Kind",
     "Scope",
+    "bearer_token",
     "mint_token",
     "verify",
     "verify_refresh",
@@ -410,6 +411,21 @@ def verify(
     except jwt.PyJWTError as exc:
         raise _unauthorized("malformed token") from exc
     return _grant_from_claims(claims, key.kid, now=now, audience=audience, leeway_s=leeway_s)
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header, or None if there is none.
+
+    The scheme is matched without regard to case; any other scheme counts as no token (the
+    caller then looks in `hello.token`, or refuses with `unauthorized`).
+    """
+    if authorization is None:
+        return None
+    scheme, _, token = authorization.strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        return None
+    return token
 
 
 def verify_refresh(

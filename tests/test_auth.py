@@ -21,6 +21,7 @@ from server.auth import (
     Grant,
     Key,
     KeyRing,
+    bearer_token,
     mint_token,
     verify,
     verify_refresh,
@@ -337,6 +338,14 @@ def test_grant_deadlines_and_anonymous() -> None:
     ANONYMOUS.require("any-conversation", "write")
     assert ANONYMOUS.sub == "anonymous" and ANONYMOUS.can_presence
     assert isinstance(ANONYMOUS, Grant)
+
+
+def test_bearer_token_from_an_authorization_header() -> None:
+    """Only `Bearer <token>` yields a token; other schemes or an empty value yield none."""
+    assert bearer_token("Bearer abc.def.ghi") == "abc.def.ghi"
+    assert bearer_token("bearer  abc.def.ghi ") == "abc.def.ghi"
+    for header in (None, "", "Bearer", "Bearer   ", "Basic dXNlcjpwYXNz", "abc.def.ghi"):
+        assert bearer_token(header) is None, header
 
 
 # -- keys and minting -----------------------------------------------------------------------
