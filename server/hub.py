@@ -209,6 +209,14 @@ class Hub:
         finally:
             self._release(room)
 
+    async def log_moved(self, conversation_id: str) -> None:
+        """Another hub sharing the store appended to `conversation_id`: bring this hub's room
+        (when loaded) and its subscribers up to the store. Correctness never depends on this
+        call: a push on a stale room finds the log moved and does the same."""
+        room = self._rooms.get(conversation_id)
+        if room is not None:
+            await room.log_moved()
+
     async def room_for_read(self, conversation_id: str) -> Room | None:
         """The room of `conversation_id` for a read, loading it for the moment if needed;
         None when the conversation has no log."""
