@@ -19,8 +19,9 @@ import anyio
 import pytest
 
 from client import connect
-from client.cli import batches, main
+from client.cli import main
 from client.tail import Watcher, render
+from client.transfer import batches
 from sync import (
     Aside,
     Assistant,
