@@ -5,7 +5,9 @@ and runs the command's coroutine with `asyncio.run`; it returns the exit code in
 exiting, so tests call it directly. Every failure a user can cause (a bad flag, a malformed
 file, a conversation that is not empty, a hub that is not there) ends as one line on stderr:
 exit code 2 for input that is wrong as given, 1 when the command was fine but could not be
-done. Only bugs give a traceback.
+done. Only bugs give a traceback. The work itself is done by library functions
+(`client.transfer`, `client.http`, `client.tail`, `client.demo`) that raise errors with
+reasons; this module turns them into lines and exit codes, and nothing imports it.
 """
 
 from __future__ import annotations
@@ -147,7 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
         "serve",
         help="run a hub",
         description="Run a hub: owns each conversation's log and broadcasts its changes. "
-        "SIGINT or SIGTERM stops it cleanly (appends under way finish first).",
+        "SIGINT or SIGTERM stops it cleanly (appends under way finish first). One hub per "
+        "SQLite file: a second one on the same file exits 1 naming the hub that holds it.",
     )
     serve.add_argument(
         "--db",
