@@ -1,9 +1,20 @@
-"""convsync replicas: `connect` to a hub and edit a live copy of a conversation."""
+"""convsync replicas: `connect` to a hub and edit a live copy of a conversation; read, export
+and import conversations of a hub (`fetch_conversation`, `export_conversation`,
+`import_conversation`)."""
 
 from sync.rebase import Conflict
 
+from .http import FetchedConversation, HubError, fetch_conversation
 from .replica import Replica, connect
 from .session import Applied, Connected, Disconnected, Event, Rebased, ReplicaSession, Reset
+from .transfer import (
+    Exported,
+    Imported,
+    ImportRefused,
+    TransferError,
+    export_conversation,
+    import_conversation,
+)
 
 __all__ = [
     "Applied",
@@ -11,9 +22,18 @@ __all__ = [
     "Connected",
     "Disconnected",
     "Event",
+    "Exported",
+    "FetchedConversation",
+    "HubError",
+    "ImportRefused",
+    "Imported",
     "Rebased",
     "Replica",
     "ReplicaSession",
     "Reset",
+    "TransferError",
     "connect",
+    "export_conversation",
+    "fetch_conversation",
+    "import_conversation",
 ]

@@ -5,7 +5,9 @@ and runs the command's coroutine with `asyncio.run`; it returns the exit code in
 exiting, so tests call it directly. Every failure a user can cause (a bad flag, a malformed
 file, a conversation that is not empty, a hub that is not there) ends as one line on stderr:
 exit code 2 for input that is wrong as given, 1 when the command was fine but could not be
-done. Only bugs give a traceback.
+done. Only bugs give a traceback. The work itself is done by library functions
+(`client.transfer`, `client.http`, `client.tail`, `client.demo`) that raise errors with
+reasons; this module turns them into lines and exit codes, and nothing imports it.
 """
 
 from __future__ import annotations
@@ -17,46 +19,33 @@ import os
 import signal
 import sys
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import IO, Any, NoReturn
 
 import anyio
-import msgspec
 
 from server.config import HubConfig
 from server.session import is_conversation_id
-from sync import (
-    AsideChange,
-    ChangeRecord,
-    Conversation,
-    ConversationState,
-    ConvsyncError,
-    Entry,
-    HaltChange,
-    Message,
-    Push,
-    Reset,
-    UsageError,
-    decode,
-    encode,
+from sync import ConvsyncError, Message, UsageError
+
+from .http import HubError
+from .tail import tail
+from .transfer import (
+    ImportRefused,
+    TransferError,
+    connect_checked,
+    export_conversation,
+    flush_edits,
+    import_conversation,
 )
-from sync.snapshot import ConversationSnapshot
-from sync.strict import strict_violation
 
-from .replica import Replica, connect
-from .session import Conflict
-
-__all__ = ["CliError", "HubView", "main"]
+__all__ = ["CliError", "main"]
 
 DEFAULT_URL = "ws://127.0.0.1:8765"
 DEFAULT_DB = "./convsync.db"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
-BATCH = 500  # messages per push record when importing
-_SLACK = 4096  # bytes of a push frame that are not the record's entries
 
 
 class CliError(Exception):
@@ -68,14 +57,6 @@ class CliError(Exception):
         self.message = message
         self.code = code
         self.prog = prog
-
-
-class HubView(msgspec.Struct, frozen=True):
-    """What `GET /v1/conversations/{id}` answers."""
-
-    lineage: int
-    revision: int
-    state: ConversationState
 
 
 # ---------------------------------------------------------------------- arguments
@@ -168,7 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
         "serve",
         help="run a hub",
         description="Run a hub: owns each conversation's log and broadcasts its changes. "
-        "SIGINT or SIGTERM stops it cleanly (appends under way finish first).",
+        "SIGINT or SIGTERM stops it cleanly (appends under way finish first). One hub per "
+        "SQLite file: a second one on the same file exits 1 naming the hub that holds it.",
     )
     serve.add_argument(
         "--db",
@@ -319,6 +301,16 @@ def _sole(exc: BaseException) -> BaseException:
     return exc
 
 
+def _cli_error(exc: ConvsyncError) -> CliError:
+    """The one line a library error becomes: the client's own errors say what happened in
+    plain words; any other convsync error shows its reason too."""
+    if isinstance(exc, UsageError | ImportRefused):
+        return CliError(exc.message, 2)
+    if isinstance(exc, HubError | TransferError):
+        return CliError(exc.message)
+    return CliError(f"{exc.reason}: {exc.message}")
+
+
 async def _run(command: Callable[[argparse.Namespace], Awaitable[int]], ns: Any) -> int:
     try:
         return await command(ns)
@@ -326,15 +318,11 @@ async def _run(command: Callable[[argparse.Namespace], Awaitable[int]], ns: Any)
         exc = _sole(group)
         if isinstance(exc, CliError):
             raise exc from None
-        if isinstance(exc, UsageError):
-            raise CliError(exc.message, 2) from group
         if isinstance(exc, ConvsyncError):
-            raise CliError(f"{exc.reason}: {exc.message}") from group
+            raise _cli_error(exc) from group
         raise
-    except UsageError as exc:
-        raise CliError(exc.message, 2) from exc
     except ConvsyncError as exc:
-        raise CliError(f"{exc.reason}: {exc.message}") from exc
+        raise _cli_error(exc) from exc
 
 
 @contextlib.contextmanager
@@ -396,102 +384,13 @@ async def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-# ---------------------------------------------------------------------- hub access
-
-
-def http_url(url: str, conversation_id: str | None = None) -> str:
-    """The http(s) url of the hub at ws(s) `url`, of one conversation's read endpoint when
-    `conversation_id` is given."""
-    parts = urllib.parse.urlsplit(url)
-    scheme = "https" if parts.scheme == "wss" else "http"
-    path = parts.path.rstrip("/")
-    if conversation_id is not None:
-        path += f"/v1/conversations/{conversation_id}"
-    return urllib.parse.urlunsplit((scheme, parts.netloc, path, "", ""))
-
-
-_opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via a proxy
-
-
-def _get(url: str, timeout: float) -> tuple[int, bytes]:
-    try:
-        with _opener.open(url, timeout=timeout) as response:
-            return int(response.status), bytes(response.read())
-    except urllib.error.HTTPError as exc:
-        try:
-            return exc.code, exc.read()
-        finally:
-            exc.close()
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise CliError(f"cannot reach the hub at {url}: {reason}") from exc
-
-
-async def fetch(url: str, conversation_id: str, wait: float) -> HubView | None:
-    """The hub's view of a conversation (None when it has no log), over HTTP; `wait` bounds
-    the request in seconds."""
-    status, body = await anyio.to_thread.run_sync(_get, http_url(url, conversation_id), wait)
-    if status == 404:
-        return None
-    if status != 200:
-        detail = body.decode(errors="replace").strip()
-        raise CliError(f"the hub answered {status}: {detail}")
-    view: HubView = decode(body, HubView)
-    return view
-
-
-@contextlib.asynccontextmanager
-async def _replica(
-    url: str,
-    conversation_id: str,
-    wait: float,
-    client: str | None = None,
-    max_frame: int = 1 << 20,
-) -> AsyncIterator[Replica]:
-    """A connected replica; the hub's absence is a one-line error, quickly. `wait` bounds
-    the connection in seconds."""
-    status, _ = await anyio.to_thread.run_sync(_get, http_url(url) + "/healthz", wait)
-    if status != 200:
-        raise CliError(f"{url} does not look like a convsync hub (healthz answered {status})")
-    try:
-        replica = connect(
-            url, conversation_id, client=client, connect_timeout=wait, max_frame=max_frame
-        )
-        await replica.__aenter__()
-    except TimeoutError:
-        raise CliError(f"timed out after {wait:g}s connecting to {url}") from None
-    try:
-        yield replica
-    finally:
-        await replica.aclose()
-
-
-def _conflicts(replica: Replica) -> list[Conflict]:
-    return [event for event in replica.events_nowait() if isinstance(event, Conflict)]
-
-
-async def _flush(replica: Replica, wait: float, what: str) -> None:
-    """Wait (at most `wait` seconds) until the hub took every edit; a refusal is an error."""
-    try:
-        with anyio.fail_after(wait):
-            await replica.flush()
-    except TimeoutError:
-        raise CliError(f"timed out after {wait:g}s waiting for the hub to take {what}") from None
-    conflicts = _conflicts(replica)
-    if conflicts:
-        first = conflicts[0]
-        raise CliError(f"the hub refused {what}: {first.reason} {first.detail}".rstrip())
-
-
 # ---------------------------------------------------------------------- tail, send
 
 
 async def cmd_tail(args: argparse.Namespace) -> int:
     """Show a conversation, live until SIGINT/SIGTERM, or once."""
-    from .tail import tail
-
     out = sys.stdout
-    async with _replica(args.url, args.id, args.timeout) as replica:
+    async with connect_checked(args.url, args.id, connect_timeout=args.timeout) as replica:
         if args.once:
             await tail(replica, out, once=True, tty=False)
             return 0
@@ -504,9 +403,11 @@ async def cmd_send(args: argparse.Namespace) -> int:
     """Push one user message and print the revision the log reached."""
     # A given client id continues its push numbering (the welcome says where it stands).
     client = args.client or f"convsync-send-{os.urandom(4).hex()}"
-    async with _replica(args.url, args.id, args.timeout, client) as replica:
+    async with connect_checked(
+        args.url, args.id, connect_timeout=args.timeout, client=client
+    ) as replica:
         replica.conversation.push(Message.user(args.text))
-        await _flush(replica, args.timeout, "the message")
+        await flush_edits(replica, args.timeout, "the message")
         print(replica.session.confirmed.revision)
     return 0
 
@@ -516,61 +417,26 @@ async def cmd_send(args: argparse.Namespace) -> int:
 
 async def cmd_export(args: argparse.Namespace) -> int:
     """Write a conversation's snapshot or state to a file or stdout."""
-    view = await fetch(args.url, args.id, args.timeout)
-    if view is None:
-        raise CliError(f"the hub has no conversation {args.id!r}")
-    conversation = Conversation.from_state(view.state)
-    if args.format == "snapshot":
-        data = ConversationSnapshot.from_conversation(conversation).encode()
-    else:
-        data = encode(conversation)
+    exported = await export_conversation(
+        args.url, args.id, format=args.format, request_timeout=args.timeout
+    )
     if args.output is None or args.output == "-":
-        sys.stdout.buffer.write(data + b"\n")
+        sys.stdout.buffer.write(exported.data + b"\n")
         sys.stdout.flush()
     else:
         try:
-            await anyio.Path(args.output).write_bytes(data + b"\n")
+            await anyio.Path(args.output).write_bytes(exported.data + b"\n")
         except OSError as exc:
             raise CliError(f"cannot write {args.output}: {exc.strerror or exc}", 2) from exc
         print(
-            f"exported {len(conversation)} messages of {args.id} at revision {view.revision} "
-            f"to {args.output} ({args.format})",
+            f"exported {exported.messages} messages of {args.id} at revision "
+            f"{exported.revision} to {args.output} ({args.format})",
             file=sys.stderr,
         )
     return 0
 
 
 # ---------------------------------------------------------------------- import
-
-
-def read_conversation(data: bytes, fmt: str, where: str) -> Conversation:
-    """The conversation a snapshot v1 or state file holds.
-
-    `fmt` is `snapshot`, `state` or `auto` (a snapshot when the JSON object has a `version`
-    key; a `{"lineage","revision","state"}` answer of the hub is read as its state).
-
-    Raises:
-        CliError: (code 2) the file is not JSON, or not a valid snapshot or state.
-    """
-    try:
-        if fmt == "auto":
-            try:
-                top = msgspec.json.decode(data)
-            except msgspec.DecodeError as exc:
-                raise CliError(f"{where}: not JSON: {exc}", 2) from None
-            if not isinstance(top, dict):
-                raise CliError(f"{where}: expected a JSON object, not {type(top).__name__}", 2)
-            if "version" in top:
-                fmt = "snapshot"
-            elif "state" in top and "revision" in top:
-                return Conversation.from_state(decode(data, HubView).state)
-            else:
-                fmt = "state"
-        if fmt == "snapshot":
-            return ConversationSnapshot.decode(data).to_conversation().view()
-        return Conversation.from_state(decode(data, ConversationState))
-    except ConvsyncError as exc:
-        raise CliError(f"{where}: {exc.message}", 2) from exc
 
 
 class Progress:
@@ -601,128 +467,51 @@ class Progress:
         self.stream.flush()
 
 
-def batches(entries: Sequence[Entry], budget: int, count: int = BATCH) -> list[list[Entry]]:
-    """`entries` cut into runs of at most `count` whose encodings add up to at most `budget`
-    bytes (an entry larger than the budget alone makes a run).
-
-    Each run becomes one push record, so it has to fit one frame.
-    """
-    runs: list[list[Entry]] = []
-    run: list[Entry] = []
-    size = 0
-    for entry in entries:
-        length = len(encode(entry)) + 1
-        if run and (len(run) == count or size + length > budget):
-            runs.append(run)
-            run, size = [], 0
-        run.append(entry)
-        size += length
-    if run:
-        runs.append(run)
-    return runs
-
-
-def _too_large(entries: Sequence[Entry], budget: int) -> tuple[int, int] | None:
-    for at, entry in enumerate(entries):
-        length = len(encode(entry))
-        if length > budget:
-            return at, length
-    return None
+# What to do about a refused import, in this command's flags.
+_IMPORT_HINTS = {
+    "not_empty": " (--replace replaces it)",
+    "unpairable": " (--no-pairing-check skips this check)",
+}
 
 
 async def cmd_import(args: argparse.Namespace) -> int:
     """Load a file into a conversation (see the subcommand's description)."""
     where = "stdin" if args.file == "-" else args.file
+    bar: list[Progress] = []
+
+    def show(done: int, total: int) -> None:
+        if not bar:
+            bar.append(Progress(total, sys.stderr))
+        bar[0].update(done)
+
     try:
-        if args.file == "-":
-            data = await anyio.to_thread.run_sync(sys.stdin.buffer.read)
-        else:
-            data = await anyio.Path(args.file).read_bytes()
-    except OSError as exc:
-        raise CliError(f"cannot read {where}: {exc.strerror or exc}", 2) from exc
-    source = read_conversation(data, args.format, where)
-    if not args.no_pairing_check:
-        violation = strict_violation(source, 0)
-        if violation is not None:
-            raise CliError(
-                f"{where}: {violation.message}; a hub with strict pairing refuses it "
-                "(--no-pairing-check skips this check)",
-                2,
-            )
-    budget = args.max_frame - _SLACK
-    state = source.state()
-    entries = state.entries
-
-    # Everything that can be checked before touching the hub is checked here.
-    big = _too_large(entries, budget)
-    if big is not None:
-        raise CliError(
-            f"{where}: message {big[0]} is {big[1]:,} bytes, over the frame limit "
-            f"({args.max_frame:,}); it cannot be sent",
-            2,
+        imported = await import_conversation(
+            args.url,
+            sys.stdin.buffer if args.file == "-" else args.file,
+            args.id,
+            format=args.format,
+            replace=args.replace,
+            check_pairing=not args.no_pairing_check,
+            max_frame=args.max_frame,
+            step_timeout=args.timeout,
+            progress=show if args.progress or sys.stderr.isatty() else None,
+            where=where,
         )
-    if (
-        state.retired
-        and len(encode(ChangeRecord(Reset(ConversationState(retired=state.retired))))) > budget
-    ):
-        raise CliError(f"{where}: too many retired ids to send in one record", 2)
-
-    show = args.progress or sys.stderr.isatty()
-    client = f"convsync-import-{os.urandom(4).hex()}"
-    async with _replica(args.url, args.id, args.timeout, client, args.max_frame) as replica:
-        target = replica.conversation
-        if len(target) or any(aside.saved for _, aside in target.asides()):
-            if not args.replace:
-                raise CliError(
-                    f"conversation {args.id} is not empty ({len(target)} entries); "
-                    "nothing imported (--replace replaces it)",
-                    2,
-                )
-            size = len(encode(ChangeRecord(Reset(state))))
-            if size > budget:
-                raise CliError(
-                    f"{where}: as one reset record it is {size:,} bytes, over the frame limit "
-                    f"({args.max_frame:,}); --replace cannot send it (import it into a new, "
-                    "empty conversation instead: that goes in batches)",
-                    2,
-                )
-            target.reset(source)
-            await _flush(replica, args.timeout, "the reset")
-            print(
-                f"replaced {args.id} with {len(source)} messages from {where} "
-                f"(revision {replica.session.confirmed.revision})",
-                file=sys.stderr,
-            )
-            return 0
-        progress = Progress(len(entries), sys.stderr) if show else None
-        done = 0
-        try:
-            if state.retired:
-                # Ids the file says were taken out stay taken out here too.
-                target.replay(ChangeRecord(Reset(ConversationState(retired=state.retired))))
-            if progress is not None:
-                progress.update(0)
-            for run in batches(entries, budget):
-                target.replay(ChangeRecord(Push(run), run[-1].author))
-                await _flush(replica, args.timeout, f"messages {done}..{done + len(run) - 1}")
-                done += len(run)
-                if progress is not None:
-                    progress.update(done)
-            for saved in state.asides:
-                target.replay(ChangeRecord(AsideChange(saved.id, saved.aside), saved.author))
-            if state.halt is not None:
-                target.replay(ChangeRecord(HaltChange(state.halt)))
-            await _flush(replica, args.timeout, "the asides")
-        except CliError as exc:
-            if done:
-                exc.message += f" ({done} of {len(entries)} messages were imported)"
-            raise
-        finally:
-            if progress is not None:
-                progress.close()
+    except ImportRefused as exc:
+        raise CliError(exc.message + _IMPORT_HINTS.get(exc.reason, ""), 2) from exc
+    finally:
+        if bar:
+            bar[0].close()
+    if imported.replaced:
         print(
-            f"imported {len(entries)} messages and {len(state.asides)} asides from {where} "
-            f"into {args.id} (revision {replica.session.confirmed.revision})",
+            f"replaced {args.id} with {imported.messages} messages from {where} "
+            f"(revision {imported.revision})",
+            file=sys.stderr,
+        )
+    else:
+        print(
+            f"imported {imported.messages} messages and {imported.asides} asides from {where} "
+            f"into {args.id} (revision {imported.revision})",
             file=sys.stderr,
         )
     return 0
@@ -732,11 +521,14 @@ async def cmd_import(args: argparse.Namespace) -> int:
 
 
 async def cmd_demo(args: argparse.Namespace) -> int:
-    """Run the demo (`client.demo`)."""
-    from .demo import run_demo
+    """Run the demo (`client.demo`, imported here: it loads the hub's code)."""
+    from .demo import DemoError, run_demo
 
     db = args.db if args.db is not None else _env("DB", DEFAULT_DB)
-    return await run_demo(db, turns=args.turns, fast=args.fast, out=sys.stdout)
+    try:
+        return await run_demo(db, turns=args.turns, fast=args.fast, out=sys.stdout)
+    except DemoError as exc:
+        raise CliError(exc.message) from exc
 
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {

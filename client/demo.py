@@ -21,15 +21,25 @@ import anyio
 from server.config import HubConfig
 from server.hub import Hub
 from server.store import open_store
-from sync import Assistant, Conversation, Message, Stop, Text, ToolCall, TurnEnd, User
+from sync import (
+    Assistant,
+    Conversation,
+    ConvsyncError,
+    Message,
+    Stop,
+    Text,
+    ToolCall,
+    TurnEnd,
+    User,
+)
 from sync.messages import AnyMessage
 
-from .cli import CliError, HubView, fetch
+from .http import FetchedConversation, fetch_conversation
 from .replica import Replica, connect
 from .session import Applied, Conflict, Rebased, Reset
 from .tail import Watcher, describe_entry, one_line
 
-__all__ = ["SCRIPT", "run_demo"]
+__all__ = ["SCRIPT", "DemoError", "run_demo"]
 
 SCRIPT: list[tuple[str, str, dict[str, Any], str, str]] = [
     (
@@ -56,6 +66,10 @@ SCRIPT: list[tuple[str, str, dict[str, Any], str, str]] = [
 ]
 INTERJECTION = "Also: keep the answers short, please."
 _WAIT = 10.0 * float(os.environ.get("CONVSYNC_TIMEOUT_SCALE", "1"))
+
+
+class DemoError(ConvsyncError):
+    """The demo could not finish: a step stalled (reason `stalled`)."""
 
 
 class _Printer:
@@ -154,13 +168,6 @@ async def _ui(ui: Replica, interject_turn: int, say: _Printer, watcher: Watcher)
                 say("ui   ", line)
 
 
-async def _hub_view(url: str, conversation_id: str) -> HubView:
-    view = await fetch(url, conversation_id, _WAIT)
-    if view is None:
-        raise CliError(f"the hub lost conversation {conversation_id}")
-    return view
-
-
 async def run_demo(db: str, *, turns: int = 3, fast: bool = False, out: TextIO) -> int:
     """Run the demo on store `db`, printing to `out`; 0 when both replicas equal the hub."""
     say = _Printer(out)
@@ -184,20 +191,26 @@ async def run_demo(db: str, *, turns: int = 3, fast: bool = False, out: TextIO) 
                     with anyio.fail_after(_WAIT + turns * (_WAIT + 5)):
                         await _worker(worker, turns, interject_turn, fast, say)
                 except TimeoutError:
-                    raise CliError("the demo stalled: the hub stopped answering") from None
+                    raise DemoError(
+                        "stalled", "the demo stalled: the hub stopped answering"
+                    ) from None
                 try:
                     with anyio.fail_after(_WAIT):
                         await worker.flush()
                         await ui.flush()
-                        view = await _hub_view(hub.url, conversation_id)
+                        view: FetchedConversation = await fetch_conversation(
+                            hub.url, conversation_id, request_timeout=_WAIT
+                        )
                         await worker.wait_for(view.revision)
                         await ui.wait_for(view.revision)
                 except TimeoutError:
-                    raise CliError("the replicas did not catch up with the hub in time") from None
+                    raise DemoError(
+                        "stalled", "the replicas did not catch up with the hub in time"
+                    ) from None
                 group.cancel_scope.cancel()
             for line in watcher.changes(ui.conversation):  # anything not printed yet
                 say("ui   ", line)
-            hub_state = Conversation.from_state(view.state)
+            hub_state = view.conversation
             say("hub  ", f"revision {view.revision}, {len(hub_state)} entries:")
             for ref in hub_state.entries():
                 say("hub  ", describe_entry(ref.index, ref.entry))

@@ -19,8 +19,9 @@ import anyio
 import pytest
 
 from client import connect
-from client.cli import batches, main
+from client.cli import main
 from client.tail import Watcher, render
+from client.transfer import batches
 from sync import (
     Aside,
     Assistant,
@@ -464,6 +465,34 @@ def test_serve_on_a_taken_port_is_one_line(capsys: pytest.CaptureFixture[str]) -
     assert code == 1
     assert "cannot serve on 127.0.0.1" in err
     assert len(err.splitlines()) == 1
+
+
+def test_second_serve_on_one_sqlite_file_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A second `serve` on a SQLite file a running hub holds exits 1 with one line naming the
+    file and the holder; the first hub keeps serving."""
+    db = str(tmp_path / "shared.db")
+    first = Running("serve", "--db", db, "--port", "0")
+    try:
+        url = first.url()
+        second = subprocess.run(
+            [sys.executable, "-m", "client.cli", "serve", "--db", db, "--port", "0"],
+            capture_output=True,
+            text=True,
+            env=_env(),
+            cwd=ROOT,
+            timeout=TIMEOUT,
+        )
+        assert (second.returncode, second.stdout) == (1, "")
+        assert len(second.stderr.splitlines()) == 1, second.stderr
+        assert second.stderr.startswith("convsync: error: locked: ")
+        assert repr(db) in second.stderr
+        assert f"{first.proc.pid}@{socket.gethostname()}" in second.stderr
+        assert run(capsys, "send", "still-here", "hi", "--url", url)[:2] == (0, "1\n")
+    finally:
+        code, err = first.stop()
+    assert code == 0, err
 
 
 # ---------------------------------------------------------------------- the demo

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import sqlite3
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -24,6 +25,7 @@ from server.store import (
     StoreError,
     open_store,
 )
+from server.store.base import StoreLocked
 from sync.errors import UsageError
 
 TIMEOUT = 10.0 * float(os.environ.get("CONVSYNC_TIMEOUT_SCALE", "1"))
@@ -320,3 +322,71 @@ async def test_sqlite_acked_appends_survive_kill_9(tmp_path: Path) -> None:
             assert loaded.revision >= revision
             assert loaded.records == [f"{cid}:{r}".encode() for r in range(1, loaded.revision + 1)]
             assert loaded.clients["w"].seq >= seq
+
+
+# ---------------------------------------------------------------------- SQLite: one hub per file
+# (the holder lock of `SqliteStore`; kept apart from the backend-independent contract above)
+
+HOLDER_SCRIPT = """
+import asyncio, sys
+from server.store import SqliteStore
+
+async def main():
+    async with SqliteStore(sys.argv[1]):
+        print("holding", flush=True)
+        await asyncio.sleep(3600)
+
+asyncio.run(main())
+"""
+
+
+async def test_sqlite_second_store_on_one_file_is_refused(tmp_path: Path) -> None:
+    """A second store on a file another store holds raises StoreLocked naming file and holder."""
+    path = tmp_path / "db"
+    async with SqliteStore(path) as first:
+        await first.append("c", L1, 0, recs("r1"))
+        second = SqliteStore(path)
+        with pytest.raises(StoreLocked) as refused:
+            async with asyncio.timeout(TIMEOUT), second:
+                pass
+        assert refused.value.reason == "locked"
+        assert isinstance(refused.value, StoreError)
+        assert str(path) in refused.value.message
+        assert f"{os.getpid()}@{socket.gethostname()}" in refused.value.message
+        assert refused.value.holder == f"{os.getpid()}@{socket.gethostname()}"
+        with pytest.raises(UsageError):  # the refused store is closed, not half open
+            await second.load("c")
+        assert await first.read("c", L1, 0) == recs("r1")  # the holder is untouched
+    async with SqliteStore(path) as third:  # closing the holder frees the file
+        assert await third.read("c", L1, 0) == recs("r1")
+
+
+async def test_sqlite_lock_of_a_killed_holder_is_released(tmp_path: Path) -> None:
+    """A store held by a process killed with SIGKILL opens as soon as the process is gone."""
+    path = tmp_path / "db"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        HOLDER_SCRIPT,
+        str(path),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    assert proc.stdout is not None
+    try:
+        async with asyncio.timeout(TIMEOUT):
+            assert await proc.stdout.readline() == b"holding\n"
+        with pytest.raises(StoreLocked) as refused:
+            async with asyncio.timeout(TIMEOUT), SqliteStore(path):
+                pass
+        assert f"{proc.pid}@{socket.gethostname()}" in refused.value.message
+    finally:
+        if proc.returncode is None:
+            os.kill(proc.pid, signal.SIGKILL)
+        async with asyncio.timeout(TIMEOUT):
+            await proc.communicate()
+    assert proc.returncode == -signal.SIGKILL
+    async with asyncio.timeout(TIMEOUT), SqliteStore(path) as successor:
+        assert await successor.list_conversations() == []

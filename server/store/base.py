@@ -33,6 +33,7 @@ __all__ = [
     "LogStore",
     "SeqTaken",
     "StoreError",
+    "StoreLocked",
     "check_append_args",
     "check_base",
     "check_mark",
@@ -136,6 +137,29 @@ class StoreError(ConvsyncError):
 
     def __init__(self, message: str) -> None:
         super().__init__("storage", message)
+
+
+class StoreLocked(StoreError):
+    """Another process holds the store's file, so this one refused to open it (reason `locked`).
+
+    A backend that cannot tell other hubs that a log moved (SQLite) lets one hub at a time use
+    it; a second one would keep serving rooms that no longer match the log.
+
+    Attributes:
+        path: the database file.
+        holder: who holds it, as `pid@host` (empty when the holder has not written it yet).
+    """
+
+    def __init__(self, path: str, holder: str) -> None:
+        who = holder or "another process"
+        ConvsyncError.__init__(
+            self,
+            "locked",
+            f"{path!r} is in use by {who}: one hub per SQLite file "
+            "(stop that hub first, or give this one another --db)",
+        )
+        self.path = path
+        self.holder = holder
 
 
 class LogStore(Protocol):

@@ -27,6 +27,14 @@ How this works
 - **`:memory:` is refused**: every sqlite3 connection to it is a separate database, and the
   writer/reader split needs one shared file. `MemoryStore` is the in-memory store
   (`open_store(":memory:")` picks it).
+- **One hub per file.** Nothing here can tell another process that a log moved, so two hubs on
+  one file would each serve rooms the other made stale. The writer thread therefore first takes
+  an exclusive `flock` on a sidecar file `<db>.lock` (before it opens the database) and holds it
+  until it has closed its connection; it writes `pid@host` into it so that a second store can
+  name the holder when it refuses with `StoreLocked`. The kernel drops the lock when the holder
+  dies, `kill -9` included, so a restarted hub is never blocked by its crashed predecessor.
+  (`flock` works across processes on one machine; it is not a guarantee on network file
+  systems.)
 - The store is bound to asyncio (futures and `call_soon_threadsafe`). Cancelling a caller that
   awaits an append does not withdraw the append: it may still commit; reload to find out.
 """
@@ -34,9 +42,11 @@ How this works
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import functools
 import os
 import queue
+import socket
 import sqlite3
 import threading
 import time
@@ -51,6 +61,7 @@ from .base import (
     ClientMark,
     Loaded,
     StoreError,
+    StoreLocked,
     check_append_args,
     check_base,
     check_mark,
@@ -118,6 +129,51 @@ def _connect(
         conn.close()
         raise
     return conn
+
+
+def lock_path(path: str) -> str:
+    """The sidecar file whose `flock` says which process holds the database at `path`."""
+    return path + ".lock"
+
+
+def _hold(path: str) -> int:
+    """Take the holder lock of the database at `path`; the open descriptor holds it.
+
+    Raises:
+        StoreLocked: another open store (in this process or another) holds it.
+        StoreError: the lock file cannot be opened or locked.
+    """
+    sidecar = lock_path(path)
+    try:
+        fd = os.open(sidecar, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise _store_error(f"cannot open {sidecar!r}", exc) from exc
+    try:
+        # flock, not fcntl's record locks: those are per process, so a second store in the
+        # same process would get the lock too; flock is per open file description.
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 256, 0).decode(errors="replace").strip()
+        os.close(fd)
+        raise StoreLocked(path, holder) from None
+    except OSError as exc:
+        os.close(fd)
+        raise _store_error(f"cannot lock {sidecar!r}", exc) from exc
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}@{socket.gethostname()}\n".encode(), 0)
+    except OSError:
+        pass  # the lock holds without the name; a refused store then says "another process"
+    return fd
+
+
+def _release(fd: int) -> None:
+    """Give the holder lock back (after the database connection is closed)."""
+    try:
+        os.ftruncate(fd, 0)  # no stale holder name for the next reader of the file
+    except OSError:
+        pass
+    os.close(fd)  # closing the only descriptor of the file description releases the flock
 
 
 def _create_schema(conn: sqlite3.Connection, path: str) -> None:
@@ -409,14 +465,21 @@ class _Writer:
 
     def _main(self) -> None:
         try:
+            held = _hold(self.path)  # before the database is touched at all
+        except Exception as exc:
+            self._fail_until_stopped(exc)
+            return
+        try:
             conn = _connect(self.path, self.synchronous, self.busy_timeout, reader=False)
         except Exception as exc:
+            _release(held)
             self._fail_until_stopped(exc)
             return
         try:
             _create_schema(conn, self.path)
         except Exception as exc:
             conn.close()
+            _release(held)
             self._fail_until_stopped(exc)
             return
         self.ready.set()
@@ -427,6 +490,7 @@ class _Writer:
                     break
         finally:
             conn.close()
+            _release(held)
             self._fail_until_empty(UsageError("closed", "the store is closed"))
 
     def _fail_until_stopped(self, exc: Exception) -> None:
@@ -576,7 +640,8 @@ class SqliteStore:
     Raises:
         UsageError: a `:memory:` or empty path, an unknown `synchronous` value or a batch
             size below 1. Failures to open the file surface on `__aenter__` or the first use,
-            as `StoreError`.
+            as `StoreError`; `StoreLocked` (reason `locked`) when another open store holds
+            the file (one hub per file: see "One hub per file" above).
     """
 
     def __init__(
@@ -730,6 +795,7 @@ class SqliteStore:
         """Wait until the file is open and its schema ready.
 
         Raises:
+            StoreLocked: another open store, here or in another process, holds the file.
             StoreError: the file cannot be opened or has an unknown schema.
         """
         self._check_open()
