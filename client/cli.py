@@ -28,6 +28,8 @@ import anyio
 from server.config import HubConfig
 from server.session import is_conversation_id
 from sync import ConvsyncError, Message, UsageError
+from sync.errors import Refused
+from sync.frames import MAX_FRAME
 
 from .http import HubError
 from .tail import tail
@@ -247,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument(
         "--max-frame",
         type=_positive,
-        default=1 << 20,
+        default=MAX_FRAME,
         help="the hub's frame limit in bytes (default 1 MiB)",
     )
 
@@ -308,6 +310,8 @@ def _cli_error(exc: ConvsyncError) -> CliError:
         return CliError(exc.message, 2)
     if isinstance(exc, HubError | TransferError):
         return CliError(exc.message)
+    if isinstance(exc, Refused):
+        return CliError(f"the hub refused: {exc.code}: {exc.detail}")
     return CliError(f"{exc.reason}: {exc.message}")
 
 

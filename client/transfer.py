@@ -38,6 +38,7 @@ from sync import (
     decode,
     encode,
 )
+from sync.frames import MAX_FRAME, RECORD_SLACK, runs
 from sync.snapshot import ConversationSnapshot
 from sync.strict import strict_violation
 
@@ -63,7 +64,6 @@ __all__ = [
 # Chunking of an import into push records. (The frame constants may move to a module of their
 # own in `sync/`; these two are the only ones here.)
 BATCH = 500  # messages per push record when importing
-SLACK = 4096  # bytes of a push frame that are not the record's entries
 
 ExportFormat = Literal["snapshot", "state"]
 ImportFormat = Literal["auto", "snapshot", "state"]
@@ -210,23 +210,16 @@ async def _read_source(
 
 def batches(entries: Sequence[Entry], budget: int, count: int = BATCH) -> list[list[Entry]]:
     """`entries` cut into runs of at most `count` whose encodings add up to at most `budget`
-    bytes (an entry larger than the budget alone makes a run).
+    bytes (an entry larger than the budget alone makes a run), by `sync.frames.runs`.
 
     Each run becomes one push record, so it has to fit one frame.
     """
-    runs: list[list[Entry]] = []
-    run: list[Entry] = []
-    size = 0
-    for entry in entries:
-        length = len(encode(entry)) + 1
-        if run and (len(run) == count or size + length > budget):
-            runs.append(run)
-            run, size = [], 0
-        run.append(entry)
-        size += length
-    if run:
-        runs.append(run)
-    return runs
+    cut: list[list[Entry]] = []
+    start = 0
+    for run in runs([encode(entry) for entry in entries], budget, max_items=count):
+        cut.append(list(entries[start : start + len(run)]))
+        start += len(run)
+    return cut
 
 
 def _too_large(entries: Sequence[Entry], budget: int) -> tuple[int, int] | None:
@@ -247,7 +240,7 @@ async def connect_checked(
     *,
     connect_timeout: float = 10.0,
     client: str | None = None,
-    max_frame: int = 1 << 20,
+    max_frame: int = MAX_FRAME,
 ) -> AsyncIterator[Replica]:
     """A connected replica, for a task that ends: a hub that is not there is an error at
     once (an HTTP health check first) instead of a replica that keeps reconnecting.
@@ -310,7 +303,7 @@ async def import_conversation(
     format: ImportFormat = "auto",
     replace: bool = False,
     check_pairing: bool = True,
-    max_frame: int = 1 << 20,
+    max_frame: int = MAX_FRAME,
     step_timeout: float = 10.0,
     progress: ProgressCallback | None = None,
     where: str | None = None,
@@ -351,7 +344,7 @@ async def import_conversation(
             raise ImportRefused(
                 "unpairable", f"{where}: {violation.message}; a hub with strict pairing refuses it"
             )
-    budget = max_frame - SLACK
+    budget = max_frame - RECORD_SLACK
     state = imported.state()
     entries = state.entries
 

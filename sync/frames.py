@@ -24,6 +24,7 @@ __all__ = [
     "MIN_FRAME",
     "PUSH_OVERHEAD",
     "RECORDS_OVERHEAD",
+    "RECORD_SLACK",
     "push_frame",
     "records_frame",
     "records_frames",
@@ -39,6 +40,10 @@ MIN_FRAME: Final = 4096
 
 PUSH_OVERHEAD: Final = 128
 """Bytes of a `push` frame around its records: seq, lineage and revision of up to 19 digits."""
+
+RECORD_SLACK: Final = 4096
+"""Bytes of a push frame around one push record's entries (the push header, the record's
+change type, author and time): what an import leaves free when it sizes a record."""
 
 RECORDS_OVERHEAD: Final = 1024
 """Bytes of a `records` frame around its records: `from` and an `origin` whose client id is up
