@@ -27,6 +27,7 @@ from sync.errors import (
     ConvsyncError,
     ProtocolError,
     Refused,
+    Retry,
     Unavailable,
     UsageError,
     code_of_close,
@@ -218,7 +219,7 @@ class Replica:
         while not self._closed:
             reason = "closed"
             self._welcomed = False
-            retry = "backoff"
+            retry: Retry = "backoff"
             broke_protocol = False
             try:
                 async with ws_connect(
@@ -236,11 +237,7 @@ class Replica:
                     close = ws.protocol.close_rcvd
                     if close is not None:
                         reason = f"closed {close.code} {close.reason}".strip()
-                        code = code_of_close(close.code, close.reason)
-                        if code is not None:
-                            retry = retry_of(code)
-                            if retry in ("never", "new_token"):
-                                raise Refused(code, f"the hub closed the connection ({reason})")
+                        retry = _retry_after(close.code, close.reason, reason)
             except Refused as exc:
                 self._stop_refused(exc)
                 return
@@ -254,6 +251,13 @@ class Replica:
                 reason = f"HTTP {status} {detail}".strip()
             except (OSError, TimeoutError, ConnectionClosed, InvalidHandshake) as exc:
                 reason = f"{type(exc).__name__}: {exc}"
+                rcvd = exc.rcvd if isinstance(exc, ConnectionClosed) else None
+                if rcvd is not None:
+                    try:
+                        retry = _retry_after(rcvd.code, rcvd.reason, reason)
+                    except Refused as refused:
+                        self._stop_refused(refused)
+                        return
             except InvalidURI as exc:
                 raise UsageError("bad_url", str(exc)) from exc
             except Unavailable as exc:
@@ -287,7 +291,8 @@ class Replica:
         """Read frames into the session until the connection ends; a protocol error from the
         hub or the session ends it too, and is raised (outside the task group, unwrapped)."""
         session = self.session
-        await ws.send(encode_message(session.hello()), text=True)
+        with contextlib.suppress(ConnectionClosed):  # a refusal may already be on its way
+            await ws.send(encode_message(session.hello()), text=True)
         failure: ConvsyncError | None = None
         async with anyio.create_task_group() as group:
             group.start_soon(self._push_loop, ws)
@@ -322,6 +327,21 @@ class Replica:
                     await ws.send(frame, text=True)
         except ConnectionClosed:
             pass  # the reading side sees the close and ends the connection
+
+
+def _retry_after(close_code: int, close_reason: str, detail: str) -> Retry:
+    """What to do after the hub closed with `close_code`/`close_reason` (`sync.errors.CODES`).
+
+    Raises:
+        Refused: the close means the hub refused this replica for good.
+    """
+    code = code_of_close(close_code, close_reason)
+    if code is None:
+        return "backoff"
+    retry = retry_of(code)
+    if retry in ("never", "new_token"):
+        raise Refused(code, f"the hub closed the connection ({detail})")
+    return retry
 
 
 def connect(
