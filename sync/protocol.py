@@ -45,13 +45,16 @@ RejectReason = Literal["behind", "lineage", "invalid"]
 # ---------------------------------------------------------------- replica -> hub
 
 
-class Hello(msgspec.Struct, frozen=True, tag_field="type", tag="hello"):
+class Hello(msgspec.Struct, frozen=True, tag_field="type", tag="hello", omit_defaults=True):
     """Opens a session: who the replica is and which log state it holds."""
 
     client: str
     lineage: int
     revision: int
     token: str | None = None
+    features: list[str] = []
+    """Optional capabilities this replica uses (`drafts`, `presence`, `auth`, ...); each side
+    uses only what both list."""
 
 
 class PushBatch(msgspec.Struct, frozen=True, tag_field="type", tag="push"):
@@ -69,12 +72,18 @@ ClientMessage = Hello | PushBatch
 # ---------------------------------------------------------------- hub -> replica
 
 
-class Welcome(msgspec.Struct, frozen=True, tag_field="type", tag="welcome"):
+class Welcome(msgspec.Struct, frozen=True, tag_field="type", tag="welcome", omit_defaults=True):
     """The log's lineage and revision, and the last push seq the hub holds from this client."""
 
     lineage: int
     revision: int
     acked: int
+    features: list[str] = []
+    """Optional capabilities this hub offers (SPEC 5)."""
+    scopes: list[str] | None = None
+    """What this connection may do (`read`, `write`, `presence`); None: everything (no auth)."""
+    expires_in: float | None = None
+    """Seconds until the connection's token expires; None without auth."""
 
 
 class PushOrigin(msgspec.Struct, frozen=True):
