@@ -15,7 +15,10 @@ exception raised) back to `resume`, which continues the same operation. The shel
 operation at a time per conversation, so the core never sees two interleaved. Every protocol
 rule of SPEC 2.4 lives here once: resend acks, lineage / behind / invalid rejects, strict
 pairing, catch-up by records or by state, broadcast, and what to do when the store says the
-log moved under us (another hub appended) or failed. The core never awaits, never reads a
+log moved under us (another hub appended) or failed. So do the access rules of SPEC 6 that
+concern the log: each connection joins with a `Grant` (verified by the session), needs `read`
+to join and `write` for every push, is known by (principal, client) for seqs and marks, and
+replaces an older socket of the same pair. The core never awaits, never reads a
 clock of its own and imports no I/O library; the test fake link drives it directly.
 """
 
@@ -39,6 +42,7 @@ from sync import (
     Splice,
     ToolResult,
     User,
+    Via,
     decode_record,
     decode_state,
     encode,
@@ -47,6 +51,7 @@ from sync.errors import ApplyError, ErrorCode
 from sync.frames import RECORDS_OVERHEAD, records_frames, state_frames
 from sync.protocol import (
     Ack,
+    AuthOk,
     Error,
     Hello,
     PushBatch,
@@ -58,6 +63,7 @@ from sync.protocol import (
 )
 from sync.strict import strict_violation
 
+from .auth import ANONYMOUS, AuthError, Grant
 from .metrics import Metrics
 from .store.base import ClientMark, Loaded, LogMoved, SeqTaken
 
@@ -166,6 +172,9 @@ class CoreConfig:
     strict_pairing: bool = True
     recent_records: int = 1000
     snapshot_every: int = 1000
+    auth: bool = False
+    """Whether the hub checks tokens: marks are then keyed by (principal, client) and every
+    accepted record is stamped `via`; without auth, by the client id alone, as before."""
 
 
 # ---------------------------------------------------------------------- the core
@@ -196,6 +205,7 @@ class RoomCore(Generic[C]):
         self.exists = False
         self.marks: dict[str, ClientMark] = {}
         self.subscribers: dict[C, str] = {}  # connection -> its client id
+        self.grants: dict[C, Grant] = {}  # connection -> what its token allows
         self.closing = False
         self._recent: list[bytes] = []
         self._recent_from = 0
@@ -261,16 +271,38 @@ class RoomCore(Generic[C]):
 
     # ------------------------------------------------------------------ joining
 
-    def join(self, conn: C, hello: Hello) -> list[Action[C]]:
-        """Welcome `conn`, bring it up to date; from then on it gets every record appended."""
-        return self._fresh(lambda: self._join(conn, hello))
+    def join(
+        self, conn: C, hello: Hello, grant: Grant = ANONYMOUS, now: float = 0.0
+    ) -> list[Action[C]]:
+        """Welcome `conn`, bring it up to date; from then on it gets every record appended.
 
-    def _join(self, conn: C, hello: Hello) -> list[Action[C]]:
+        `grant` is what the connection's token allows (verified already; `ANONYMOUS` without
+        auth) and must hold `read` on this conversation, else `conn` is closed `forbidden`.
+        `now` (seconds since the epoch) gives `welcome.expires_in`. An older connection of
+        the same principal and client is closed `replaced`.
+        """
+        try:
+            grant.require(self.id, "read")
+        except AuthError as refused:
+            return [Close(conn, refused.code, refused.detail)]
+        return self._fresh(lambda: self._join(conn, hello, grant, now))
+
+    def _join(self, conn: C, hello: Hello, grant: Grant, now: float) -> list[Action[C]]:
         if self._stale:
             return [Close(conn, "unavailable", "the log cannot be read now; reconnect later")]
-        mark = self.marks.get(hello.client)
+        actions: list[Action[C]] = []
+        for other, client in list(self.subscribers.items()):
+            if client == hello.client and self.grants.get(other, ANONYMOUS).sub == grant.sub:
+                self.leave(other)
+                actions.append(Close(other, "replaced", "the same client connected again"))
+        mark = self.marks.get(self._mark_key(grant, hello.client))
         welcome = Welcome(self.lineage, self.revision, mark.seq if mark else 0)
-        actions: list[Action[C]] = [Send(conn, encode_message(welcome), True)]
+        if self.config.auth:
+            welcome = msgspec.structs.replace(
+                welcome, scopes=grant.scope_list, expires_in=grant.expires_in(now)
+            )
+        actions.append(Send(conn, encode_message(welcome), True))
+        self.grants[conn] = grant
         lineage, revision = hello.lineage, hello.revision
         fresh = lineage == Lineage.EMPTY and revision == 0
         if (lineage == self.lineage or fresh) and revision <= self.revision:
@@ -322,6 +354,24 @@ class RoomCore(Generic[C]):
     def leave(self, conn: C) -> None:
         """`conn` is gone; it gets nothing more."""
         self.subscribers.pop(conn, None)
+        self.grants.pop(conn, None)
+
+    def regrant(self, conn: C, grant: Grant, now: float) -> list[Action[C]]:
+        """`conn` refreshed its token (`auth`, verified by the session for the same principal
+        and conversation): its new scopes apply from the next message on; answer `auth_ok`."""
+        if conn not in self.grants:
+            return []
+        self.grants[conn] = grant
+        return [Send(conn, encode_message(AuthOk(grant.expires_in(now))))]
+
+    def _mark_key(self, grant: Grant, client: str) -> str:
+        """The store's key for a client's mark: the client id without auth (so stores and
+        marks from before auth stay valid); with auth, the principal too, so one principal
+        can never spend or read another's seqs (`/` in `sub` escaped: the key splits once)."""
+        if not self.config.auth:
+            return client
+        sub = grant.sub.replace("%", "%25").replace("/", "%2F")
+        return f"{sub}/{client}"
 
     # ------------------------------------------------------------------ pushing
 
@@ -334,8 +384,14 @@ class RoomCore(Generic[C]):
             return [Close(conn, "shutting_down", "the hub is shutting down; reconnect later")]
         if self._stale:
             return [Close(conn, "unavailable", "the log cannot be read now; reconnect later")]
+        grant = self.grants.get(conn, ANONYMOUS)
+        if not grant.can_write or now >= grant.exp * 1000:
+            # Checked before anything else, a resend too: the token decides, not the seq.
+            why = "token expired" if grant.can_write else "token lacks the write scope"
+            return [Send(conn, self._reject(batch, "forbidden", why))]
         client = self.subscribers[conn]
-        mark = self.marks.get(client)
+        key = self._mark_key(grant, client)
+        mark = self.marks.get(key)
         if mark is not None and batch.seq <= mark.seq:
             # A resend of a push that landed: answer with its ack, append nothing.
             return [Send(conn, _ack(batch.seq, mark))]
@@ -357,14 +413,21 @@ class RoomCore(Generic[C]):
                 undo()
                 detail = f"strict pairing: {violation}"
                 return [Send(conn, self._reject(batch, "invalid", detail))]
-        records = [
-            record if record.at is not None else msgspec.structs.replace(record, at=now)
-            for record in batch.records
-        ]
+        if self.config.auth:
+            via = Via(grant.sub, client)
+            records = [
+                msgspec.structs.replace(record, via=via, at=now if record.at is None else record.at)
+                for record in batch.records
+            ]
+        else:
+            records = [
+                record if record.at is not None else msgspec.structs.replace(record, at=now)
+                for record in batch.records
+            ]
         encoded = [encode(record) for record in records]
         from_ = self.revision
         append = AppendRecords(
-            self.lineage, from_, encoded, client, ClientMark(batch.seq, from_, from_ + len(encoded))
+            self.lineage, from_, encoded, key, ClientMark(batch.seq, from_, from_ + len(encoded))
         )
         return self._call(
             append, lambda outcome: self._appended(conn, batch, append, undo, outcome)
@@ -405,7 +468,7 @@ class RoomCore(Generic[C]):
         others = [other for other in self.subscribers if other != conn]
         actions: list[Action[C]] = [Send(conn, _ack(batch.seq, append.mark))]
         if others:
-            origin = PushOrigin(append.client, batch.seq)
+            origin = PushOrigin(self.subscribers.get(conn, append.client), batch.seq)
             frames = records_frames(from_, append.records, origin, self.config.max_frame)
             actions += [Broadcast(others, frame) for frame in frames]
         metrics = self.metrics

@@ -1,26 +1,44 @@
 """What a hub connection may receive and when: pure, no sockets.
 
-`HubSession.receive` takes one frame's bytes and returns the decoded `Hello` or `PushBatch`, or
-raises `ProtocolError` with the code the hub sends in its `error` message before closing that
-socket. A session expects exactly one `hello` first, then pushes.
+`HubSession.receive` takes one frame's bytes and returns the decoded `Hello`, `PushBatch` or
+`Auth`, or raises `ProtocolError` with the code the hub sends in its `error` message before
+closing that socket. A session expects exactly one `hello` first, then pushes.
+
+The session also holds the connection's access state (SPEC 6): `authorize` verifies the token
+of the hello (or of the handshake's `Authorization` header) and `refresh` the token of an
+`auth` message; the inbound token bucket and the first frame's size limit are checked in
+`receive`; `next_deadline` says when the shell must wake it (the hello deadline, then the
+token's expiry plus its grace) and `expired` whether that moment has come. Time always comes
+in as `now`, in seconds since the epoch.
 """
 
 from __future__ import annotations
 
+import math
 import re
+from dataclasses import dataclass
 
 import msgspec
 
 from sync.errors import DecodeError, ProtocolError
 from sync.lineage import Lineage
-from sync.protocol import Hello, PushBatch, decode_client_message
+from sync.protocol import Auth, ClientMessage, Hello, PushBatch, decode_client_message
 
-__all__ = ["CONVERSATION_PATH", "HubSession", "conversation_id_of", "is_conversation_id"]
+from .auth import ANONYMOUS, AUDIENCE, Grant, KeyRing, verify, verify_refresh
+from .limits import TokenBucket
+
+__all__ = [
+    "CONVERSATION_PATH",
+    "Access",
+    "HubSession",
+    "conversation_id_of",
+    "is_conversation_id",
+]
 
 CONVERSATION_PATH = "/v1/conversations/"
 _CONVERSATION_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _CLIENT_ID = re.compile(r"[^\x00-\x1f]{1,128}")
-_KNOWN_TYPES = frozenset({"hello", "push"})
+_KNOWN_TYPES = frozenset({"hello", "push", "auth"})
 
 
 def is_conversation_id(value: str) -> bool:
@@ -36,26 +54,80 @@ def conversation_id_of(path: str) -> str | None:
     return path[len(CONVERSATION_PATH) :]
 
 
+@dataclass(frozen=True)
+class Access:
+    """How a hub with auth checks tokens: the keys it trusts now and its audience."""
+
+    keys: KeyRing
+    audience: str = AUDIENCE
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The per-connection limits a session enforces (SPEC 6); `HubConfig` holds the settings.
+
+    Attributes:
+        hello_timeout: seconds a socket has to send its hello.
+        first_frame: the largest first frame (the hello), in bytes.
+        rate: inbound messages per second, on average...
+        burst: ...with bursts of up to this many.
+    """
+
+    hello_timeout: float = math.inf
+    first_frame: int | None = None
+    rate: float | None = None
+    burst: float = 1.0
+
+
 class HubSession:
-    """The protocol state of one replica connection.
+    """The protocol and access state of one replica connection.
 
     Args:
         max_frame: the largest frame accepted, in bytes.
+        access: how to check tokens; None for a hub without auth (every socket is
+            `ANONYMOUS`).
+        conversation_id: the conversation the socket opened (a refreshed token must allow it).
+        bearer: the token of the handshake's `Authorization: Bearer` header, if any.
+        limits: the hello deadline, first-frame size and rate limit.
+        now: when the socket opened (the hello deadline counts from here).
     """
 
-    def __init__(self, max_frame: int) -> None:
+    def __init__(
+        self,
+        max_frame: int,
+        *,
+        access: Access | None = None,
+        conversation_id: str = "",
+        bearer: str | None = None,
+        limits: Limits | None = None,
+        now: float = 0.0,
+    ) -> None:
         self.max_frame = max_frame
         self.hello: Hello | None = None
+        self.access = access
+        self.conversation_id = conversation_id
+        self.grant: Grant = ANONYMOUS
+        self._bearer = bearer
+        self.limits = limits or Limits()
+        self.hello_deadline = now + self.limits.hello_timeout
+        rate = self.limits.rate
+        self._bucket = TokenBucket(rate, self.limits.burst, now) if rate is not None else None
 
-    def receive(self, data: bytes | str) -> Hello | PushBatch:
-        """Decode and check one frame.
+    def receive(self, data: bytes | str, now: float = 0.0) -> ClientMessage:
+        """Decode and check one frame that arrived at `now`.
 
         Raises:
-            ProtocolError: with code `too_big`, `malformed_json`, `unknown_type`,
-                `bad_message`, `no_hello`, `unexpected` (a second hello) or `bad_client`.
+            ProtocolError: with code `too_big`, `rate_limited`, `malformed_json`,
+                `unknown_type`, `bad_message`, `no_hello`, `unexpected` (a second hello) or
+                `bad_client`.
         """
-        if len(data) > self.max_frame:
-            raise ProtocolError("too_big", f"frame of {len(data)} bytes over {self.max_frame}")
+        limit = self.max_frame
+        if self.hello is None and self.limits.first_frame is not None:
+            limit = min(limit, self.limits.first_frame)
+        if len(data) > limit:
+            raise ProtocolError("too_big", f"frame of {len(data)} bytes over {limit}")
+        if self._bucket is not None and not self._bucket.take(now):
+            raise ProtocolError("rate_limited", "too many messages; slow down and reconnect")
         try:
             message = decode_client_message(data)
         except DecodeError as exc:
@@ -76,7 +148,61 @@ class HubSession:
                 if not records:
                     raise ProtocolError("bad_message", "a push carries at least one record")
                 _check_position(lineage, revision)
+            case Auth():
+                if self.hello is None:
+                    raise ProtocolError("no_hello", "auth before hello")
+                if self.access is None:
+                    raise ProtocolError("unexpected", "this hub does not check tokens")
         return message
+
+    # ------------------------------------------------------------------ access
+
+    def authorize(self, hello: Hello, now: float) -> Grant:
+        """The grant of this socket: `ANONYMOUS` without auth, else what the token of `hello`
+        (or of the handshake's bearer header) allows. The core then checks the conversation
+        and the `read` scope.
+
+        Raises:
+            AuthError: `unauthorized`, the token is missing or not valid.
+        """
+        if self.access is not None:
+            token = hello.token if hello.token is not None else self._bearer
+            self.grant = verify(
+                token, self.access.keys, now=now, audience=self.access.audience
+            )
+        return self.grant
+
+    def refresh(self, auth: Auth, now: float) -> Grant:
+        """Take the token of an `auth` message: valid, same principal, this conversation.
+
+        Raises:
+            AuthError: `unauthorized`; the socket is closed (the old grant stays meanwhile).
+        """
+        assert self.access is not None, "receive refuses auth without access"
+        self.grant = verify_refresh(
+            self.grant,
+            auth.token,
+            self.access.keys,
+            self.conversation_id,
+            now=now,
+            audience=self.access.audience,
+        )
+        return self.grant
+
+    def next_deadline(self) -> float:
+        """When the shell must call `expired` next (seconds since the epoch; `inf`: never):
+        the hello deadline until the hello, then the token's expiry plus its grace."""
+        if self.hello is None:
+            return self.hello_deadline
+        return self.grant.closes_at
+
+    def expired(self, now: float) -> ProtocolError | None:
+        """The error to close the socket with if its deadline has passed at `now`, else None."""
+        if now < self.next_deadline():
+            return None
+        if self.hello is None:
+            return ProtocolError("no_hello", "no hello in time")
+        return ProtocolError("unauthorized", "token expired")
 
 
 def _check_position(lineage: int, revision: int) -> None:

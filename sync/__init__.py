@@ -15,6 +15,7 @@ from .changes import (
     Push,
     Reset,
     Splice,
+    Via,
 )
 from .codec import decode, decode_message, decode_record, decode_state, encode
 from .conversation import Conversation, Spliced
@@ -94,6 +95,7 @@ __all__ = [
     "SnapshotError",
     "Splice",
     "Spliced",
+    "Via",
     "Stop",
     "System",
     "Text",

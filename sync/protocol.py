@@ -1,7 +1,7 @@
 """The wire protocol `convsync.v1`: one JSON message per websocket text frame.
 
-Replica -> hub: `Hello`, `PushBatch`. Hub -> replica: `Welcome`, `Records`, `State`, `Entries`,
-`Ack`, `Reject`, `Error`. Each direction is one tagged union (tag field `"type"`) with its
+Replica -> hub: `Hello`, `PushBatch`, `Auth`. Hub -> replica: `Welcome`, `Records`, `State`,
+`Entries`, `Ack`, `Reject`, `Error`, `AuthOk`. Each direction is one tagged union (tag field `"type"`) with its
 decoder built once. The hub sends records it already holds as JSON bytes, joined into frames
 without decoding them (`sync.frames`), so a record is encoded once however many replicas
 receive it.
@@ -20,6 +20,8 @@ from .errors import DecodeError
 __all__ = [
     "SUBPROTOCOL",
     "Ack",
+    "Auth",
+    "AuthOk",
     "ClientMessage",
     "Entries",
     "Error",
@@ -39,7 +41,7 @@ __all__ = [
 
 SUBPROTOCOL = "convsync.v1"
 
-RejectReason = Literal["behind", "lineage", "invalid"]
+RejectReason = Literal["behind", "lineage", "invalid", "forbidden"]
 
 
 # ---------------------------------------------------------------- replica -> hub
@@ -66,7 +68,22 @@ class PushBatch(msgspec.Struct, frozen=True, tag_field="type", tag="push"):
     records: list[ChangeRecord]
 
 
-ClientMessage = Hello | PushBatch
+# ---------------------------------------------------------------- access control (SPEC 6)
+
+
+class Auth(msgspec.Struct, frozen=True, tag_field="type", tag="auth"):
+    """A fresh token for this connection (same principal); its scopes apply at once."""
+
+    token: str
+
+
+class AuthOk(msgspec.Struct, frozen=True, tag_field="type", tag="auth_ok"):
+    """The token of an `Auth` was taken; it expires in `expires_in` seconds."""
+
+    expires_in: float
+
+
+ClientMessage = Hello | PushBatch | Auth
 
 
 # ---------------------------------------------------------------- hub -> replica
@@ -142,7 +159,7 @@ class Error(msgspec.Struct, frozen=True, tag_field="type", tag="error"):
     detail: str
 
 
-HubMessage = Welcome | Records | State | Entries | Ack | Reject | Error
+HubMessage = Welcome | Records | State | Entries | Ack | Reject | Error | AuthOk
 
 
 # Frames built from bytes encoded already (records, state runs) are built in `sync.frames`.
