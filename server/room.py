@@ -16,6 +16,7 @@ from sync import Conversation, Lineage
 from sync.ids import now_ms
 from sync.protocol import Hello, PushBatch
 
+from .auth import ANONYMOUS, Grant
 from .config import HubConfig
 from .core import (
     Action,
@@ -40,7 +41,13 @@ class Room:
     """One conversation: its core, its store, its lock."""
 
     def __init__(
-        self, conversation_id: str, store: LogStore, config: HubConfig, metrics: Metrics
+        self,
+        conversation_id: str,
+        store: LogStore,
+        config: HubConfig,
+        metrics: Metrics,
+        *,
+        auth: bool = False,
     ) -> None:
         self.id = conversation_id
         self._store = store
@@ -52,6 +59,7 @@ class Room:
                 strict_pairing=config.strict_pairing,
                 recent_records=config.recent_records,
                 snapshot_every=config.snapshot_every,
+                auth=auth,
             ),
             metrics,
         )
@@ -80,10 +88,18 @@ class Room:
         """Fold the store's log (its latest snapshot, then the records after it)."""
         self.core.load(await self._store.load(self.id))
 
-    async def join(self, sub: Subscriber, hello: Hello) -> None:
-        """Welcome `sub`, bring it up to date, then deliver every record appended after."""
+    async def join(
+        self, sub: Subscriber, hello: Hello, grant: Grant = ANONYMOUS, now: float = 0.0
+    ) -> None:
+        """Welcome `sub` (holding `grant`), bring it up to date, then deliver every record
+        appended after."""
         async with self.lock:
-            await self._carry_out(self.core.join(sub, hello))
+            await self._carry_out(self.core.join(sub, hello, grant, now))
+
+    async def regrant(self, sub: Subscriber, grant: Grant, now: float) -> None:
+        """`sub` refreshed its token: its new grant applies from now on."""
+        async with self.lock:
+            await self._carry_out(self.core.regrant(sub, grant, now))
 
     def leave(self, sub: Subscriber) -> None:
         self.core.leave(sub)

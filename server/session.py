@@ -167,9 +167,7 @@ class HubSession:
         """
         if self.access is not None:
             token = hello.token if hello.token is not None else self._bearer
-            self.grant = verify(
-                token, self.access.keys, now=now, audience=self.access.audience
-            )
+            self.grant = verify(token, self.access.keys, now=now, audience=self.access.audience)
         return self.grant
 
     def refresh(self, auth: Auth, now: float) -> Grant:

@@ -1,10 +1,10 @@
 """The wire protocol `convsync.v1`: one JSON message per websocket text frame.
 
 Replica -> hub: `Hello`, `PushBatch`, `Auth`. Hub -> replica: `Welcome`, `Records`, `State`,
-`Entries`, `Ack`, `Reject`, `Error`, `AuthOk`. Each direction is one tagged union (tag field `"type"`) with its
-decoder built once. The hub sends records it already holds as JSON bytes, joined into frames
-without decoding them (`sync.frames`), so a record is encoded once however many replicas
-receive it.
+`Entries`, `Ack`, `Reject`, `Error`, `AuthOk`. Each direction is one tagged union (tag field
+`"type"`) with its decoder built once. The hub sends records it already holds as JSON bytes,
+joined into frames without decoding them (`sync.frames`), so a record is encoded once however
+many replicas receive it.
 """
 
 from __future__ import annotations
