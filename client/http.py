@@ -62,10 +62,14 @@ def http_url(url: str, conversation_id: str | None = None) -> str:
 _opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via a proxy
 
 
-def _get(url: str, timeout: float) -> tuple[int, bytes]:
-    """Status and body of a GET (blocking; an HTTP error status is an answer, not a raise)."""
+def _get(url: str, timeout: float, token: str | None = None) -> tuple[int, bytes]:
+    """Status and body of a GET (blocking; an HTTP error status is an answer, not a raise),
+    with `Authorization: Bearer <token>` when a token is given."""
+    request = urllib.request.Request(url)
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
     try:
-        with _opener.open(url, timeout=timeout) as response:
+        with _opener.open(request, timeout=timeout) as response:
             return int(response.status), bytes(response.read())
     except urllib.error.HTTPError as exc:
         try:
@@ -77,8 +81,10 @@ def _get(url: str, timeout: float) -> tuple[int, bytes]:
         raise HubError("unreachable", f"cannot reach the hub at {url}: {reason}") from exc
 
 
-async def _get_async(url: str, request_timeout: float) -> tuple[int, bytes]:
-    return await anyio.to_thread.run_sync(_get, url, request_timeout)
+async def _get_async(
+    url: str, request_timeout: float, token: str | None = None
+) -> tuple[int, bytes]:
+    return await anyio.to_thread.run_sync(_get, url, request_timeout, token)
 
 
 async def check_hub(url: str, *, request_timeout: float = 10.0) -> None:
@@ -96,7 +102,7 @@ async def check_hub(url: str, *, request_timeout: float = 10.0) -> None:
 
 
 async def fetch_conversation(
-    url: str, conversation_id: str, *, request_timeout: float = 10.0
+    url: str, conversation_id: str, *, request_timeout: float = 10.0, token: str | None = None
 ) -> FetchedConversation:
     """The hub's current copy of a conversation: lineage, revision and value.
 
@@ -104,12 +110,13 @@ async def fetch_conversation(
         url: the hub's websocket url (`ws://host:port` or `wss://...`).
         conversation_id: the conversation.
         request_timeout: seconds the request may take.
+        token: the access token, for a hub with auth (sent as a bearer header).
 
     Raises:
         HubError: `no_conversation` when the hub has no log for it, `unreachable`,
             `bad_status` (another HTTP status) or `bad_answer` (a body that is not one).
     """
-    status, body = await _get_async(http_url(url, conversation_id), request_timeout)
+    status, body = await _get_async(http_url(url, conversation_id), request_timeout, token)
     if status == 404:
         raise HubError("no_conversation", f"the hub has no conversation {conversation_id!r}")
     if status != 200:

@@ -13,8 +13,8 @@ on top of that batch). At most one batch is in flight.
   `local` too; otherwise the batch in flight is doomed (the hub will reject it as `behind`:
   it handles pushes in log order) and every pending record is replayed on the new log by
   `sync.rebase`.
-- `ack` folds the batch into `confirmed`; `reject invalid` reports each of its records as a
-  `Conflict` and rebases what was made on top of it.
+- `ack` folds the batch into `confirmed`; `reject invalid` (or `forbidden`, a token without
+  `write`) reports each of its records as a `Conflict` and rebases what was made on top of it.
 
 `receive` raises `ProtocolError` for a message that breaks the protocol; the caller then drops
 the connection and resumes with a new `hello()`.
@@ -31,6 +31,7 @@ from sync.errors import ProtocolError, Refused, RemoteProtocolError, Unavailable
 from sync.frames import MAX_FRAME, PUSH_OVERHEAD, push_frame, runs
 from sync.protocol import (
     Ack,
+    AuthOk,
     Entries,
     Error,
     Hello,
@@ -227,6 +228,8 @@ class ReplicaSession:
                 return self._on_ack(message)
             case Reject():
                 return self._on_reject(message)
+            case AuthOk():
+                return []  # a refreshed token was taken; the shell schedules the next one
             case Error(code, detail):
                 if retry_of(code) in ("never", "new_token"):
                     raise Refused(code, detail)
@@ -408,12 +411,13 @@ class ReplicaSession:
         self._inflight = None
         if batch.doomed:
             return []
-        if reject.reason != "invalid":
+        if reject.reason not in ("invalid", "forbidden"):
             # The missing records (or a state) are on their way: send again after them.
             self.local.return_unsaved(batch.records)
             return []
+        # `forbidden`: the token lacks `write`; like `invalid`, resending cannot help.
         events: list[Event] = [
-            Conflict(record, "invalid", reject.detail) for record in batch.records
+            Conflict(record, reject.reason, reject.detail) for record in batch.records
         ]
         return events + self._rebase_local(_folded(self.confirmed.copy(), batch.records))
 

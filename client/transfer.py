@@ -129,8 +129,10 @@ async def export_conversation(
     *,
     format: ExportFormat = "snapshot",
     request_timeout: float = 10.0,
+    token: str | None = None,
 ) -> Exported:
-    """Read a conversation from the hub at ws(s) `url` and encode it.
+    """Read a conversation from the hub at ws(s) `url` and encode it (with `token`, for a
+    hub with auth: it needs `read` on the conversation).
 
     Returns:
         The document (`Exported.data`; write it with a newline after it to get what
@@ -140,7 +142,9 @@ async def export_conversation(
         HubError: `no_conversation` when the hub has no log for it, or the hub could not be
             read (see `fetch_conversation`).
     """
-    fetched = await fetch_conversation(url, conversation_id, request_timeout=request_timeout)
+    fetched = await fetch_conversation(
+        url, conversation_id, request_timeout=request_timeout, token=token
+    )
     data = encode_conversation(fetched.conversation, format)
     return Exported(data, fetched.lineage, fetched.revision, len(fetched.conversation))
 
@@ -241,6 +245,7 @@ async def connect_checked(
     connect_timeout: float = 10.0,
     client: str | None = None,
     max_frame: int = MAX_FRAME,
+    token: str | None = None,
 ) -> AsyncIterator[Replica]:
     """A connected replica, for a task that ends: a hub that is not there is an error at
     once (an HTTP health check first) instead of a replica that keeps reconnecting.
@@ -257,6 +262,7 @@ async def connect_checked(
             client=client,
             connect_timeout=connect_timeout,
             max_frame=max_frame,
+            token=token,
         )
         await replica.__aenter__()
     except TimeoutError:
@@ -308,6 +314,7 @@ async def import_conversation(
     progress: ProgressCallback | None = None,
     where: str | None = None,
     client: str | None = None,
+    token: str | None = None,
 ) -> Imported:
     """Load a snapshot v1 or state document into a conversation of the hub at ws(s) `url`.
 
@@ -325,6 +332,7 @@ async def import_conversation(
         progress: called as `progress(done, total)` before the first batch and after each.
         where: names the input in messages (default: the path, or "input").
         client: client id to push as (default: a fresh `convsync-import-...`).
+        token: the access token, for a hub with auth (needs `write`).
 
     Returns:
         How many messages and asides went in and the revision the log reached.
@@ -364,7 +372,12 @@ async def import_conversation(
 
     client = client or f"convsync-import-{os.urandom(4).hex()}"
     async with connect_checked(
-        url, conversation_id, connect_timeout=step_timeout, client=client, max_frame=max_frame
+        url,
+        conversation_id,
+        connect_timeout=step_timeout,
+        client=client,
+        max_frame=max_frame,
+        token=token,
     ) as replica:
         target = replica.conversation
         if len(target) or any(aside.saved for _, aside in target.asides()):
