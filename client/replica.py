@@ -57,6 +57,9 @@ Token = str | Callable[[], str | Awaitable[str]]
 and before the current one expires."""
 
 log = logging.getLogger("convsync.replica")
+_ws_log = logging.getLogger("convsync.replica.websockets")
+# websockets logs frames (a hello holds the token) at DEBUG: never below INFO.
+_ws_log.setLevel(logging.INFO)
 
 
 class Replica:
@@ -256,6 +259,7 @@ class Replica:
                     max_size=None,
                     compression="deflate" if self._compression == "deflate" else None,
                     open_timeout=self._connect_timeout,
+                    logger=_ws_log,
                     **({"ssl": self._ssl} if self._ssl is not None else {}),  # type: ignore[arg-type]
                 ) as ws:
                     self._ws = ws

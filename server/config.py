@@ -46,6 +46,8 @@ class HubConfig:
         metrics_token: when set, `GET /metrics` needs `Authorization: Bearer <it>`.
         tls_cert: a PEM certificate chain file: serve `wss://` directly (with `tls_key`).
         tls_key: the PEM private key file of `tls_cert`.
+        expiry_grace: seconds a socket stays open after its token's `exp`, waiting for a
+            refreshed one (`auth`); then `error unauthorized`, close 4001.
     """
 
     max_frame: int = MAX_FRAME
@@ -70,6 +72,7 @@ class HubConfig:
     metrics_token: str | None = None
     tls_cert: str | None = None
     tls_key: str | None = None
+    expiry_grace: float = 30.0
 
     def __post_init__(self) -> None:
         if self.max_frame < MIN_FRAME:

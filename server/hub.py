@@ -105,6 +105,7 @@ class Hub:
             first_frame=self.config.max_hello_frame,
             rate=self.config.rate,
             burst=self.config.rate_burst,
+            expiry_grace=self.config.expiry_grace,
         )
         self.metrics = Metrics()
         self._store: LogStore = store if store is not None else MemoryStore()
@@ -351,6 +352,8 @@ class Hub:
                 group.start_soon(sub.run)
                 try:
                     await self._serve(ws, sub, held)
+                    if sub.closing:
+                        await _drain(ws)
                 finally:
                     sub.close(1000, "")  # the writer flushes what is queued, then closes
                     group.cancel_scope.deadline = anyio.current_time() + 10
@@ -440,9 +443,19 @@ class Hub:
                 raise ProtocolError("rate_limited", "too many connections for this principal")
             held.principal = grant.sub
         held.room = await self._acquire(conversation_id)
+        if self.auth:
+            log.debug(
+                "%s joins %s as client %r (key %s)",
+                grant.sub,
+                conversation_id,
+                hello.client,
+                grant.kid,
+            )
         await held.room.join(sub, hello, grant, now)
 
     def _fail(self, sub: Subscriber, error: ConvsyncError) -> None:
+        # Details are short phrases of ours; an auth detail never quotes a token.
+        log.info("closing a socket: %s: %s", error.reason, error.message)
         self.metrics.protocol_errors[error.reason] += 1
         sub.fail(error.reason, error.message)
 
@@ -457,6 +470,18 @@ class _Held:
         self.waiting = False
         self.principal: str | None = None
         self.room: Room | None = None
+
+
+async def _drain(ws: ServerConnection) -> None:
+    """Read and drop what a peer we are closing still sends, for a moment: websockets stops
+    reading a socket whose unread messages pile up, and then would not see the peer's close
+    frame (a flood cut by the rate limit would hang in the close handshake)."""
+    with anyio.move_on_after(2):
+        try:
+            while True:
+                await ws.recv(decode=False)
+        except ConnectionClosed:
+            pass
 
 
 def _address(connection: ServerConnection) -> str:

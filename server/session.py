@@ -24,7 +24,15 @@ from sync.errors import DecodeError, ProtocolError
 from sync.lineage import Lineage
 from sync.protocol import Auth, ClientMessage, Hello, PushBatch, decode_client_message
 
-from .auth import ANONYMOUS, AUDIENCE, Grant, KeyRing, verify, verify_refresh
+from .auth import (
+    ANONYMOUS,
+    AUDIENCE,
+    EXPIRY_GRACE_S,
+    Grant,
+    KeyRing,
+    verify,
+    verify_refresh,
+)
 from .limits import TokenBucket
 
 __all__ = [
@@ -71,12 +79,15 @@ class Limits:
         first_frame: the largest first frame (the hello), in bytes.
         rate: inbound messages per second, on average...
         burst: ...with bursts of up to this many.
+        expiry_grace: seconds after a token's `exp` before the socket is closed (4001),
+            unless an `auth` refreshed it meanwhile.
     """
 
     hello_timeout: float = math.inf
     first_frame: int | None = None
     rate: float | None = None
     burst: float = 1.0
+    expiry_grace: float = EXPIRY_GRACE_S
 
 
 class HubSession:
@@ -192,7 +203,7 @@ class HubSession:
         the hello deadline until the hello, then the token's expiry plus its grace."""
         if self.hello is None:
             return self.hello_deadline
-        return self.grant.closes_at
+        return self.grant.exp + self.limits.expiry_grace
 
     def expired(self, now: float) -> ProtocolError | None:
         """The error to close the socket with if its deadline has passed at `now`, else None."""
