@@ -278,8 +278,8 @@ class RoomCore(Generic[C]):
 
         `grant` is what the connection's token allows (verified already; `ANONYMOUS` without
         auth) and must hold `read` on this conversation, else `conn` is closed `forbidden`.
-        `now` (seconds since the epoch) gives `welcome.expires_in`. An older connection of
-        the same principal and client is closed `replaced`.
+        `now` (seconds since the epoch) gives `welcome.expires_in`. With auth, an older
+        connection of the same principal and client is closed `replaced`.
         """
         try:
             grant.require(self.id, "read")
@@ -291,7 +291,9 @@ class RoomCore(Generic[C]):
         if self._stale:
             return [Close(conn, "unavailable", "the log cannot be read now; reconnect later")]
         actions: list[Action[C]] = []
-        for other, client in list(self.subscribers.items()):
+        # With auth only: without it no one owns a client id, and sockets sharing one (tools
+        # that reuse a fixed id, probes) have always been served side by side.
+        for other, client in list(self.subscribers.items()) if self.config.auth else []:
             if client == hello.client and self.grants.get(other, ANONYMOUS).sub == grant.sub:
                 self.leave(other)
                 actions.append(Close(other, "replaced", "the same client connected again"))
