@@ -518,3 +518,46 @@ def test_demo_mirrors_the_worker_and_checks_the_hub(tmp_path: Path) -> None:
     assert any("(Noted: Also: keep the answers short" in line for line in ui)
     assert any(line.startswith("agent|") for line in lines)
     assert result.stderr == ""
+
+
+def test_token_protected_serve_with_send_tail_export_and_import(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """`serve --auth-secret-file`: `send`/`export`/`import`/`tail` work with a token from
+    `convsync token` and are refused with one line without one or with a read-only one."""
+    secret = tmp_path / "hub.secret"
+    secret.write_text("a-secret-of-at-least-thirty-two-bytes\n")
+    code, writer, err = run(
+        capsys, "token", "--secret-file", str(secret), "--sub", "w", "--scope", "write"
+    )
+    assert code == 0, err
+    writer = writer.strip()
+    code, reader, _ = run(
+        capsys, "token", "--secret-file", str(secret), "--sub", "r", "--conv", "auth-*"
+    )
+    reader = reader.strip()
+    proc = Running("serve", "--db", ":memory:", "--port", "0", "--auth-secret-file", str(secret))
+    try:
+        url = proc.url()
+        code, out, err = run(capsys, "send", "auth-1", "hi", "--url", url, "--token", writer)
+        assert (code, out.strip()) == (0, "1"), err
+        code, _, err = run(capsys, "send", "auth-1", "no", "--url", url)
+        assert code == 1
+        assert "the hub refused: unauthorized" in err
+        code, _, err = run(capsys, "send", "auth-1", "no", "--url", url, "--token", reader)
+        assert code == 1 and "forbidden" in err
+        code, out, err = run(capsys, "tail", "auth-1", "--once", "--url", url, "--token", reader)
+        assert code == 0 and "hi" in out, err
+        code, _, err = run(capsys, "export", "auth-1", "--url", url)
+        assert code == 1 and "401" in err
+        target = tmp_path / "auth.json"
+        code, _, err = run(
+            capsys, "export", "auth-1", "--url", url, "--token", reader, "-o", str(target)
+        )
+        assert code == 0, err
+        code, _, err = run(capsys, "import", str(target), "auth-2", "--url", url, "--token", writer)
+        assert code == 0, err
+        code, out, err = run(capsys, "tail", "auth-2", "--once", "--url", url, "--token", reader)
+        assert code == 0 and "hi" in out, err
+    finally:
+        proc.stop()

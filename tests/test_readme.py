@@ -29,3 +29,23 @@ def test_readme_worker_and_ui_example_runs(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "Lisbon" in result.stdout
     assert (tmp_path / "convsync.db").exists()
+
+
+def test_readme_running_it_for_real_example_runs(tmp_path: Path) -> None:
+    """The token-protected example in "Running it for real" runs: the read-only UI's edit is
+    refused as `forbidden` and a conversation outside its token is refused at once."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Running it for real") :]
+    start = section.index("```python\n") + len("```python\n")
+    code = section[start : section.index("```", start)]
+    assert "token=" in code and "mint_token" in code
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        text=True,
+        timeout=bound(60),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["ui edit: forbidden", "billing-1: forbidden"]

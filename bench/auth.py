@@ -1,0 +1,194 @@
+"""What access control costs: per connection (handshake + JWT check) and per push, auth on vs off.
+
+    PYTHONPATH=. python bench/auth.py            # the full run (a minute or two)
+    PYTHONPATH=. python bench/auth.py --quick    # a smoke run
+
+One process runs two hubs on loopback, one without auth and one with an HS256 key (the same
+settings otherwise; the per-socket rate limit is lifted on both, since a pusher here sends
+as fast as acks come back), and measures, with the repeats of the two sides interleaved:
+
+1. verify: `server.auth.verify` of one token, alone (the JWT check a connection pays once).
+2. connect: open a websocket, send `hello`, receive `welcome` (empty conversation), close;
+   the same raw client on both hubs, the auth side carrying a token in `hello`.
+3. push: one replica pushes a one-message record and waits for its ack, one push at a time;
+   the time per push. With auth on, each push is checked against the socket's grant (no JWT
+   work) and its record stamped `via`.
+
+Each figure is the median over the repeats (spread min-max). The garbage collector is paused
+inside the timing loops (after a `gc.collect()`), on both sides alike. Prints a Markdown
+section for `docs/benchmarks.md`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.append(str(ROOT))
+
+from websockets.asyncio.client import connect as ws_connect  # noqa: E402
+
+from client import connect  # noqa: E402
+from server import Hub, HubConfig, MemoryStore  # noqa: E402
+from server.auth import Key, KeyRing, mint_token, verify  # noqa: E402
+from sync import Message  # noqa: E402
+from sync.protocol import SUBPROTOCOL  # noqa: E402
+
+SECRET = b"benchmark-secret-0123456789abcdefghijk"
+KEYS = KeyRing.of(Key.secret(SECRET))
+CONFIG = HubConfig(ping_interval=None, rate=1e9, rate_burst=1e9, max_waiting_per_address=10**6)
+
+
+def _median(values: list[float]) -> tuple[float, float, float]:
+    return statistics.median(values), min(values), max(values)
+
+
+async def _timed(run: Callable[[], Awaitable[int]]) -> float:
+    """Seconds per operation of `run` (which returns how many it did), GC paused."""
+    gc.collect()
+    gc.disable()
+    try:
+        started = time.perf_counter()
+        count = await run()
+        return (time.perf_counter() - started) / count
+    finally:
+        gc.enable()
+
+
+async def connections(hub: Hub, token: str | None, count: int) -> int:
+    url = f"{hub.url}/v1/conversations/bench-connect"
+    hello: dict[str, object] = {"type": "hello", "client": "c", "lineage": 0, "revision": 0}
+    if token is not None:
+        hello["token"] = token
+    frame = json.dumps(hello)
+    for k in range(count):
+        hello["client"] = f"c{k}"
+        async with ws_connect(
+            url,
+            subprotocols=[SUBPROTOCOL],  # type: ignore[list-item]
+            ping_interval=None,
+            compression=None,
+        ) as ws:
+            await ws.send(frame)
+            await ws.recv()
+    return count
+
+
+async def pushes(hub: Hub, token: str | None, count: int, conversation: str) -> int:
+    async with connect(hub.url, conversation, client="pusher", token=token) as replica:
+        for k in range(count):
+            replica.conversation.push(Message.user(f"message {k} " + "x" * 200))
+            await replica.flush()
+    return count
+
+
+async def main(quick: bool) -> None:
+    repeats = 3 if quick else 15
+    n_connect = 30 if quick else 200
+    n_push = 100 if quick else 2000
+    n_verify = 2000 if quick else 20000
+    token = mint_token(SECRET, "bench", ["write"], ["*"], 3600)
+    started = time.time()
+    results: dict[str, list[float]] = {
+        k: [] for k in ("verify", "connect off", "connect on", "push off", "push on")
+    }
+    async with (
+        Hub(MemoryStore(), config=CONFIG) as off,
+        Hub(MemoryStore(), config=CONFIG, keys=KEYS) as on,
+    ):
+        await connections(off, None, 5)  # warm up both paths
+        await connections(on, token, 5)
+        for r in range(repeats):
+
+            async def verify_all() -> int:
+                now = time.time()
+                for _ in range(n_verify):
+                    verify(token, KEYS, now=now)
+                return n_verify
+
+            results["verify"].append(await _timed(verify_all))
+            # Alternate which side goes first, so drift hits both alike.
+            sides = [("off", off, None), ("on", on, token)]
+            for name, hub, tok in sides if r % 2 == 0 else sides[::-1]:
+                results[f"connect {name}"].append(
+                    await _timed(lambda h=hub, t=tok: connections(h, t, n_connect))
+                )
+            for name, hub, tok in sides if r % 2 == 0 else sides[::-1]:
+                results[f"push {name}"].append(
+                    await _timed(lambda h=hub, t=tok, r=r: pushes(h, t, n_push, f"push-{r}"))
+                )
+    took = time.time() - started
+    verify_s = _median(results["verify"])
+    c_off, c_on = _median(results["connect off"]), _median(results["connect on"])
+    p_off, p_on = _median(results["push off"]), _median(results["push on"])
+    connect_ratios = [
+        a / b for a, b in zip(results["connect on"], results["connect off"], strict=True)
+    ]
+    push_ratios = [a / b for a, b in zip(results["push on"], results["push off"], strict=True)]
+    push_overhead = statistics.median(push_ratios) - 1
+    connect_overhead = statistics.median(connect_ratios) - 1
+    bar = "PASS" if push_overhead < 0.05 else "FAIL"
+
+    def us(value: tuple[float, float, float]) -> tuple[str, str]:
+        return f"{value[0] * 1e6:.0f} µs", f"{value[1] * 1e6:.0f}-{value[2] * 1e6:.0f} µs"
+
+    rows = [
+        ("JWT check alone (`verify`, HS256)", *us(verify_s), "", ""),
+        ("connect + hello + welcome, auth off", *us(c_off), "", ""),
+        ("connect + hello + welcome, auth on", *us(c_on), "", ""),
+        (
+            "connection overhead of auth (median of paired ratios)",
+            f"{connect_overhead:+.1%}",
+            "",
+            "",
+            "",
+        ),
+        ("push + ack, auth off (per push)", *us(p_off), "", ""),
+        ("push + ack, auth on (per push)", *us(p_on), "", ""),
+        (
+            "push overhead of auth (median of paired ratios)",
+            f"{push_overhead:+.1%}",
+            "",
+            "< 5%",
+            bar,
+        ),
+    ]
+    print("## Access control (`bench/auth.py`)\n")
+    print("Command: `PYTHONPATH=. .venv/bin/python bench/auth.py`" + (" --quick" if quick else ""))
+    print(
+        f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))}; "
+        f"the run took {took:.0f} s  "
+    )
+    print(
+        f"Machine: {platform.machine()}, Python {platform.python_version()}, "
+        "shared with other jobs  "
+    )
+    print(f"Result: **{bar}**\n")
+    print(
+        f"Two in-process hubs on loopback, the same settings, one with an HS256 key; {repeats} "
+        f"repeats, the two sides interleaved (order alternating). Connect: {n_connect} sockets "
+        f"per repeat, each opened, `hello` sent (with a token on the auth side), `welcome` "
+        f"received, closed. Push: one replica pushing {n_push} one-message records one at a "
+        "time, each acked before the next; with auth each push checks the socket's grant (no "
+        "JWT work per push) and stamps `via`. The per-socket rate limit is lifted on both. "
+        "GC paused in the timing loops.\n"
+    )
+    print("| Measurement | Figure (median) | Spread (min-max) | Bar | Result |")
+    print("|---|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run")
+    asyncio.run(main(parser.parse_args().quick))
