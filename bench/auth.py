@@ -163,7 +163,10 @@ async def main(quick: bool) -> None:
         ),
     ]
     print("## Access control (`bench/auth.py`)\n")
-    print("Command: `PYTHONPATH=. .venv/bin/python bench/auth.py`" + (" --quick" if quick else ""))
+    quick_flag = " --quick" if quick else ""
+    print(
+        f"Command: `PYTHONPATH=. .venv/bin/python bench/auth.py{quick_flag}` (from the repository root)  "
+    )
     print(
         f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))}; "
         f"the run took {took:.0f} s  "

@@ -416,6 +416,8 @@ class Hub:
                         await held.room.push(sub, message)
                     case Auth():
                         assert held.room is not None
+                        # The keys of now, not of the connect: a retired key refreshes nothing.
+                        session.access = self._access() or session.access
                         grant = session.refresh(message, now)
                         await held.room.regrant(sub, grant, now)
             except (ProtocolError, AuthError) as error:

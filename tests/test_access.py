@@ -668,3 +668,28 @@ async def test_no_token_in_any_log_line(caplog: pytest.LogCaptureFixture) -> Non
     for value in used:
         assert value not in text
         assert value.rsplit(".", 1)[1] not in text
+
+
+async def test_keys_rotate_without_a_restart() -> None:
+    """Tokens name their key by `kid`; after `hub.keys` drops a key, its tokens are refused on
+    new sockets and on refresh of sockets opened before, while the new key's work."""
+    old, new = b"old-key-secret-0123456789abcdefghijkl", b"new-key-secret-0123456789abcdefghijkl"
+    async with auth_hub(KeyRing.of(Key.secret(old, kid="k1"), Key.secret(new, kid="k2"))) as hub:
+        by_old = mint_token(old, "alice", ["write"], ["*"], 300, kid="k1")
+        by_new = mint_token(new, "alice", ["write"], ["*"], 300, kid="k2")
+        await seed(hub, by_old)
+        url = f"{hub.url}/v1/conversations/{CONV}"
+        hello = {"type": "hello", "client": "w", "lineage": 0, "revision": 0, "token": by_old}
+        async with ws_connect(url, subprotocols=[SUBPROTOCOL]) as ws:  # type: ignore[list-item]
+            await ws.send(json.dumps(hello))
+            with anyio.fail_after(bound(5)):
+                assert json.loads(await ws.recv())["type"] == "welcome"
+            hub.keys = KeyRing.of(Key.secret(new, kid="k2"))  # k1 retired
+            await ws.send(json.dumps({"type": "auth", "token": by_old}))
+            with anyio.fail_after(bound(5)):
+                while (answer := json.loads(await ws.recv()))["type"] != "error":
+                    pass
+            assert answer == {"type": "error", "code": "unauthorized", "detail": "unknown key id"}
+        await refused_with(hub, by_old, "unauthorized", 4001)
+        answers, _ = await attempt(hub, by_new, then=[{"type": "hello"}])
+        assert answers[0]["type"] == "welcome"
