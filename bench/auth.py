@@ -165,7 +165,8 @@ async def main(quick: bool) -> None:
     print("## Access control (`bench/auth.py`)\n")
     quick_flag = " --quick" if quick else ""
     print(
-        f"Command: `PYTHONPATH=. .venv/bin/python bench/auth.py{quick_flag}` (from the repository root)  "
+        f"Command: `PYTHONPATH=. .venv/bin/python bench/auth.py{quick_flag}` "
+        "(from the repository root)  "
     )
     print(
         f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))}; "
