@@ -561,3 +561,15 @@ def test_token_protected_serve_with_send_tail_export_and_import(
         assert code == 0 and "hi" in out, err
     finally:
         proc.stop()
+
+
+def test_serve_refuses_a_public_bind_without_a_key_and_token_needs_a_secret(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`serve --host 0.0.0.0` without a key exits 2 naming `--insecure`; `token` without a
+    secret exits 2."""
+    monkeypatch.delenv("CONVSYNC_AUTH_SECRET", raising=False)
+    code, _, err = run(capsys, "serve", "--host", "0.0.0.0", "--port", "0", "--db", ":memory:")
+    assert code == 2 and "--insecure" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run(capsys, "token", "--sub", "x")
+    assert code == 2 and "CONVSYNC_AUTH_SECRET" in err
