@@ -700,3 +700,21 @@ async def test_keys_rotate_without_a_restart() -> None:
         await refused_with(hub, by_old, "unauthorized", 4001)
         answers, _ = await attempt(hub, by_new, then=[{"type": "hello"}])
         assert answers[0]["type"] == "welcome"
+
+
+async def test_sockets_waiting_for_hello_are_capped_per_address() -> None:
+    """Past `max_waiting_per_address` silent sockets, one more handshake gets HTTP 503; once
+    one of them says hello, there is room again."""
+    async with auth_hub(max_waiting_per_address=2) as hub:
+        url = f"{hub.url}/v1/conversations/{CONV}"
+        options: dict[str, Any] = {"subprotocols": [SUBPROTOCOL], "ping_interval": None}
+        async with ws_connect(url, **options) as first, ws_connect(url, **options):
+            with pytest.raises(InvalidStatus) as full:
+                await attempt(hub, token())
+            assert full.value.response.status_code == 503
+            hello = {"type": "hello", "client": "w", "lineage": 0, "revision": 0}
+            await first.send(json.dumps({**hello, "token": token()}))
+            with anyio.fail_after(bound(5)):
+                assert json.loads(await first.recv())["type"] == "welcome"
+            answers, _ = await attempt(hub, token(), then=[{"type": "hello"}])
+            assert answers[0]["type"] == "welcome"
