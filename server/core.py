@@ -43,7 +43,7 @@ from sync import (
     decode_state,
     encode,
 )
-from sync.errors import ApplyError, ErrorCode
+from sync.errors import ApplyError, ErrorCode, LocalProtocolError
 from sync.frames import RECORDS_OVERHEAD, records_frames, state_frames
 from sync.protocol import (
     Ack,
@@ -334,7 +334,9 @@ class RoomCore(Generic[C]):
             return [Close(conn, "shutting_down", "the hub is shutting down; reconnect later")]
         if self._stale:
             return [Close(conn, "unavailable", "the log cannot be read now; reconnect later")]
-        client = self.subscribers[conn]
+        client = self.subscribers.get(conn)
+        if client is None:
+            raise LocalProtocolError("no_join", "a push from a connection that has not joined")
         mark = self.marks.get(client)
         if mark is not None and batch.seq <= mark.seq:
             # A resend of a push that landed: answer with its ack, append nothing.
