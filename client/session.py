@@ -231,7 +231,6 @@ class ReplicaSession:
         self.local.return_unsaved(taken[count:])
         self.seq += 1
         self._inflight = _Batch(self.seq, taken[:count])
-        self._fold_lag()  # the ack is checked against, and folds into, `confirmed`
         frame = push_frame(self.seq, self.lineage, self.revision, encoded)
         return frame, []
 
