@@ -140,6 +140,7 @@ class ReplicaSession:
         self.local = local
         self._confirmed = Conversation()
         self._lag: list[ChangeRecord] = []  # folded into `local` only, not yet into `_confirmed`
+        self._lag_limit = 0  # the lag's length that makes `_bound_lag` look again
         self.seq = seq
         self.max_frame = max_frame
         self.max_batch = max_batch
@@ -175,6 +176,11 @@ class ReplicaSession:
     def lineage(self) -> int:
         """The lineage of the log this replica follows (`confirmed.lineage`)."""
         return self._confirmed.lineage
+
+    @property
+    def lagging(self) -> int:
+        """Records folded into `local` alone so far: what reading `confirmed` would fold."""
+        return len(self._lag)
 
     @property
     def pending(self) -> int:
@@ -253,10 +259,10 @@ class ReplicaSession:
             ProtocolError: the message breaks the protocol; drop the connection.
         """
         match message:
+            case Records():  # first: by far the most frequent
+                return self._on_records(message)
             case Welcome():
                 return self._on_welcome(message)
-            case Records():
-                return self._on_records(message)
             case State():
                 return self._on_state(message)
             case Entries():
@@ -331,11 +337,12 @@ class ReplicaSession:
     def _on_records(self, message: Records) -> list[Event]:
         if self._welcome is None:
             raise ProtocolError("unexpected", "records before welcome")
-        revision = self.revision
+        lag = self._lag
+        revision = self._confirmed.revision + len(lag)
         skip = revision - message.from_
         if skip < 0:
             raise ProtocolError("gap", f"records from {message.from_}, at {revision}")
-        records = message.records if skip == 0 else message.records[skip:]
+        records = message.records[skip:] if skip else message.records
         if not records:
             return []
         if self._catching_up:
@@ -344,8 +351,20 @@ class ReplicaSession:
             return [Applied(len(records), confirmed.revision), *self._maybe_caught_up()]
         inflight = self._inflight
         if inflight is None and not self.local.unsaved():
-            self._fold_ahead(records)
-            return [Applied(len(records), self.revision)]
+            # Nothing pending: fold into `local` alone and keep the records as the lag (this
+            # path is a subscriber's whole cost per record, so it stays inline).
+            local = self.local
+            try:
+                for record in records:
+                    local.apply(record)
+                    lag.append(record)  # once it fits: `revision` counts what `local` holds
+            except Exception as exc:
+                raise ProtocolError(
+                    "diverged", f"a record from the hub does not fit: {exc}"
+                ) from exc
+            if len(lag) > self._lag_limit:
+                self._bound_lag()
+            return [Applied(len(records), revision + len(records))]
         # The log moved under pending records: replay them on it.
         confirmed = self.confirmed
         base = None
@@ -360,18 +379,14 @@ class ReplicaSession:
         events: list[Event] = [Applied(len(records), confirmed.revision)]
         return events + self._rebase_local(base)
 
-    def _fold_ahead(self, records: Sequence[ChangeRecord]) -> None:
-        """Nothing pending: fold `records` into `local` alone and keep them as the lag."""
-        local = self.local
-        lag = self._lag
-        try:
-            for record in records:
-                local.apply(record)
-                lag.append(record)  # only once it fits: `revision` counts what `local` holds
-        except Exception as exc:
-            raise ProtocolError("diverged", f"a record from the hub does not fit: {exc}") from exc
-        if len(lag) > self.lag_floor and len(lag) > len(local) >> 2:
+    def _bound_lag(self) -> None:
+        """The lag passed its last limit: renew `confirmed` when it passes the current one,
+        max(lag_floor, len(local) // 4), and note the limit for the next records."""
+        limit = max(self.lag_floor, len(self.local) >> 2)
+        if len(self._lag) > limit:
             self._renew_confirmed()
+            limit = max(self.lag_floor, len(self.local) >> 2)
+        self._lag_limit = limit
 
     def _renew_confirmed(self) -> None:
         """Nothing pending: `local` holds exactly `confirmed` plus the lag (and maybe unsaved

@@ -300,18 +300,22 @@ def test_subscriber_folds_each_record_once(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_subscriber_lag_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The records folded into `local` alone never outgrow max(lag_floor, len(local) // 4)."""
+    """The records folded into `local` alone never outgrow max(lag_floor, len(local) // 4)
+    (plus one message's records), and reading `confirmed` folds exactly those."""
     records = source_records(600)
     session = subscribed()
-    counter = FoldCounter(monkeypatch)
+    longest = 0
     for at in range(0, len(records), 7):  # batches of several records, as a hub relays them
         session.receive(Records(at, records[at : at + 7]))
-        counter.reset()
-        session.confirmed  # noqa: B018 -- materializing folds exactly the lag
-        lag = counter.total
-        assert lag <= max(ReplicaSession.lag_floor, len(session.local) // 4) + 7
-        assert session.confirmed == session.local
-    assert session.local == refold(records)
+        assert session.lagging <= max(ReplicaSession.lag_floor, len(session.local) // 4) + 7
+        longest = max(longest, session.lagging)
+    assert longest > ReplicaSession.lag_floor  # the lag did grow past the floor
+    assert session.revision == 600
+    counter = FoldCounter(monkeypatch)
+    lagging = session.lagging
+    assert session.confirmed == session.local == refold(records)
+    assert counter.total == lagging + 600  # the lag, then the refold
+    assert session.lagging == 0
 
 
 def test_subscriber_mirrors_the_hub_over_a_link() -> None:
