@@ -11,9 +11,10 @@ on top of that batch). At most one batch is in flight.
   once it is complete, `local` is rebased on it in one step.
 - Afterwards, with nothing pending (the common case of a subscriber), records from others
   fold into `local` alone and are kept as the *lag*: `confirmed` plus the lag is the log.
-  `confirmed` catches up only when something needs it (a push is built, records arrive while
-  something is pending, an ack, a reject, a welcome), by folding the lag: valid whatever
-  `local` holds by then. Once the lag outgrows `max(lag_floor, len(local) // 4)` records
+  `confirmed` catches up only when something reads it (records arriving while something is
+  pending, an ack, a reject, a welcome, a caller), by folding the lag: valid whatever `local`
+  holds by then. `revision` and `lineage` (what `hello` and a push carry) count the lag
+  without folding it. Once the lag outgrows `max(lag_floor, len(local) // 4)` records
   while nothing is pending, `local` equals the log, so `confirmed` is renewed as a copy of
   it and the lag dropped: one fold per record, plus an O(len(local)) copy now and then, and
   the lag stays bounded.
