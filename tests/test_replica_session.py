@@ -300,8 +300,7 @@ def test_subscriber_folds_each_record_once(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_subscriber_lag_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The records folded into `local` alone never outgrow max(lag_floor, len(local) // 4)
-    (plus one message's records), and reading `confirmed` folds exactly those."""
+    """The lag stays within max(lag_floor, len(local) // 4); reading `confirmed` folds it."""
     records = source_records(600)
     session = subscribed()
     longest = 0
@@ -319,8 +318,7 @@ def test_subscriber_lag_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_subscriber_mirrors_the_hub_over_a_link() -> None:
-    """Over the fake link, a subscriber of hundreds of records ends equal to the hub, with
-    `confirmed` equal to `local` at the log's revision and lineage."""
+    """A subscriber of 300 relayed records ends with `local` == `confirmed` == the hub."""
     hub = FakeHub()
     writer, wlink = replica(hub, "writer")
     sub, slink = replica(hub, "sub")
@@ -338,8 +336,7 @@ def test_subscriber_mirrors_the_hub_over_a_link() -> None:
 
 
 def test_edit_after_a_long_lag_pushes_on_the_right_base() -> None:
-    """An edit made while records lag behind `confirmed` is pushed at the log's revision and
-    lands without a reject."""
+    """An edit made after a long lag is pushed at the log's revision and lands unrejected."""
     hub = FakeHub()
     writer, wlink = replica(hub, "writer")
     sub, slink = replica(hub, "sub")
@@ -361,8 +358,7 @@ def test_edit_after_a_long_lag_pushes_on_the_right_base() -> None:
 
 
 def test_insertion_after_a_long_lag_rebases_exactly() -> None:
-    """A pure insertion made after a long lag, overtaken by other records, is replayed after
-    the entry it followed (its base is `confirmed` plus the lag)."""
+    """An insertion made after a long lag and overtaken is replayed after its neighbour."""
     hub = FakeHub()
     writer, wlink = replica(hub, "writer")
     sub, slink = replica(hub, "sub")
@@ -426,8 +422,7 @@ def test_state_with_a_lag_and_an_edit_pending() -> None:
 
 
 def test_ack_after_a_lag_is_checked_against_the_log(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A push after a lag goes at the log's revision; its ack folds the lag into `confirmed`
-    once, then the batch."""
+    """A push after a lag folds nothing; its ack folds the lag once, then the batch."""
     records = source_records(40)
     session = subscribed()
     session.lag_floor = 10_000
@@ -467,8 +462,7 @@ lag_steps = st.lists(
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from([0, 1, 3, 64]), lag_steps)
 def test_lagging_replicas_stay_exact(lag_floor: int, steps: list[tuple[Any, ...]]) -> None:
-    """With `confirmed` renewed from `local` as often as every record, `confirmed` is always
-    the log folded up to the replica's revision, replicas converge, and no edit is lost."""
+    """However often `confirmed` is renewed, it is the log up to `revision`; nothing is lost."""
     hub = FakeHub()
     sessions = [ReplicaSession(f"r{k}") for k in range(3)]
     for session in sessions:
