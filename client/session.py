@@ -480,14 +480,13 @@ class ReplicaSession:
             self.on_landed(batch.seq, batch.records)
 
     def _on_reject(self, reject: Reject) -> list[Event]:
-        confirmed = self.confirmed
-        if reject.lineage == confirmed.lineage and reject.revision < confirmed.revision:
+        if reject.lineage == self.lineage and reject.revision < self.revision:
             # The hub says its log is behind what this replica holds (a hub that lost records,
             # or one of several hubs serving a stale copy): resending would spin. Drop the
             # connection; the next hello, ahead of the log, gets the log's state.
             raise RemoteProtocolError(
                 "ahead",
-                f"the hub's log is at {reject.revision}, this replica at {confirmed.revision}",
+                f"the hub's log is at {reject.revision}, this replica at {self.revision}",
             )
         batch = self._inflight
         if batch is None or batch.seq != reject.seq:
