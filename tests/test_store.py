@@ -7,7 +7,7 @@ import os
 import signal
 import sqlite3
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -19,6 +19,7 @@ from server.store import (
     LogMoved,
     LogStore,
     MemoryStore,
+    PostgresStore,
     SeqTaken,
     SqliteStore,
     StoreError,
@@ -36,10 +37,22 @@ def recs(*names: str) -> list[bytes]:
     return [name.encode() for name in names]
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[LogStore]:
-    made: LogStore = MemoryStore() if request.param == "memory" else SqliteStore(tmp_path / "db")
-    async with made:
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], LogStore]:
+    """Makes a fresh store of one kind; PostgreSQL in a schema of the test's own."""
+    if request.param == "memory":
+        return MemoryStore
+    if request.param == "sqlite":
+        return lambda: SqliteStore(tmp_path / "db")
+    # Resolved here, outside the event loop: finding the server may start a cluster.
+    dsn: str = request.getfixturevalue("postgres_dsn")
+    schema: str = request.getfixturevalue("pg_schema")
+    return lambda: PostgresStore(dsn, schema=schema)
+
+
+@pytest.fixture
+async def store(backend: Callable[[], LogStore]) -> AsyncIterator[LogStore]:
+    async with backend() as made:
         yield made
 
 
@@ -253,7 +266,7 @@ def test_open_store_picks_the_backend(tmp_path: Path) -> None:
     with pytest.raises(UsageError):
         SqliteStore(":memory:")
     with pytest.raises(UsageError):
-        open_store("postgresql://localhost/convsync")
+        open_store("mysql://localhost/convsync")
 
 
 DURABILITY_SCRIPT = """
