@@ -10,14 +10,16 @@ How this works
   `clients(conversation_id, client, seq, ack_from, ack_revision)`. Ids use `COLLATE "C"`
   (code point order, the same as Python and SQLite). A database whose `convsync_meta` names a
   newer version is refused with `StoreError` (reason `schema`); nothing is changed.
-- **Compare-and-append is decided by the head row.** In one transaction: the client's mark is
-  upserted only when its seq is new (else `SeqTaken`), then
+- **Compare-and-append is decided by the head row**, in one statement (one round trip): the
+  schema's `convsync_append` function upserts the client's mark only when its seq is new (else
+  it raises `CV001`, read back as `SeqTaken`), then runs
   `UPDATE conversations SET revision = new WHERE id = .. AND lineage = .. AND revision = ..`.
   Two hubs racing at the same position both reach that row; PostgreSQL makes the second wait
   for the first to commit and then re-checks its `WHERE` against the new row, which no longer
   matches: it updates nothing and gets `LogMoved`. A log's first append inserts the head row
-  with `ON CONFLICT DO NOTHING`, which decides a race to create it the same way. The records
-  go in with the head row; a refused append rolls back whole.
+  with `ON CONFLICT DO NOTHING`, which decides a race to create it the same way. A refusal
+  raises `CV002` (`LogMoved`, with the head's position), so the statement, and with it
+  everything it wrote, rolls back. Otherwise the records go in with the head row.
 - **Every other write is compare-and-set too.** `rewrite` locks the head row
   (`SELECT .. FOR UPDATE`) and checks `base`; `write_snapshot` writes only while the head is
   still at its lineage and never replaces a newer snapshot.
@@ -66,16 +68,13 @@ import msgspec
 from sync.errors import UsageError
 
 from .base import (
-    NO_LINEAGE,
     ClientMark,
     Loaded,
     LogMoved,
     SeqTaken,
     StoreError,
     check_append_args,
-    check_base,
     check_list_args,
-    check_mark,
     check_new_lineage,
     check_read_args,
     check_records,
@@ -119,7 +118,53 @@ CREATE TABLE clients (
     ack_revision BIGINT NOT NULL,
     PRIMARY KEY (conversation_id, client)
 );
+CREATE FUNCTION convsync_append(
+    p_id TEXT, p_lineage BIGINT, p_revision BIGINT, p_records BYTEA[],
+    p_client TEXT, p_seq BIGINT, p_ack_from BIGINT, p_ack_revision BIGINT
+) RETURNS BIGINT LANGUAGE plpgsql AS $$
+DECLARE
+    new_revision BIGINT := p_revision + cardinality(p_records);
+    held clients%ROWTYPE;
+    head conversations%ROWTYPE;
+BEGIN
+    IF p_client IS NOT NULL THEN
+        -- Checked first: a resend is answered with its ack even when the log moved since.
+        INSERT INTO clients (conversation_id, client, seq, ack_from, ack_revision)
+        VALUES (p_id, p_client, p_seq, p_ack_from, p_ack_revision)
+        ON CONFLICT (conversation_id, client) DO UPDATE SET
+            seq = excluded.seq, ack_from = excluded.ack_from, ack_revision = excluded.ack_revision
+        WHERE excluded.seq > clients.seq;
+        IF NOT FOUND THEN
+            SELECT * INTO held FROM clients WHERE conversation_id = p_id AND client = p_client;
+            RAISE EXCEPTION USING ERRCODE = 'CV001', MESSAGE = 'seq taken',
+                DETAIL = held.seq || ' ' || held.ack_from || ' ' || held.ack_revision;
+        END IF;
+    END IF;
+    -- The race is decided here: a second writer at this position waits for the first to
+    -- commit, re-checks the WHERE against the committed row, and updates nothing.
+    UPDATE conversations SET revision = new_revision
+    WHERE id = p_id AND lineage = p_lineage AND revision = p_revision;
+    IF NOT FOUND THEN
+        IF p_revision = 0 THEN
+            INSERT INTO conversations (id, lineage, revision)
+            VALUES (p_id, p_lineage, new_revision) ON CONFLICT (id) DO NOTHING;
+        END IF;
+        IF p_revision <> 0 OR NOT FOUND THEN
+            SELECT * INTO head FROM conversations WHERE id = p_id;
+            RAISE EXCEPTION USING ERRCODE = 'CV002', MESSAGE = 'log moved',
+                DETAIL = coalesce(head.lineage, 0) || ' ' || coalesce(head.revision, 0);
+        END IF;
+    END IF;
+    INSERT INTO records (conversation_id, revision, data)
+    SELECT p_id, p_revision + n, data FROM unnest(p_records) WITH ORDINALITY AS r(data, n);
+    RETURN new_revision;
+END
+$$;
 """
+
+# What `convsync_append` raises (the statement, and so everything it wrote, is rolled back).
+_SEQ_TAKEN = "CV001"
+_MOVED = "CV002"
 
 # Any constant works; it only keeps two hubs from creating the schema at the same moment.
 _SCHEMA_LOCK = 0x636F6E7673796E63  # "convsync"
@@ -523,54 +568,32 @@ class PostgresStore:
         """See `LogStore.append`."""
         self._check_open()
         frozen = list(check_append_args(lineage, revision, records, client, mark))
-        new_revision = revision + len(frozen)
 
         async def work(conn: _Conn) -> int:
-            async with conn.transaction():
-                if client is not None and mark is not None:
-                    # Checked first: a resend is answered with its ack even if the log moved.
-                    written = await conn.fetchval(
-                        "INSERT INTO clients (conversation_id, client, seq, ack_from,"
-                        " ack_revision) VALUES ($1, $2, $3, $4, $5)"
-                        " ON CONFLICT (conversation_id, client) DO UPDATE SET"
-                        " seq = excluded.seq, ack_from = excluded.ack_from,"
-                        " ack_revision = excluded.ack_revision WHERE excluded.seq > clients.seq"
-                        " RETURNING 1",
-                        conversation_id,
-                        client,
-                        mark.seq,
-                        mark.ack_from,
-                        mark.ack_revision,
-                    )
-                    if written is None:
-                        stored = await _mark_in(conn, conversation_id, client)
-                        check_mark(conversation_id, client, stored, mark)
-                moved = await conn.fetchval(
-                    "UPDATE conversations SET revision = $4"
-                    " WHERE id = $1 AND lineage = $2 AND revision = $3 RETURNING 1",
+            # One statement, one round trip: the function runs the whole compare-and-append
+            # and raises (rolling all of it back) when the seq is taken or the log moved.
+            try:
+                result: int = await conn.fetchval(
+                    "SELECT convsync_append($1, $2, $3, $4, $5, $6, $7, $8)",
                     conversation_id,
                     lineage,
                     revision,
-                    new_revision,
+                    frozen,
+                    client,
+                    None if mark is None else mark.seq,
+                    None if mark is None else mark.ack_from,
+                    None if mark is None else mark.ack_revision,
                 )
-                if moved is None:
-                    created = None
-                    if revision == 0:
-                        created = await conn.fetchval(
-                            "INSERT INTO conversations (id, lineage, revision)"
-                            " VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING RETURNING 1",
-                            conversation_id,
-                            lineage,
-                            new_revision,
-                        )
-                    if created is None:
-                        current = await _position_in(conn, conversation_id)
-                        check_base(conversation_id, current, lineage, revision)
-                        # Only a log made by a racing write at exactly our position gets
-                        # here; it was not there when we looked, so the log moved all the same.
-                        raise LogMoved(conversation_id, *(current or (NO_LINEAGE, 0)))
-                await _insert_records(conn, conversation_id, revision, frozen)
-            return new_revision
+            except asyncpg.PostgresError as exc:
+                if exc.sqlstate == _SEQ_TAKEN and client is not None:
+                    seq, ack_from, ack_revision = map(int, str(exc.detail).split())
+                    held = ClientMark(seq, ack_from, ack_revision)
+                    raise SeqTaken(conversation_id, client, held) from None
+                if exc.sqlstate == _MOVED:
+                    at_lineage, at_revision = map(int, str(exc.detail).split())
+                    raise LogMoved(conversation_id, at_lineage, at_revision) from None
+                raise
+            return result
 
         try:
             result = await self._run(work)
