@@ -494,11 +494,13 @@ async def test_postgres_watch_reports_a_lost_connection_and_ends_on_close(
     async with store, store.watch() as notices:
         killer = await asyncpg.connect(postgres_dsn)
         try:
-            await killer.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                " WHERE query LIKE 'LISTEN%' AND pid <> pg_backend_pid()"
-                " AND application_name = 'convsync'"
+            # Only this test's listener: other test runs may share the server.
+            killed = await killer.fetchval(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE query = $1 AND application_name = 'convsync'",
+                f'LISTEN "{store.channel}"',
             )
+            assert killed == 1
         finally:
             await killer.close()
         with pytest.raises(StoreError) as lost:
