@@ -68,13 +68,16 @@ import msgspec
 from sync.errors import UsageError
 
 from .base import (
+    NO_LINEAGE,
     ClientMark,
     Loaded,
     LogMoved,
     SeqTaken,
     StoreError,
     check_append_args,
+    check_base,
     check_list_args,
+    check_mark,
     check_new_lineage,
     check_read_args,
     check_records,
@@ -152,7 +155,7 @@ BEGIN
         IF p_revision <> 0 OR NOT FOUND THEN
             SELECT * INTO head FROM conversations WHERE id = p_id;
             RAISE EXCEPTION USING ERRCODE = 'CV002', MESSAGE = 'log moved',
-                DETAIL = coalesce(head.lineage, 0) || ' ' || coalesce(head.revision, 0);
+                DETAIL = coalesce(head.lineage || ' ' || head.revision, 'none');
         END IF;
     END IF;
     INSERT INTO records (conversation_id, revision, data)
@@ -585,13 +588,20 @@ class PostgresStore:
                     None if mark is None else mark.ack_revision,
                 )
             except asyncpg.PostgresError as exc:
-                if exc.sqlstate == _SEQ_TAKEN and client is not None:
+                # The function only says where things are; the same checks as every other
+                # store turn that into the error.
+                if exc.sqlstate == _SEQ_TAKEN and client is not None and mark is not None:
                     seq, ack_from, ack_revision = map(int, str(exc.detail).split())
-                    held = ClientMark(seq, ack_from, ack_revision)
-                    raise SeqTaken(conversation_id, client, held) from None
+                    check_mark(
+                        conversation_id, client, ClientMark(seq, ack_from, ack_revision), mark
+                    )
                 if exc.sqlstate == _MOVED:
-                    at_lineage, at_revision = map(int, str(exc.detail).split())
-                    raise LogMoved(conversation_id, at_lineage, at_revision) from None
+                    head = str(exc.detail)
+                    current = None if head == "none" else _pair(head)
+                    check_base(conversation_id, current, lineage, revision)
+                    # Only a log created by a racing write at exactly our position gets here:
+                    # it was not there when we looked, so the log moved all the same.
+                    raise LogMoved(conversation_id, *(current or (NO_LINEAGE, 0))) from None
                 raise
             return result
 
@@ -789,6 +799,11 @@ class PostgresStore:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+def _pair(text: str) -> tuple[int, int]:
+    first, second = text.split()
+    return int(first), int(second)
 
 
 async def _position_in(
