@@ -28,7 +28,7 @@ from server.store import (
     open_store,
 )
 from server.store.base import prefix_range
-from server.store.postgres import Notice
+from server.store.postgres import Notice, _keep_newest
 from sync.errors import UsageError
 
 TIMEOUT = 10.0 * float(os.environ.get("CONVSYNC_TIMEOUT_SCALE", "1"))
@@ -484,6 +484,35 @@ async def test_postgres_notices_are_coalesced_per_conversation(
         assert revisions[-1] == 50
         assert revisions == sorted(set(revisions))
         assert len(revisions) < 25, revisions
+
+
+async def test_postgres_refused_writes_and_foreign_payloads_are_not_heard(
+    pg: Callable[..., PostgresStore], postgres_dsn: str
+) -> None:
+    """A refused append sends no notice; a payload that is not a notice is ignored."""
+    async with pg() as writer, pg() as listener, listener.watch() as notices:
+        await writer.append("c", L1, 0, recs("r1"))
+        with pytest.raises(LogMoved):
+            await writer.append("c", L1, 0, recs("late"))
+        other = await asyncpg.connect(postgres_dsn)
+        try:
+            await other.execute("SELECT pg_notify($1, 'not json')", writer.channel)
+        finally:
+            await other.close()
+        await writer.append("d", L1, 0, recs("r1"))
+        async with asyncio.timeout(TIMEOUT):
+            heard = [await anext(notices), await anext(notices)]
+        assert heard == [Notice("c", L1, 1), Notice("d", L1, 1)]
+
+
+def test_notices_coalesce_to_the_newest_head() -> None:
+    """Within a lineage a late, lower revision never replaces a higher one; a rewrite does."""
+    pending: dict[str, Notice] = {}
+    for notice in (Notice("c", L1, 6), Notice("c", L1, 5), Notice("d", L1, 1)):
+        _keep_newest(pending, notice)
+    assert list(pending.values()) == [Notice("c", L1, 6), Notice("d", L1, 1)]
+    _keep_newest(pending, Notice("c", L2, 1))
+    assert pending["c"] == Notice("c", L2, 1)
 
 
 async def test_postgres_watch_reports_a_lost_connection_and_ends_on_close(

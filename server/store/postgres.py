@@ -222,6 +222,17 @@ def describe_dsn(dsn: str) -> str:
     return f"{host}:{port}/{database}" if database else f"{host}:{port}"
 
 
+def _keep_newest(pending: dict[str, Notice], notice: Notice) -> None:
+    """Coalesce `notice` into `pending`: one per conversation, never stepped back.
+
+    Writes (and the notices of different hubs) can finish out of order, so within a lineage
+    the higher revision wins; a notice of another lineage (a rewrite) replaces what is there.
+    """
+    queued = pending.get(notice.conversation)
+    if queued is None or queued.lineage != notice.lineage or queued.revision < notice.revision:
+        pending[notice.conversation] = notice
+
+
 class _Watcher:
     """One `watch`: notices heard on its connection, coalesced until the consumer takes them."""
 
@@ -236,7 +247,7 @@ class _Watcher:
             notice = _decode_notice(payload)
         except msgspec.DecodeError:
             return  # not ours (someone else NOTIFYing on the channel): ignore
-        self.pending[notice.conversation] = notice
+        _keep_newest(self.pending, notice)
         self.wake.set()
 
     def fail(self, error: StoreError) -> None:
@@ -278,6 +289,9 @@ class PostgresStore:
         max_size: connections the pool opens at most (concurrent writes beyond it wait).
         connect_timeout: seconds to wait for the server before `StoreError` (`unavailable`).
         notify: send `NOTIFY` after each write (see the module docs); off when no hub watches.
+
+    Attributes:
+        channel: the `NOTIFY` channel of these tables (`convsync` or `convsync:SCHEMA`).
 
     Raises:
         UsageError: a bad schema name or pool size.
@@ -433,10 +447,7 @@ class PostgresStore:
         """Queue a notice for a committed write; keeps only the newest per conversation."""
         if not self._notify:
             return
-        queued = self._to_notify.get(conversation_id)
-        # Two writes of one lineage may finish out of order here; never step a notice back.
-        if queued is None or queued.lineage != lineage or queued.revision < revision:
-            self._to_notify[conversation_id] = Notice(conversation_id, lineage, revision)
+        _keep_newest(self._to_notify, Notice(conversation_id, lineage, revision))
         if self._notifier is None or self._notifier.done():
             self._notifier = asyncio.get_running_loop().create_task(self._send_notices())
 
