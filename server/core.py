@@ -67,6 +67,7 @@ __all__ = [
     "Close",
     "CoreConfig",
     "LoadLog",
+    "Raise",
     "ReadRecords",
     "RewriteLog",
     "RoomCore",
@@ -147,14 +148,23 @@ class WriteSnapshot:
 
 @dataclass(frozen=True, slots=True)
 class RewriteLog:
-    """Replace the log with `records` under the new `lineage`."""
+    """Replace the log with `records` under the new `lineage`, only if it is still at `base`
+    (lineage, revision): a lagging hub never erases what another hub acknowledged."""
 
     lineage: int
     records: list[bytes]
+    base: tuple[int, int] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Raise:
+    """Raise `error` to the caller of the operation, once the actions before it are done."""
+
+    error: Exception
 
 
 StoreCall = ReadRecords | AppendRecords | LoadLog | WriteSnapshot | RewriteLog
-Action = Send[C] | Broadcast[C] | Close[C] | StoreCall
+Action = Send[C] | Broadcast[C] | Close[C] | Raise | StoreCall
 _Then = Callable[[object], list[Action[C]]]
 
 
@@ -498,10 +508,15 @@ class RoomCore(Generic[C]):
         """Replace the log with one `reset` record holding `conversation`'s state under the
         fresh `lineage`; every subscriber is sent the new state and rereads."""
         record = ChangeRecord(Reset(conversation.state()), Author.rig(), now)
-        call = RewriteLog(lineage, [encode(record)])
+        base = (self.lineage, self.revision) if self.exists else None
+        call = RewriteLog(lineage, [encode(record)], base)
         return self._call(call, self._rewritten)
 
     def _rewritten(self, outcome: object) -> list[Action[C]]:
+        if isinstance(outcome, LogMoved):
+            # Another hub appended since this room last saw the log: bring everyone up to it,
+            # then tell the caller; it may rewrite again from what it now sees.
+            return self._forward_missing(lambda: [Raise(outcome)])
         if isinstance(outcome, Exception):
             raise outcome  # the caller of `Hub.rewrite` learns it; nothing changed here
         return self._call(LoadLog(), lambda loaded: self._reloaded_for_all(loaded, list))
@@ -531,7 +546,7 @@ def deliver(
 ) -> StoreCall | None:
     """Carry out the frame actions of `actions` in order with `send(to, frame, catch_up)` and
     `close(to, code, detail)`; return the store call that ends the list, if any (the caller
-    awaits it and hands the outcome to `RoomCore.resume`)."""
+    awaits it and hands the outcome to `RoomCore.resume`). A `Raise` raises its error."""
     call: StoreCall | None = None
     for action in actions:
         match action:
@@ -542,6 +557,8 @@ def deliver(
                     send(conn, frame, False)
             case Close(to, code, detail):
                 close(to, code, detail)
+            case Raise(error):
+                raise error
             case _:
                 call = action
     return call
