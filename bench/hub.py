@@ -1890,7 +1890,7 @@ def section(topic: Topic, started: str, seconds: float, load: str, args: argpars
     head.append(f"Result: **{verdict}**")
     profiles = [
         f"cProfile of the {title} (top {PROFILE_TOP} by own time, then by cumulative time; "
-        f"cProfile slows the profiled process, so this run's latency is not a figure):\n\n"
+        f"an extra run after the timed ones: cProfile slows what it profiles):\n\n"
         f"```\n{profile}\n```"
         for title, profile in topic.profiles
     ]
