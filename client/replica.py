@@ -147,7 +147,7 @@ class Replica:
     @property
     def revision(self) -> int:
         """The log's revision as this replica last saw it (its confirmed records)."""
-        return self.session.confirmed.revision
+        return self.session.revision
 
     @property
     def connected(self) -> bool:
@@ -177,7 +177,7 @@ class Replica:
 
     async def wait_for(self, revision: int) -> None:
         """Wait until the replica has seen the log up to `revision`."""
-        while self.session.confirmed.revision < revision or not self.session.ready:
+        while self.session.revision < revision or not self.session.ready:
             self._raise_if_refused()
             self._progress.clear()
             await self._progress.wait()
