@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import ssl
 import sys
 import time
 import urllib.parse
@@ -158,6 +159,13 @@ def _client_options(parser: argparse.ArgumentParser) -> None:
         "--token",
         default=os.environ.get("CONVSYNC_TOKEN"),
         help="access token for a hub with auth (env CONVSYNC_TOKEN; `convsync token` mints one)",
+    )
+    parser.add_argument(
+        "--ca-file",
+        default=os.environ.get("CONVSYNC_CA_FILE"),
+        metavar="FILE",
+        help="trust this CA (PEM) for a wss:// hub with a private certificate (env "
+        "CONVSYNC_CA_FILE)",
     )
 
 
@@ -576,11 +584,21 @@ async def cmd_token(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------- tail, send
 
 
+def _tls(args: argparse.Namespace) -> ssl.SSLContext | None:
+    """The TLS context trusting `--ca-file`, or None (the system's CAs)."""
+    if args.ca_file is None:
+        return None
+    try:
+        return ssl.create_default_context(cafile=args.ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise CliError(f"cannot read the CA file {args.ca_file}: {exc}", 2) from exc
+
+
 async def cmd_tail(args: argparse.Namespace) -> int:
     """Show a conversation, live until SIGINT/SIGTERM, or once."""
     out = sys.stdout
     async with connect_checked(
-        args.url, args.id, connect_timeout=args.timeout, token=args.token
+        args.url, args.id, connect_timeout=args.timeout, token=args.token, ssl=_tls(args)
     ) as replica:
         if args.once:
             await tail(replica, out, once=True, tty=False)
@@ -595,7 +613,12 @@ async def cmd_send(args: argparse.Namespace) -> int:
     # A given client id continues its push numbering (the welcome says where it stands).
     client = args.client or f"convsync-send-{os.urandom(4).hex()}"
     async with connect_checked(
-        args.url, args.id, connect_timeout=args.timeout, client=client, token=args.token
+        args.url,
+        args.id,
+        connect_timeout=args.timeout,
+        client=client,
+        token=args.token,
+        ssl=_tls(args),
     ) as replica:
         replica.conversation.push(Message.user(args.text))
         await flush_edits(replica, args.timeout, "the message")
@@ -609,7 +632,12 @@ async def cmd_send(args: argparse.Namespace) -> int:
 async def cmd_export(args: argparse.Namespace) -> int:
     """Write a conversation's snapshot or state to a file or stdout."""
     exported = await export_conversation(
-        args.url, args.id, format=args.format, request_timeout=args.timeout, token=args.token
+        args.url,
+        args.id,
+        format=args.format,
+        request_timeout=args.timeout,
+        token=args.token,
+        ssl=_tls(args),
     )
     if args.output is None or args.output == "-":
         sys.stdout.buffer.write(exported.data + b"\n")
@@ -688,6 +716,7 @@ async def cmd_import(args: argparse.Namespace) -> int:
             progress=show if args.progress or sys.stderr.isatty() else None,
             where=where,
             token=args.token,
+            ssl=_tls(args),
         )
     except ImportRefused as exc:
         raise CliError(exc.message + _IMPORT_HINTS.get(exc.reason, ""), 2) from exc

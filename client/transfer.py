@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import AsyncIterator, Callable, Sequence
+from ssl import SSLContext
 from typing import IO, Literal, NamedTuple
 
 import anyio
@@ -130,6 +131,7 @@ async def export_conversation(
     format: ExportFormat = "snapshot",
     request_timeout: float = 10.0,
     token: str | None = None,
+    ssl: SSLContext | None = None,
 ) -> Exported:
     """Read a conversation from the hub at ws(s) `url` and encode it (with `token`, for a
     hub with auth: it needs `read` on the conversation).
@@ -143,7 +145,7 @@ async def export_conversation(
             read (see `fetch_conversation`).
     """
     fetched = await fetch_conversation(
-        url, conversation_id, request_timeout=request_timeout, token=token
+        url, conversation_id, request_timeout=request_timeout, token=token, ssl=ssl
     )
     data = encode_conversation(fetched.conversation, format)
     return Exported(data, fetched.lineage, fetched.revision, len(fetched.conversation))
@@ -246,6 +248,7 @@ async def connect_checked(
     client: str | None = None,
     max_frame: int = MAX_FRAME,
     token: str | None = None,
+    ssl: SSLContext | None = None,
 ) -> AsyncIterator[Replica]:
     """A connected replica, for a task that ends: a hub that is not there is an error at
     once (an HTTP health check first) instead of a replica that keeps reconnecting.
@@ -254,7 +257,7 @@ async def connect_checked(
         HubError: `unreachable`, `bad_status` (not a convsync hub) or `timeout` (no welcome
             within `connect_timeout` seconds).
     """
-    await check_hub(url, request_timeout=connect_timeout)
+    await check_hub(url, request_timeout=connect_timeout, ssl=ssl)
     try:
         replica = connect(
             url,
@@ -263,6 +266,7 @@ async def connect_checked(
             connect_timeout=connect_timeout,
             max_frame=max_frame,
             token=token,
+            ssl=ssl,
         )
         await replica.__aenter__()
     except TimeoutError:
@@ -315,6 +319,7 @@ async def import_conversation(
     where: str | None = None,
     client: str | None = None,
     token: str | None = None,
+    ssl: SSLContext | None = None,
 ) -> Imported:
     """Load a snapshot v1 or state document into a conversation of the hub at ws(s) `url`.
 
@@ -333,6 +338,7 @@ async def import_conversation(
         where: names the input in messages (default: the path, or "input").
         client: client id to push as (default: a fresh `convsync-import-...`).
         token: the access token, for a hub with auth (needs `write`).
+        ssl: the TLS context for a `wss://` hub with a private CA (default: the system's).
 
     Returns:
         How many messages and asides went in and the revision the log reached.
@@ -378,6 +384,7 @@ async def import_conversation(
         client=client,
         max_frame=max_frame,
         token=token,
+        ssl=ssl,
     ) as replica:
         target = replica.conversation
         if len(target) or any(aside.saved for _, aside in target.asides()):

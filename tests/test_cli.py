@@ -573,3 +573,35 @@ def test_serve_refuses_a_public_bind_without_a_key_and_token_needs_a_secret(
     assert code == 2 and "--insecure" in err and len(err.strip().splitlines()) == 1
     code, _, err = run(capsys, "token", "--sub", "x")
     assert code == 2 and "CONVSYNC_AUTH_SECRET" in err
+
+
+def test_cli_over_wss_with_a_private_ca(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """`serve --tls-cert/--tls-key` serves wss://; `send`, `export` and `tail` reach it with
+    `--ca-file`, and without it fail with one line."""
+    from test_access import _self_signed
+
+    cert, key = _self_signed(tmp_path)
+    secret = tmp_path / "hub.secret"
+    secret.write_text("a-secret-of-at-least-thirty-two-bytes\n")
+    _, minted, _ = run(
+        capsys, "token", "--secret-file", str(secret), "--sub", "w", "--scope", "write"
+    )
+    token = minted.strip()
+    proc = Running(
+        "serve", "--db", ":memory:", "--port", "0", "--auth-secret-file", str(secret),
+        "--tls-cert", cert, "--tls-key", key,
+    )  # fmt: skip
+    try:
+        url = proc.url()
+        assert url.startswith("wss://127.0.0.1:")
+        tls = ["--url", url, "--token", token, "--ca-file", cert]
+        code, out, err = run(capsys, "send", "tls-1", "over tls", *tls)
+        assert (code, out.strip()) == (0, "1"), err
+        code, out, err = run(capsys, "export", "tls-1", *tls)
+        assert code == 0 and "over tls" in out, err
+        code, out, err = run(capsys, "tail", "tls-1", "--once", *tls)
+        assert code == 0 and "over tls" in out, err
+        code, _, err = run(capsys, "send", "tls-1", "no", "--url", url, "--token", token)
+        assert code == 1 and len(err.strip().splitlines()) == 1
+    finally:
+        proc.stop()
