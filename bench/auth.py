@@ -10,9 +10,12 @@ as fast as acks come back), and measures, with the repeats of the two sides inte
 1. verify: `server.auth.verify` of one token, alone (the JWT check a connection pays once).
 2. connect: open a websocket, send `hello`, receive `welcome` (empty conversation), close;
    the same raw client on both hubs, the auth side carrying a token in `hello`.
-3. push: one replica pushes a one-message record and waits for its ack, one push at a time;
-   the time per push. With auth on, each push is checked against the socket's grant (no JWT
-   work) and its record stamped `via`.
+3. push: a replica on each hub pushes a one-message record and waits for its ack, one push
+   at a time; the two replicas take turns in blocks of 50 pushes (order alternating), so the
+   machine's drift hits both alike; the time per push. With auth on, each push is checked
+   against the socket's grant (no JWT work) and its record stamped `via`.
+4. core: the same push through the hub's pure core alone (`RoomCore.push` + `resume`, no
+   socket, no store), auth on vs off: the rules' own cost, free of network noise.
 
 Each figure is the median over the repeats (spread min-max). The garbage collector is paused
 inside the timing loops (after a `gc.collect()`), on both sides alike. Prints a Markdown
@@ -37,11 +40,12 @@ sys.path.append(str(ROOT))
 
 from websockets.asyncio.client import connect as ws_connect  # noqa: E402
 
-from client import connect  # noqa: E402
+from client import Replica, connect  # noqa: E402
 from server import Hub, HubConfig, MemoryStore  # noqa: E402
-from server.auth import Key, KeyRing, mint_token, verify  # noqa: E402
-from sync import Message  # noqa: E402
-from sync.protocol import SUBPROTOCOL  # noqa: E402
+from server.auth import ANONYMOUS, Grant, Key, KeyRing, mint_token, verify  # noqa: E402
+from server.core import AppendRecords, CoreConfig, RoomCore  # noqa: E402
+from sync import Conversation, Message  # noqa: E402
+from sync.protocol import SUBPROTOCOL, Hello, PushBatch  # noqa: E402
 
 SECRET = b"benchmark-secret-0123456789abcdefghijk"
 KEYS = KeyRing.of(Key.secret(SECRET))
@@ -83,23 +87,67 @@ async def connections(hub: Hub, token: str | None, count: int) -> int:
     return count
 
 
-async def pushes(hub: Hub, token: str | None, count: int, conversation: str) -> int:
-    async with connect(hub.url, conversation, client="pusher", token=token) as replica:
+async def push_blocks(replica: Replica, count: int) -> float:
+    """Seconds for `count` pushes of one record each, one at a time (GC paused)."""
+    gc.disable()
+    try:
+        started = time.perf_counter()
         for k in range(count):
             replica.conversation.push(Message.user(f"message {k} " + "x" * 200))
             await replica.flush()
-    return count
+        return time.perf_counter() - started
+    finally:
+        gc.enable()
+
+
+def core_push_cost(auth: bool, count: int) -> float:
+    """Seconds per push through `RoomCore` alone: push, then the store's answer to `resume`."""
+    # No snapshots: encoding the whole conversation every 1,000 records would swamp the rules.
+    config = CoreConfig(max_frame=1 << 20, auth=auth, snapshot_every=10**9)
+    room: RoomCore[str] = RoomCore("c", config)
+    room.load(None)
+    held = mint_grant() if auth else ANONYMOUS
+    room.join("a", Hello("pusher", room.lineage, 0), held, time.time())
+    room.join("b", Hello("reader", room.lineage, 0), held, time.time())
+    records = []
+    for k in range(count):
+        maker = Conversation()
+        maker.push(Message.user(f"message {k} " + "x" * 200))
+        records.extend(maker.take_unsaved())
+    now = int(time.time() * 1000)
+    gc.collect()
+    gc.disable()
+    try:
+        started = time.perf_counter()
+        for seq, record in enumerate(records, 1):
+            actions = room.push("a", PushBatch(seq, room.lineage, room.revision, [record]), now)
+            call = actions[-1]
+            assert isinstance(call, AppendRecords)
+            room.resume(call.from_ + len(call.records))
+        return (time.perf_counter() - started) / count
+    finally:
+        gc.enable()
+
+
+def mint_grant() -> Grant:
+    return verify(mint_token(SECRET, "bench", ["write"], ["*"], 3600), KEYS, now=time.time())
 
 
 async def main(quick: bool) -> None:
     repeats = 3 if quick else 15
     n_connect = 30 if quick else 200
-    n_push = 100 if quick else 2000
+    n_push = 100 if quick else 2000  # per side and repeat, in blocks of 50
+    block = 50
+    n_core = 2000 if quick else 60000
     n_verify = 2000 if quick else 20000
     token = mint_token(SECRET, "bench", ["write"], ["*"], 3600)
     started = time.time()
     results: dict[str, list[float]] = {
-        k: [] for k in ("verify", "connect off", "connect on", "push off", "push on")
+        k: []
+        for k in (
+            *("verify", "connect off", "connect on"),
+            *("push off", "push on", "core off", "core on"),
+        )
     }
     async with (
         Hub(MemoryStore(), config=CONFIG) as off,
@@ -122,10 +170,21 @@ async def main(quick: bool) -> None:
                 results[f"connect {name}"].append(
                     await _timed(lambda h=hub, t=tok: connections(h, t, n_connect))
                 )
-            for name, hub, tok in sides if r % 2 == 0 else sides[::-1]:
-                results[f"push {name}"].append(
-                    await _timed(lambda h=hub, t=tok, r=r: pushes(h, t, n_push, f"push-{r}"))
-                )
+            conversation = f"push-{r}"
+            async with (
+                connect(off.url, conversation, client="pusher") as p_off,
+                connect(on.url, conversation, client="pusher", token=token) as p_on,
+            ):
+                spent = {"off": 0.0, "on": 0.0}
+                pushers = [("off", p_off), ("on", p_on)]
+                gc.collect()
+                for b in range(n_push // block):
+                    for name, replica in pushers if b % 2 == 0 else pushers[::-1]:
+                        spent[name] += await push_blocks(replica, block)
+                for name in ("off", "on"):
+                    results[f"push {name}"].append(spent[name] / n_push)
+            for name, auth in [("off", False), ("on", True)][:: 1 if r % 2 == 0 else -1]:
+                results[f"core {name}"].append(core_push_cost(auth, n_core // repeats))
     took = time.time() - started
     verify_s = _median(results["verify"])
     c_off, c_on = _median(results["connect off"]), _median(results["connect on"])
@@ -135,8 +194,14 @@ async def main(quick: bool) -> None:
     ]
     push_ratios = [a / b for a, b in zip(results["push on"], results["push off"], strict=True)]
     push_overhead = statistics.median(push_ratios) - 1
+    k_off, k_on = _median(results["core off"]), _median(results["core on"])
+    core_ratios = [a / b for a, b in zip(results["core on"], results["core off"], strict=True)]
+    core_overhead = statistics.median(core_ratios) - 1
     connect_overhead = statistics.median(connect_ratios) - 1
     bar = "PASS" if push_overhead < 0.05 else "FAIL"
+
+    def us2(value: tuple[float, float, float]) -> tuple[str, str]:
+        return f"{value[0] * 1e6:.1f} µs", f"{value[1] * 1e6:.1f}-{value[2] * 1e6:.1f} µs"
 
     def us(value: tuple[float, float, float]) -> tuple[str, str]:
         return f"{value[0] * 1e6:.0f} µs", f"{value[1] * 1e6:.0f}-{value[2] * 1e6:.0f} µs"
@@ -161,6 +226,9 @@ async def main(quick: bool) -> None:
             "< 5%",
             bar,
         ),
+        ("core alone: push + resume, auth off (per push)", *us2(k_off), "", ""),
+        ("core alone: push + resume, auth on (per push)", *us2(k_on), "", ""),
+        ("core overhead of auth (median of paired ratios)", f"{core_overhead:+.1%}", "", "", ""),
     ]
     print("## Access control (`bench/auth.py`)\n")
     quick_flag = " --quick" if quick else ""
@@ -181,9 +249,12 @@ async def main(quick: bool) -> None:
         f"Two in-process hubs on loopback, the same settings, one with an HS256 key; {repeats} "
         f"repeats, the two sides interleaved (order alternating). Connect: {n_connect} sockets "
         f"per repeat, each opened, `hello` sent (with a token on the auth side), `welcome` "
-        f"received, closed. Push: one replica pushing {n_push} one-message records one at a "
-        "time, each acked before the next; with auth each push checks the socket's grant (no "
-        "JWT work per push) and stamps `via`. The per-socket rate limit is lifted on both. "
+        f"received, closed. Push: a replica on each hub pushing {n_push} one-message records "
+        f"one at a time, each acked before the next, the two taking turns in blocks of {block} "
+        "(order alternating); with auth each push checks the socket's grant (no JWT work per "
+        "push) and stamps `via`. Core: the same records through `RoomCore.push` + `resume` "
+        f"alone ({n_core // repeats} per side and repeat), no socket and no store. "
+        "The per-socket rate limit is lifted on both. "
         "GC paused in the timing loops.\n"
     )
     print("| Measurement | Figure (median) | Spread (min-max) | Bar | Result |")
