@@ -11,9 +11,10 @@ as fast as acks come back), and measures, with the repeats of the two sides inte
 2. connect: open a websocket, send `hello`, receive `welcome` (empty conversation), close;
    the same raw client on both hubs, the auth side carrying a token in `hello`.
 3. push: a replica on each hub pushes a one-message record and waits for its ack, one push
-   at a time; the two replicas take turns in blocks of 50 pushes (order alternating), so the
-   machine's drift hits both alike; the time per push. With auth on, each push is checked
-   against the socket's grant (no JWT work) and its record stamped `via`.
+   at a time; the replicas take turns in blocks of 50 pushes (order rotating), so the
+   machine's drift hits all alike; the time per push. With auth on, each push is checked
+   against the socket's grant (no JWT work) and its record stamped `via`. A third hub without
+   auth is a control: its gap to the first (an A/A comparison) shows the noise floor.
 4. core: the same push through the hub's pure core alone (`RoomCore.push` + `resume`, no
    socket, no store), auth on vs off: the rules' own cost, free of network noise.
 
@@ -134,7 +135,7 @@ def mint_grant() -> Grant:
 
 
 async def main(quick: bool) -> None:
-    repeats = 3 if quick else 15
+    repeats = 3 if quick else 21
     n_connect = 30 if quick else 200
     n_push = 100 if quick else 2000  # per side and repeat, in blocks of 50
     block = 50
@@ -146,11 +147,12 @@ async def main(quick: bool) -> None:
         k: []
         for k in (
             *("verify", "connect off", "connect on"),
-            *("push off", "push on", "core off", "core on"),
+            *("push off", "push control", "push on", "core off", "core on"),
         )
     }
     async with (
         Hub(MemoryStore(), config=CONFIG) as off,
+        Hub(MemoryStore(), config=CONFIG) as control,
         Hub(MemoryStore(), config=CONFIG, keys=KEYS) as on,
     ):
         await connections(off, None, 5)  # warm up both paths
@@ -173,15 +175,17 @@ async def main(quick: bool) -> None:
             conversation = f"push-{r}"
             async with (
                 connect(off.url, conversation, client="pusher") as p_off,
+                connect(control.url, conversation, client="pusher") as p_control,
                 connect(on.url, conversation, client="pusher", token=token) as p_on,
             ):
-                spent = {"off": 0.0, "on": 0.0}
-                pushers = [("off", p_off), ("on", p_on)]
+                spent = {"off": 0.0, "control": 0.0, "on": 0.0}
+                pushers = [("off", p_off), ("control", p_control), ("on", p_on)]
                 gc.collect()
                 for b in range(n_push // block):
-                    for name, replica in pushers if b % 2 == 0 else pushers[::-1]:
+                    turn = b % 3  # each side first, second and third in turn
+                    for name, replica in pushers[turn:] + pushers[:turn]:
                         spent[name] += await push_blocks(replica, block)
-                for name in ("off", "on"):
+                for name in ("off", "control", "on"):
                     results[f"push {name}"].append(spent[name] / n_push)
             for name, auth in [("off", False), ("on", True)][:: 1 if r % 2 == 0 else -1]:
                 results[f"core {name}"].append(core_push_cost(auth, n_core // repeats))
@@ -194,6 +198,10 @@ async def main(quick: bool) -> None:
     ]
     push_ratios = [a / b for a, b in zip(results["push on"], results["push off"], strict=True)]
     push_overhead = statistics.median(push_ratios) - 1
+    control_ratios = [
+        a / b for a, b in zip(results["push control"], results["push off"], strict=True)
+    ]
+    control_gap = statistics.median(control_ratios) - 1
     k_off, k_on = _median(results["core off"]), _median(results["core on"])
     core_ratios = [a / b for a, b in zip(results["core on"], results["core off"], strict=True)]
     core_overhead = statistics.median(core_ratios) - 1
@@ -226,6 +234,13 @@ async def main(quick: bool) -> None:
             "< 5%",
             bar,
         ),
+        (
+            "control: a second hub without auth vs the first (median of paired ratios)",
+            f"{control_gap:+.1%}",
+            "",
+            "",
+            "",
+        ),
         ("core alone: push + resume, auth off (per push)", *us2(k_off), "", ""),
         ("core alone: push + resume, auth on (per push)", *us2(k_on), "", ""),
         ("core overhead of auth (median of paired ratios)", f"{core_overhead:+.1%}", "", "", ""),
@@ -246,15 +261,16 @@ async def main(quick: bool) -> None:
     )
     print(f"Result: **{bar}**\n")
     print(
-        f"Two in-process hubs on loopback, the same settings, one with an HS256 key; {repeats} "
-        f"repeats, the two sides interleaved (order alternating). Connect: {n_connect} sockets "
-        f"per repeat, each opened, `hello` sent (with a token on the auth side), `welcome` "
-        f"received, closed. Push: a replica on each hub pushing {n_push} one-message records "
-        f"one at a time, each acked before the next, the two taking turns in blocks of {block} "
-        "(order alternating); with auth each push checks the socket's grant (no JWT work per "
-        "push) and stamps `via`. Core: the same records through `RoomCore.push` + `resume` "
-        f"alone ({n_core // repeats} per side and repeat), no socket and no store. "
-        "The per-socket rate limit is lifted on both. "
+        f"Three in-process hubs on loopback, the same settings, one with an HS256 key; {repeats} "
+        f"repeats, the sides interleaved (order alternating or rotating). Connect: {n_connect} "
+        "sockets per repeat, each opened, `hello` sent (with a token on the auth side), "
+        f"`welcome` received, closed. Push: a replica on each hub pushing {n_push} one-message "
+        "records one at a time, each acked before the next, the replicas taking turns in blocks "
+        f"of {block}; the second hub without auth is an A/A control (its gap to the first is the "
+        "noise floor). With auth each push checks the socket's grant (no JWT work per push) and "
+        "stamps `via`. Core: the same records through `RoomCore.push` + `resume` alone "
+        f"({n_core // repeats} per side and repeat), no socket, no store, no snapshots. "
+        "The per-socket rate limit is lifted on all. "
         "GC paused in the timing loops.\n"
     )
     print("| Measurement | Figure (median) | Spread (min-max) | Bar | Result |")
