@@ -35,6 +35,7 @@ bench: $(STAMP)
 	$(PY) bench/hub.py all
 	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) bench/peer.py
+	PYTHONPATH=. $(PY) bench/auth.py
 
 # Thousands of replicas on one hub; figures go to docs/reliability.md.
 load: $(STAMP)

@@ -397,24 +397,45 @@ class Hub:
             limits=self._limits,
             now=time.time(),
         )
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._watch, session, sub, held.moved)
+            await self._read(ws, sub, held, session, conversation_id)
+            group.cancel_scope.cancel()
+
+    async def _watch(self, session: HubSession, sub: Subscriber, moved: asyncio.Event) -> None:
+        """Sleep until the session's deadline, or until `moved` says a hello or a refresh
+        changed it; close the socket once it has passed (no hello in time, a token expired).
+        A task of its own, so reading a frame arms no timer."""
         while not sub.closing:
-            data: bytes | None = None
+            with anyio.move_on_after(max(0.0, session.next_deadline() - time.time())):
+                await moved.wait()
+                moved.clear()
+                continue
+            late = session.expired(time.time())
+            if late is not None:
+                self._fail(sub, late)  # the writer closes the socket; the reader then ends
+
+    async def _read(
+        self,
+        ws: ServerConnection,
+        sub: Subscriber,
+        held: _Held,
+        session: HubSession,
+        conversation_id: str,
+    ) -> None:
+        while not sub.closing:
             try:
-                # Cancelling `recv` loses nothing (websockets keeps the frame for the next call).
-                with anyio.move_on_after(max(0.0, session.next_deadline() - time.time())):
-                    data = await ws.recv(decode=False)
+                data = await ws.recv(decode=False)
             except ConnectionClosed:
                 break
             now = time.time()
+            if sub.closing:  # the watchdog closed it meanwhile
+                break
             try:
-                if data is None:  # the deadline came first: a hello too late, a token expired
-                    late = session.expired(now)
-                    if late is not None:
-                        raise late
-                    continue
                 message = session.receive(data, now)
                 match message:
                     case Hello():
+                        held.moved.set()
                         await self._join(session, message, sub, held, conversation_id, now)
                     case PushBatch():
                         assert held.room is not None
@@ -424,6 +445,7 @@ class Hub:
                         # The keys of now, not of the connect: a retired key refreshes nothing.
                         session.access = self._access() or session.access
                         grant = session.refresh(message, now)
+                        held.moved.set()
                         await held.room.regrant(sub, grant, now)
             except (ProtocolError, AuthError) as error:
                 self._fail(sub, error)
@@ -470,10 +492,11 @@ class Hub:
 class _Held:
     """What one connection holds and gives back when it ends."""
 
-    __slots__ = ("address", "principal", "room", "waiting")
+    __slots__ = ("address", "moved", "principal", "room", "waiting")
 
     def __init__(self, address: str) -> None:
         self.address = address
+        self.moved = asyncio.Event()  # the session's deadline may have changed
         self.waiting = False
         self.principal: str | None = None
         self.room: Room | None = None
