@@ -1,0 +1,78 @@
+// Every shared vector (tests/vectors/*.json, written from the Python model) against convsync.js.
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { test } from 'node:test';
+
+import {
+  ApplyError,
+  Conversation,
+  DecodeError,
+  isAsideId,
+  isMessageId,
+  madeMs,
+  rebase,
+} from '../convsync.js';
+
+const load = (name) =>
+  JSON.parse(readFileSync(new URL(`../../../tests/vectors/${name}`, import.meta.url), 'utf8'));
+
+/** A value as JSON text and back: what a peer would see. */
+const plain = (value) => JSON.parse(JSON.stringify(value));
+
+test('ids: the message and aside id forms and their times', () => {
+  const { message_ids: messageIds, aside_ids: asideIds } = load('ids.json');
+  for (const { id, valid, made } of messageIds) {
+    assert.equal(isMessageId(id), valid, id);
+    if (valid) assert.equal(madeMs(id), made);
+  }
+  for (const { id, valid, made } of asideIds) {
+    assert.equal(isAsideId(id), valid, id);
+    if (valid) assert.equal(madeMs(id), made);
+  }
+});
+
+for (const vector of load('fold.json').cases) {
+  test(`fold: ${vector.name}`, () => {
+    const conversation = new Conversation();
+    let error = null;
+    for (const [at, record] of vector.records.entries()) {
+      const before = plain(conversation.state());
+      try {
+        conversation.apply(record);
+      } catch (caught) {
+        assert.ok(caught instanceof ApplyError || caught instanceof DecodeError, String(caught));
+        error = { at, reason: caught.reason };
+        // A record that does not fit changes nothing.
+        assert.deepEqual(plain(conversation.state()), before);
+        break;
+      }
+    }
+    const { expect } = vector;
+    assert.deepEqual(error, expect.error ?? null);
+    assert.deepEqual(plain(conversation.state()), expect.state);
+    assert.equal(conversation.revision, expect.revision);
+    assert.equal(conversation.halted(), expect.halt);
+    assert.equal(conversation.awaitsModel(), expect.awaits_model);
+  });
+}
+
+for (const vector of load('rebase.json').cases) {
+  test(`rebase: ${vector.name}`, () => {
+    const base = new Conversation();
+    for (const record of vector.base) base.apply(record);
+    const onto = base.copy();
+    for (const record of vector.log) onto.apply(record);
+    const local = base.copy();
+    for (const record of vector.pending) local.replay(record);
+    const pending = local.takeUnsaved();
+    const conflicts = rebase(local, onto, pending, vector.no_base ? null : base);
+    const { expect } = vector;
+    assert.deepEqual(plain(local.state()), expect.state);
+    assert.equal(local.revision, expect.revision);
+    assert.deepEqual(plain(local.unsaved()), expect.unsaved);
+    assert.deepEqual(
+      conflicts.map((c) => ({ at: pending.indexOf(c.record), reason: c.reason })),
+      expect.conflicts,
+    );
+  });
+}
