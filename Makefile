@@ -19,8 +19,13 @@ lint: $(STAMP)
 types: $(STAMP)
 	$(PY) -m mypy
 
-unit: $(STAMP)
+unit: $(STAMP) js
 	$(PY) -m pytest -q
+
+# The JavaScript replica (client/web/convsync.js) against the shared vectors; node >= 20.
+.PHONY: js
+js:
+	node --test client/web/test/
 
 test: lint types unit
 
