@@ -276,7 +276,7 @@ const HALTS = new Set(['stopped', 'kept']);
 const AUTHOR_KINDS = new Set(['user', 'agent', 'plugin', 'rig']);
 const ROLES = new Set(['system', 'user', 'assistant']);
 
-/** @param {unknown} value @returns {value is Record<string, any>} */
+/** @param {unknown} value @returns {value is any} */
 function isObject(value) {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
@@ -291,7 +291,7 @@ function malformed(what) {
   return new DecodeError(what);
 }
 
-/** @param {any} author @param {string} where */
+/** @param {any} author @param {string} where @returns {AuthorValue} */
 function readAuthor(author, where) {
   if (!isObject(author) || !AUTHOR_KINDS.has(author.kind)) throw malformed(`${where}: bad author`);
   const { name, request, title } = author;
@@ -302,7 +302,7 @@ function readAuthor(author, where) {
   return { ...author, name: name ?? null, request: request ?? null, title: title ?? null };
 }
 
-/** @param {any} message @param {string} where */
+/** @param {any} message @param {string} where @returns {MessageValue} */
 function readMessage(message, where) {
   if (!isObject(message) || !ROLES.has(message.role)) throw malformed(`${where}: bad message`);
   if (message.role === 'system') {
@@ -316,7 +316,7 @@ function readMessage(message, where) {
   return message;
 }
 
-/** @param {any} entry @param {string} where */
+/** @param {any} entry @param {string} where @returns {Entry} */
 function readEntry(entry, where) {
   if (!isObject(entry)) throw malformed(`${where}: an entry is not an object`);
   const message = readMessage(entry.message, where);
@@ -348,7 +348,7 @@ function readEntries(entries, where) {
   return copy ?? entries;
 }
 
-/** @param {any} aside @param {string} where */
+/** @param {any} aside @param {string} where @returns {AsideValue} */
 function readAside(aside, where) {
   if (!isObject(aside) || typeof aside.kind !== 'string') throw malformed(`${where}: bad aside`);
   if (!('after' in aside) || !isOptionalString(aside.after) || !('value' in aside)) {
@@ -372,7 +372,7 @@ function isHalt(halt) {
   return halt === null || HALTS.has(halt);
 }
 
-/** @param {any} state @param {string} where */
+/** @param {any} state @param {string} where @returns {ConversationState} */
 function readState(state, where) {
   if (!isObject(state)) throw malformed(`${where}: the state is not an object`);
   const entries = state.entries === undefined ? [] : readEntries(state.entries, where);
@@ -516,7 +516,7 @@ export class Conversation {
   /** @type {(() => void) | null} */ #listener = null;
   /** The records behind this value. */
   revision = 0;
-  /** The saved log this value continues. */
+  /** The saved log this value continues. @type {number} */
   lineage = Lineage.EMPTY;
 
   /** @param {{ids?: IdMinter}} [options] */
