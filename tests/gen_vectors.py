@@ -8,6 +8,8 @@ Three files:
 - `fold.json`: record streams folded onto an empty conversation, each with the state,
   revision, halt and `awaits_model` expected afterwards, or the reason the record at `error.at`
   does not fit (`malformed` when the record does not even decode) and the value left before it.
+- `codes.json` (once `sync.errors` has the table): the error codes of SPEC 5 with their close
+  codes and retry rules, and which code a close stands for.
 - `rebase.json`: a base (records from empty), the log's records after it, the pending records
   made on the base, and the expected local value (state, revision, records left to push) and
   conflicts (index into `pending` and reason). `no_base` cases rebase without the base.
@@ -38,6 +40,7 @@ from sync import (
     ToolCall,
     TurnEnd,
     encode,
+    errors,
 )
 from sync.changes import ConversationState, HaltChange, Push, Reset
 from sync.codec import decode_record
@@ -613,6 +616,23 @@ def _rebase_cases() -> list[Json]:
     return cases
 
 
+def _codes() -> Json | None:
+    """The error-code table (SPEC 5) and how closes map to codes, once `sync.errors` has it."""
+    table = getattr(errors, "CODES", None)
+    if table is None:
+        return None
+    closes = [(4000, ""), (4001, ""), (1008, ""), (1008, "bad_client"), (1011, "unavailable")]
+    closes += [(1006, ""), (4999, "whatever"), (1000, "")]
+    return {
+        "codes": {code: {"close": info.close, "retry": info.retry} for code, info in table.items()},
+        "unknown_retry": errors.retry_of("some_newer_code"),  # type: ignore[attr-defined]
+        "closes": [
+            {"close": close, "reason": reason, "code": errors.code_of_close(close, reason)}  # type: ignore[attr-defined]
+            for close, reason in closes
+        ],
+    }
+
+
 def build() -> dict[str, str]:
     """The vector files by name, as text."""
     files = {
@@ -620,6 +640,9 @@ def build() -> dict[str, str]:
         "fold.json": {"cases": _fold_cases()},
         "rebase.json": {"cases": _rebase_cases()},
     }
+    codes = _codes()
+    if codes is not None:
+        files["codes.json"] = codes
     return {
         name: json.dumps(value, indent=1, ensure_ascii=False) + "\n"
         for name, value in files.items()

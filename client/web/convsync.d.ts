@@ -259,12 +259,17 @@ export class ReplicaSession {
 
 export type ConnectionState = 'connecting' | 'connected' | 'disconnected' | 'closed';
 
-export const REFUSED_CODES: ReadonlySet<string>;
-export const REFUSED_CLOSE_CODES: ReadonlySet<number>;
+export type Retry = 'never' | 'new_token' | 'backoff' | 'at_once';
+/** The one table of error codes (SPEC §5): close code and retry rule per code. */
+export const CODES: Readonly<Record<string, { close: number; retry: Retry }>>;
+export function retryOf(code: string): Retry;
+export function closeCodeOf(code: string): number;
+export function codeOfClose(close: number | null, reason: string): string | null;
 export function retryRule(
   code: string | null,
   closeCode: number | null,
   canRefreshToken: boolean,
+  closeReason?: string,
 ): 'refused' | 'at_once' | 'backoff';
 export function backoffDelay(
   failures: number,

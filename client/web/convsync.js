@@ -1531,46 +1531,78 @@ function folded(base, records) {
 
 // ------------------------------------------------------------------ the socket shell
 
-/** Error codes the hub refuses with for good (SPEC §5): never retried. */
-export const REFUSED_CODES = Object.freeze(
-  new Set([
-    'malformed_json',
-    'unknown_type',
-    'bad_message',
-    'no_hello',
-    'unexpected',
-    'too_big',
-    'bad_client',
-    'bad_conversation_id',
-    'forbidden',
-    'replaced',
-  ]),
-);
+/**
+ * The one table of error codes (SPEC §5, `sync/errors.py` `CODES`): the close code the hub
+ * uses after `error {code}` and what a replica does then: `never` (refused for good),
+ * `new_token` (retry only with a new token), `backoff`, or `at_once`.
+ * @type {Readonly<Record<string, {close: number, retry: 'never' | 'new_token' | 'backoff' | 'at_once'}>>}
+ */
+export const CODES = Object.freeze({
+  malformed_json: { close: 1008, retry: 'never' },
+  unknown_type: { close: 1008, retry: 'never' },
+  bad_message: { close: 1008, retry: 'never' },
+  no_hello: { close: 1008, retry: 'never' },
+  unexpected: { close: 1008, retry: 'never' },
+  too_big: { close: 1009, retry: 'never' },
+  bad_client: { close: 1008, retry: 'never' },
+  bad_conversation_id: { close: 1008, retry: 'never' },
+  unauthorized: { close: 4001, retry: 'new_token' },
+  forbidden: { close: 4003, retry: 'never' },
+  replaced: { close: 4009, retry: 'never' },
+  rate_limited: { close: 4008, retry: 'backoff' },
+  lagging: { close: 4000, retry: 'at_once' },
+  unavailable: { close: 1011, retry: 'backoff' },
+  shutting_down: { close: 1001, retry: 'backoff' },
+  internal: { close: 1011, retry: 'backoff' },
+});
 
-/** Close codes that refuse for good when no error message said why (SPEC §5). */
-export const REFUSED_CLOSE_CODES = Object.freeze(new Set([1008, 1009, 4003, 4009]));
-
-const UNAUTHORIZED_CLOSE = 4001;
-const LAGGING_CLOSE = 4000;
+/** @type {Readonly<Record<number, string>>} the close codes that name one code alone */
+const CODE_OF_CLOSE = Object.freeze({
+  4000: 'lagging',
+  4001: 'unauthorized',
+  4003: 'forbidden',
+  4008: 'rate_limited',
+  4009: 'replaced',
+});
 
 /**
- * What to do after a connection ended: `'refused'` (never again), `'at_once'` (lagging: catch
- * up now) or `'backoff'`. `code` is the error code the hub sent (or null); `closeCode` the
- * websocket close code; `canRefreshToken`: a `getToken` hook can fetch a new token.
+ * The retry rule for an error code; an unknown code (a newer hub) is retried with backoff.
+ * @param {string} code @returns {'never' | 'new_token' | 'backoff' | 'at_once'}
+ */
+export function retryOf(code) {
+  return Object.hasOwn(CODES, code) ? CODES[code].retry : 'backoff';
+}
+
+/** The close code the hub uses after `error {code}` (1011 for an unknown code). */
+export function closeCodeOf(code) {
+  return Object.hasOwn(CODES, code) ? CODES[code].close : 1011;
+}
+
+/**
+ * The error code a close stands for: its reason when that is a known code (the hub closes
+ * with the code as the reason), else the one code a close code names alone, else null.
+ * @param {number | null} close @param {string} reason @returns {string | null}
+ */
+export function codeOfClose(close, reason) {
+  if (Object.hasOwn(CODES, reason)) return reason;
+  return close !== null && Object.hasOwn(CODE_OF_CLOSE, close) ? CODE_OF_CLOSE[close] : null;
+}
+
+/**
+ * What to do after a connection ended: `'refused'` (never again), `'at_once'` or `'backoff'`.
+ * `code` is the error code the hub sent (null if none came), `closeCode`/`closeReason` the
+ * websocket close, `canRefreshToken`: a `getToken` hook can fetch a new token.
  * @param {string | null} code @param {number | null} closeCode @param {boolean} canRefreshToken
+ * @param {string} [closeReason]
  * @returns {'refused' | 'at_once' | 'backoff'}
  */
-export function retryRule(code, closeCode, canRefreshToken) {
-  if (code === 'unauthorized' || (code === null && closeCode === UNAUTHORIZED_CLOSE)) {
-    return canRefreshToken ? 'backoff' : 'refused';
-  }
-  if (code !== null) {
-    if (REFUSED_CODES.has(code)) return 'refused';
-    return code === 'lagging' ? 'at_once' : 'backoff';
-  }
-  if (closeCode === LAGGING_CLOSE) return 'at_once';
-  if (closeCode !== null && REFUSED_CLOSE_CODES.has(closeCode)) return 'refused';
-  return 'backoff';
+export function retryRule(code, closeCode, canRefreshToken, closeReason = '') {
+  const known = code ?? codeOfClose(closeCode, closeReason);
+  if (known === null) return 'backoff'; // a network failure, or a close that says nothing
+  const retry = retryOf(known);
+  if (retry === 'never') return 'refused';
+  if (retry === 'new_token') return canRefreshToken ? 'backoff' : 'refused';
+  return retry;
 }
 
 /**
@@ -1622,6 +1654,7 @@ export class Replica {
     /** @type {any} */
     this.ws = null;
     this.timer = null;
+    this.refreshTimer = null;
     this.closing = false;
     /** @type {Set<() => void>} called after every message handled and every state change */
     this.progress = new Set();
@@ -1712,12 +1745,18 @@ export class Replica {
       if (this.ws === ws) this.ws = null;
       this.#ended(errorCode, closeCode, reason);
     };
-    ws.onopen = () => ws.send(JSON.stringify(this.session.hello(token)));
+    ws.onopen = () => {
+      const hello = /** @type {any} */ (this.session.hello(token));
+      if (this.getToken !== null) hello.features = ['auth'];
+      ws.send(JSON.stringify(hello));
+    };
     ws.onmessage = (message) => {
       if (done) return;
       try {
         const data = typeof message.data === 'string' ? message.data : String(message.data);
-        const events = this.session.receive(JSON.parse(data));
+        const decoded = JSON.parse(data);
+        this.#maybeRefresh(ws, decoded);
+        const events = this.session.receive(decoded);
         if (events.length > 0 && events[0].type === 'connected') {
           this.failures = 0;
           this.connects += 1;
@@ -1743,6 +1782,30 @@ export class Replica {
     ws.onerror = () => {}; // a close always follows
   }
 
+  /**
+   * After a `welcome` or `auth_ok` that says when the token expires, fetch a new token with
+   * `getToken` at 80% of that time and send it as `auth` (SPEC §6 live refresh).
+   */
+  #maybeRefresh(ws, message) {
+    if (this.getToken === null || !isObject(message)) return;
+    if (message.type !== 'welcome' && message.type !== 'auth_ok') return;
+    const expiresIn = message.expires_in;
+    if (typeof expiresIn !== 'number' || !Number.isFinite(expiresIn)) return;
+    if (Array.isArray(message.features) && !message.features.includes('auth')) return;
+    if (this.refreshTimer !== null) this.clearTimer(this.refreshTimer);
+    const getToken = this.getToken;
+    this.refreshTimer = this.setTimer(async () => {
+      this.refreshTimer = null;
+      if (this.ws !== ws || ws.readyState !== 1) return;
+      try {
+        const token = await getToken();
+        if (this.ws === ws && ws.readyState === 1 && token) ws.send(JSON.stringify({ type: 'auth', token }));
+      } catch {
+        // the hub closes with `unauthorized` at expiry; the reconnect asks again
+      }
+    }, Math.max(0, expiresIn * 800));
+  }
+
   #pump() {
     const ws = this.ws;
     if (ws === null || ws.readyState !== 1) return;
@@ -1752,14 +1815,19 @@ export class Replica {
   }
 
   #ended(code, closeCode, reason) {
+    if (this.refreshTimer !== null) {
+      this.clearTimer(this.refreshTimer);
+      this.refreshTimer = null;
+    }
     this.#events(this.session.disconnected(reason || `closed ${closeCode ?? ''}`.trim()));
     if (this.closing) {
       this.#setState('closed', code, reason);
       return;
     }
-    const rule = retryRule(code, closeCode, this.getToken !== null);
+    const rule = retryRule(code, closeCode, this.getToken !== null, reason);
     if (rule === 'refused') {
-      this.refused = new Refused(code ?? `close_${closeCode}`, reason, closeCode);
+      const known = code ?? codeOfClose(closeCode, reason) ?? `close_${closeCode}`;
+      this.refused = new Refused(known, reason, closeCode);
       this.#setState('closed', this.refused.code, reason);
       this.#emit('refused', this.refused);
       this.rejectReady(this.refused);

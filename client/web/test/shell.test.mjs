@@ -77,7 +77,9 @@ test('connects, says hello with the token, and reaches connected after the welco
   assert.equal(ws.url, 'ws://hub:1/v1/conversations/conv.1');
   assert.equal(ws.protocol, 'convsync.v1');
   ws.open();
-  assert.deepEqual(ws.sent[0], { type: 'hello', client: 'ui-1', lineage: 0, revision: 0, token: 'jwt' });
+  assert.deepEqual(ws.sent[0], {
+    type: 'hello', client: 'ui-1', lineage: 0, revision: 0, token: 'jwt', features: ['auth'],
+  });
   ws.deliver({ type: 'welcome', lineage: 5, revision: 0, acked: 0 });
   assert.equal(r.state, 'connected');
   assert.deepEqual(states, ['connected']); // 'connecting' was set before the listener
@@ -175,11 +177,37 @@ test('unauthorized is retried only with a getToken hook', async () => {
   withHook.r.close();
 });
 
+test('a token that expires is refreshed with getToken and sent as auth', async () => {
+  let calls = 0;
+  const { r, timers } = replica({ getToken: async () => `t${(calls += 1)}` });
+  await settle();
+  const ws = FakeSocket.made[0];
+  ws.open();
+  assert.deepEqual(ws.sent[0].features, ['auth']);
+  ws.deliver({ type: 'welcome', lineage: 5, revision: 0, acked: 0, features: ['auth'], expires_in: 60 });
+  assert.equal(timers.pending.length, 1);
+  assert.equal(timers.pending[0].ms, 48_000);
+  timers.fire();
+  await settle();
+  assert.deepEqual(ws.sent[1], { type: 'auth', token: 't2' });
+  ws.deliver({ type: 'auth_ok', expires_in: 10 });
+  assert.equal(timers.pending[0].ms, 8000);
+  ws.close(1011, 'unavailable');
+  assert.equal(timers.pending.length, 1, 'the refresh is dropped with its connection');
+  r.close();
+});
+
 test('the retry table and the backoff law', () => {
   assert.equal(retryRule('rate_limited', 4008, false), 'backoff');
   assert.equal(retryRule('internal', 1011, false), 'backoff');
   assert.equal(retryRule('shutting_down', 1001, false), 'backoff');
-  assert.equal(retryRule(null, 1008, false), 'refused');
+  assert.equal(retryRule(null, 1008, false), 'backoff', 'a bare 1008 names no code');
+  assert.equal(retryRule(null, 1008, false, 'bad_client'), 'refused', 'the reason names it');
+  assert.equal(retryRule(null, 4003, false), 'refused');
+  assert.equal(retryRule(null, 4009, false), 'refused');
+  assert.equal(retryRule(null, 4000, false), 'at_once');
+  assert.equal(retryRule(null, 4001, true), 'backoff');
+  assert.equal(retryRule(null, 4001, false), 'refused');
   assert.equal(retryRule(null, 1006, false), 'backoff');
   assert.equal(retryRule(null, null, false), 'backoff');
   assert.equal(retryRule('some_new_code', 4999, false), 'backoff');
@@ -188,6 +216,16 @@ test('the retry table and the backoff law', () => {
     assert.ok(backoffDelay(failures, 50, 5000, () => 0.999999) < cap);
     assert.equal(backoffDelay(failures, 50, 5000, () => 0), 0);
   }
+});
+
+test('a close whose reason is a refusing code is final even without an error message', async () => {
+  const { r, timers } = replica();
+  await settle();
+  FakeSocket.made[0].open();
+  FakeSocket.made[0].close(1008, 'bad_conversation_id');
+  assert.equal(r.state, 'closed');
+  assert.equal(r.refused.code, 'bad_conversation_id');
+  assert.equal(timers.pending.length, 0);
 });
 
 test('a message the session cannot take drops the connection and reconnects', async () => {

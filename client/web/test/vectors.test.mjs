@@ -1,16 +1,20 @@
 // Every shared vector (tests/vectors/*.json, written from the Python model) against convsync.js.
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { test } from 'node:test';
 
 import {
   ApplyError,
+  CODES,
+  closeCodeOf,
+  codeOfClose,
   Conversation,
   DecodeError,
   isAsideId,
   isMessageId,
   madeMs,
   rebase,
+  retryOf,
 } from '../convsync.js';
 
 const load = (name) =>
@@ -76,3 +80,15 @@ for (const vector of load('rebase.json').cases) {
     );
   });
 }
+
+// The error-code table (SPEC §5), once the Python side has it (`sync.errors.CODES`).
+const codesFile = new URL('../../../tests/vectors/codes.json', import.meta.url);
+test('codes: the one table of error codes, close codes and retry rules', { skip: !existsSync(codesFile) }, () => {
+  const vectors = JSON.parse(readFileSync(codesFile, 'utf8'));
+  assert.deepEqual(plain(CODES), vectors.codes);
+  assert.equal(retryOf('some_newer_code'), vectors.unknown_retry);
+  for (const { close, reason, code } of vectors.closes) {
+    assert.equal(codeOfClose(close, reason), code, `${close} ${reason}`);
+  }
+  for (const [code, { close }] of Object.entries(vectors.codes)) assert.equal(closeCodeOf(code), close);
+});
