@@ -7,7 +7,8 @@ Three files:
 - `ids.json`: strings that are (or are not) message and aside ids, with the time they carry.
 - `fold.json`: record streams folded onto an empty conversation, each with the state,
   revision, halt and `awaits_model` expected afterwards, or the reason the record at `error.at`
-  does not fit (`malformed` when the record does not even decode) and the value left before it.
+  does not fit (`malformed` when the record does not even decode) and the value left before it,
+  with the turn records read from the asides.
 - `codes.json` (once `sync.errors` has the table): the error codes of SPEC 5 with their close
   codes and retry rules, and which code a close stands for.
 - `rebase.json`: a base (records from empty), the log's records after it, the pending records
@@ -122,6 +123,7 @@ def _fold_case(name: str, records: list[Json]) -> Json:
         "revision": conversation.revision,
         "halt": conversation.halted(),
         "awaits_model": conversation.awaits_model(),
+        "turns": [[id_, _json(turn)] for id_, turn in conversation.turns()],
     }
     if error is not None:
         expect["error"] = error

@@ -61,6 +61,17 @@ export interface AsideValue {
   saved: boolean;
 }
 
+export type TurnEnd =
+  | { how: 'answered'; answer: string | null }
+  | { how: 'failed'; why: string }
+  | { how: 'stopped'; why: string | null };
+
+export interface TurnRecord {
+  index: number;
+  start: string;
+  end: TurnEnd | null;
+}
+
 export interface ConversationState {
   entries: Entry[];
   asides: ({ id: string } & AsideValue)[];
@@ -171,6 +182,7 @@ export class Conversation {
   awaitsModel(): boolean;
   asides(): [string, AsideValue][];
   aside(id: string): AsideValue | null;
+  turns(): [string, TurnRecord][];
   unsaved(): ChangeRecord[];
   state(): ConversationState;
   toJSON(): ConversationState;

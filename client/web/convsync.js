@@ -626,6 +626,27 @@ export class Conversation {
     return this.#asides.get(id) ?? null;
   }
 
+  /**
+   * The turn records (asides of kind `rig.turn`), oldest first, as `[asideId, {index, start,
+   * end}]`; malformed ones are skipped.
+   */
+  turns() {
+    const turns = [];
+    for (const [id, aside] of this.#asides) {
+      const value = aside.value;
+      if (
+        aside.kind === 'rig.turn' &&
+        isObject(value) &&
+        Number.isInteger(value.index) &&
+        typeof value.start === 'string' &&
+        (value.end == null || (isObject(value.end) && typeof value.end.how === 'string'))
+      ) {
+        turns.push([id, { index: value.index, start: value.start, end: value.end ?? null }]);
+      }
+    }
+    return turns;
+  }
+
   /** The records made here that nobody saved yet, oldest first. */
   unsaved() {
     return this.#outbox.slice();
@@ -1728,7 +1749,10 @@ export class Replica {
       this.#ended(null, null, `getToken failed: ${error}`);
       return;
     }
-    if (this.closing) return;
+    if (this.closing) {
+      this.#setState('closed');
+      return;
+    }
     let ws;
     try {
       ws = new this.WebSocket(this.url, SUBPROTOCOL);

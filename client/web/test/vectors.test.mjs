@@ -57,6 +57,7 @@ for (const vector of load('fold.json').cases) {
     assert.equal(conversation.revision, expect.revision);
     assert.equal(conversation.halted(), expect.halt);
     assert.equal(conversation.awaitsModel(), expect.awaits_model);
+    assert.deepEqual(plain(conversation.turns()), expect.turns);
   });
 }
 
