@@ -11,6 +11,10 @@ Three files:
   with the turn records read from the asides.
 - `codes.json` (once `sync.errors` has the table): the error codes of SPEC 5 with their close
   codes and retry rules, and which code a close stands for.
+- `session.json`: scripts for the replica session (`client/session.py`): each step's input
+  (`hello`, an `edit` as the records it made, a hub message to `receive`, `next_push`,
+  `disconnected`) with what came out (the message, frame, events, or a protocol error's reason),
+  and what the session holds at the end.
 - `rebase.json`: a base (records from empty), the log's records after it, the pending records
   made on the base, and the expected local value (state, revision, records left to push) and
   conflicts (index into `pending` and reason). `no_base` cases rebase without the base.
@@ -27,6 +31,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
+from client.session import ReplicaSession
 from sync import (
     Aside,
     Assistant,
@@ -45,8 +52,9 @@ from sync import (
 )
 from sync.changes import ConversationState, HaltChange, Push, Reset
 from sync.codec import decode_record
-from sync.errors import ApplyError, DecodeError
-from sync.rebase import rebase
+from sync.errors import ApplyError, DecodeError, ProtocolError
+from sync.protocol import decode_hub_message
+from sync.rebase import Conflict, rebase
 
 VECTORS = Path(__file__).parent / "vectors"
 
@@ -635,12 +643,283 @@ def _codes() -> Json | None:
     }
 
 
+# ---------------------------------------------------------------- the replica session
+
+
+def _event(event: object) -> Json:
+    """A session event as the JS session spells it (a conflict without its free-text detail)."""
+    if isinstance(event, Conflict):
+        return {"type": "conflict", "reason": event.reason, "record": _json(event.record)}
+    fields = msgspec.structs.asdict(event)  # type: ignore[call-overload]
+    return {"type": type(event).__name__.lower(), **fields}
+
+
+def observe(session: ReplicaSession, step: Json) -> Json:
+    """Play one step's input on `session`; return what came out (frames, events or an error)."""
+    op = step["op"]
+    try:
+        if op == "hello":  # defaulted fields left out (the wire may omit them)
+            hello = _json(session.hello(step.get("token")))
+            return {key: value for key, value in hello.items() if value not in (None, [])}
+        if op == "edit":
+            for record in step["records"]:
+                session.local.replay(decode_record(json.dumps(record)))
+            return None
+        if op == "receive":
+            message = decode_hub_message(json.dumps(step["message"]))
+            return [_event(event) for event in session.receive(message)]
+        if op == "next_push":
+            frame, conflicts = session.next_push()
+            return {
+                "frame": None if frame is None else json.loads(frame),
+                "conflicts": [_event(c) for c in conflicts],
+            }
+        if op == "disconnected":
+            return [_event(event) for event in session.disconnected(step["reason"])]
+    except ProtocolError as exc:
+        return {"error": exc.reason}
+    raise ValueError(f"unknown step {op}")
+
+
+def final_of(session: ReplicaSession) -> Json:
+    """What a session holds at the end of a script."""
+    return {
+        "local": _json(session.local.state()),
+        "local_revision": session.local.revision,
+        "unsaved": [_json(r) for r in session.local.unsaved()],
+        "confirmed": _json(session.confirmed.state()),
+        "confirmed_revision": session.confirmed.revision,
+        "lineage": session.confirmed.lineage,
+        "pending": session.pending,
+        "seq": session.seq,
+        "ready": session.ready,
+        "settled": session.settled,
+    }
+
+
+def new_session(options: Json) -> ReplicaSession:
+    return ReplicaSession(
+        options["client"],
+        max_frame=options.get("max_frame", 1 << 20),
+        max_batch=options.get("max_batch", 1000),
+    )
+
+
+class _Script:
+    """Drives a real `ReplicaSession` and writes down each step with what came out."""
+
+    def __init__(self, name: str, seed: int, **options: Any) -> None:
+        self.name = name
+        self.options = {"client": "ui", **options}
+        self.session = new_session(self.options)
+        self.session.local._ids = _minter(seed)
+        self.log = _fresh(seed + 500)  # the other replicas' edits, as the log's records
+        self.sent = 0  # the log's records already delivered
+        self.steps: list[Json] = []
+
+    def _step(self, step: Json) -> Json:
+        step["expect"] = observe(self.session, step)
+        self.steps.append(step)
+        return step["expect"]
+
+    def hello(self, token: str | None = None) -> Json:
+        return self._step({"op": "hello", "token": token})
+
+    def receive(self, message: Json) -> Json:
+        return self._step({"op": "receive", "message": message})
+
+    def welcome(self, acked: int = 0, revision: int | None = None, lineage: int = 77) -> Json:
+        revision = len(self.log.unsaved()) if revision is None else revision
+        message = {"type": "welcome", "lineage": lineage, "revision": revision, "acked": acked}
+        return self.receive(message)
+
+    def records(self, origin: Json = None) -> Json:
+        """Deliver the log's records not delivered yet."""
+        records = [_json(r) for r in self.log.unsaved()[self.sent :]]
+        message = {"type": "records", "from": self.sent, "records": records, "origin": origin}
+        self.sent += len(records)
+        return self.receive(message)
+
+    def edit(self, make: Callable[[Conversation], object]) -> None:
+        local = self.session.local
+        before = len(local.unsaved())
+        make(local)
+        records = [_json(r) for r in local.unsaved()[before:]]
+        self.steps.append({"op": "edit", "records": records, "expect": None})
+
+    def next_push(self) -> Json:
+        return self._step({"op": "next_push"})
+
+    def disconnected(self, reason: str = "network") -> Json:
+        return self._step({"op": "disconnected", "reason": reason})
+
+    def case(self) -> Json:
+        return {
+            "name": self.name,
+            "options": self.options,
+            "steps": self.steps,
+            "final": final_of(self.session),
+        }
+
+
+def _session_cases() -> list[Json]:
+    cases = []
+
+    s = _Script("catch-up by records, then live records", 30)
+    s.log.extend([Message.user("q"), Message.assistant("a")])
+    s.log.push(Message.user("more"))
+    s.hello("tok")
+    s.welcome()
+    s.records()
+    s.log.push(Message.assistant("live"))
+    s.records(origin={"client": "w", "seq": 4})
+    cases.append(s.case())
+
+    s = _Script("catch-up by a chunked state, then push and ack", 31)
+    s.log.extend([Message.user(f"m{n}") for n in range(5)])
+    s.log.add_aside(Aside.note("t", "x", s.log.id(1)))
+    state = _json(s.log.state())
+    s.hello()
+    s.welcome(revision=9)
+    first = dict(state, entries=state["entries"][:2])
+    s.receive({"type": "state", "lineage": 77, "revision": 9, "state": first, "more": True})
+    s.receive({"type": "entries", "entries": state["entries"][2:4], "more": True})
+    s.receive({"type": "entries", "entries": state["entries"][4:], "more": False})
+    s.edit(lambda c: c.push(Message.assistant("answer")))
+    s.next_push()
+    s.edit(lambda c: c.push(Message.user("next")))
+    s.next_push()  # one batch in flight: nothing
+    s.receive({"type": "ack", "seq": 1, "from": 9, "revision": 10})
+    s.receive({"type": "ack", "seq": 1, "from": 9, "revision": 10})  # a duplicate: ignored
+    s.next_push()
+    s.receive({"type": "ack", "seq": 2, "from": 10, "revision": 11})
+    cases.append(s.case())
+
+    s = _Script(
+        "batches split by count and size; a record too large is refused",
+        32,
+        max_batch=3,
+        max_frame=1500,
+    )
+    s.hello()
+    s.welcome()
+    s.edit(lambda c: [c.push(Message.user(f"small {n}")) for n in range(4)])
+    s.next_push()  # three records: the batch limit
+    s.receive({"type": "ack", "seq": 1, "from": 0, "revision": 3})
+    s.edit(lambda c: [c.push(Message.user("z" * 400)) for _ in range(3)])
+    s.next_push()  # cut by the frame limit
+    s.receive({"type": "ack", "seq": 2, "from": 3, "revision": 5})
+    s.next_push()
+    s.receive({"type": "ack", "seq": 3, "from": 5, "revision": 7})
+    s.edit(lambda c: c.push(Message.user("x" * 2000)))
+    s.edit(lambda c: c.push(Message.user("y" * 500)))
+    s.next_push()  # the large one refused, the next one sent
+    cases.append(s.case())
+
+    s = _Script("resend: a landed batch (acked) is not sent again", 33)
+    s.hello()
+    s.welcome()
+    s.edit(lambda c: c.push(Message.user("q")))
+    push = s.next_push()
+    s.edit(lambda c: c.splice(slice(0, 1), [Message.user("edited")], None))
+    s.disconnected()
+    s.hello()
+    s.log.replay(decode_record(json.dumps(push["frame"]["records"][0])))
+    s.welcome(acked=1)
+    s.records()
+    s.next_push()
+    s.disconnected()
+    s.hello()
+    s.welcome(acked=1)  # the splice (seq 2) never reached the hub
+    s.next_push()
+    cases.append(s.case())
+
+    s = _Script("records while in flight: rebased, the reject ignored, sent again", 34)
+    s.log.push(Message.user("q"))
+    s.hello()
+    s.welcome()
+    s.records()
+    s.edit(lambda c: c.push(Message.assistant("mine")))
+    s.next_push()
+    s.log.push(Message.assistant("theirs"))
+    s.records(origin={"client": "w", "seq": 1})
+    reject = {"type": "reject", "seq": 1, "reason": "behind", "detail": "", "lineage": 77}
+    s.receive(reject | {"revision": 2})
+    s.next_push()
+    cases.append(s.case())
+
+    s = _Script("reject behind before the records: sent again after them", 35)
+    s.hello()
+    s.welcome()
+    s.edit(lambda c: c.push(Message.user("q")))
+    s.next_push()
+    s.receive(reject | {"revision": 0})
+    s.next_push()
+    cases.append(s.case())
+
+    s = _Script("reject invalid: conflicts, and edits on top rebased", 36)
+    s.log.push(Message.user("q"))
+    s.hello()
+    s.welcome()
+    s.records()
+    s.edit(lambda c: c.push(Message.assistant("bad")))
+    s.next_push()
+    s.edit(lambda c: c.push(Message.user("later")))
+    s.receive(reject | {"reason": "invalid", "detail": "orphan", "revision": 1})
+    s.next_push()
+    cases.append(s.case())
+
+    s = _Script("pending splices rebased on records; an insertion whose entry went conflicts", 37)
+    s.log.extend([Message.user("a"), Message.assistant("b"), Message.user("c")])
+    s.hello()
+    s.welcome()
+    s.records()
+    s.edit(lambda c: c.splice(slice(1, 2), [Message.assistant("B")], None))
+    s.edit(lambda c: c.splice(slice(3, 3), [Message.user("d")], None))
+    s.log.splice(slice(0, 0), [Message.system("top")], None)
+    s.records()
+    s.log.splice(slice(3, 4), [], None)
+    s.records()
+    s.next_push()
+    cases.append(s.case())
+
+    s = _Script("a state while edits are pending (a rewrite) rebases them", 38)
+    s.hello()
+    s.welcome()
+    s.edit(lambda c: c.push(Message.user("mine")))
+    s.next_push()
+    s.log.push(Message.user("rewritten"))
+    s.receive({"type": "state", "lineage": 99, "revision": 1, "state": _json(s.log.state())})
+    s.receive(reject | {"reason": "lineage", "lineage": 99, "revision": 1})
+    s.next_push()
+    cases.append(s.case())
+
+    s = _Script("protocol errors: a gap, a second welcome, records that do not fit", 39)
+    s.log.push(Message.user("q"))
+    s.hello()
+    s.welcome()
+    s.records()
+    s.receive({"type": "records", "from": 5, "records": [], "origin": None})
+    s.welcome()
+    s.receive({"type": "records", "from": 0, "records": [_json(s.log.unsaved()[0])] * 2})
+    cases.append(s.case())
+
+    s = _Script("a new process on a client id continues after the hub's seq", 40)
+    s.edit(lambda c: c.push(Message.user("before connecting")))
+    s.hello()
+    s.welcome(acked=41)
+    s.next_push()
+    cases.append(s.case())
+    return cases
+
+
 def build() -> dict[str, str]:
     """The vector files by name, as text."""
     files = {
         "ids.json": _ids(),
         "fold.json": {"cases": _fold_cases()},
         "rebase.json": {"cases": _rebase_cases()},
+        "session.json": {"cases": _session_cases()},
     }
     codes = _codes()
     if codes is not None:

@@ -96,3 +96,12 @@ def test_rebase_vector(case: Any) -> None:
         for c in conflicts
     ]
     assert found == expect["conflicts"]
+
+
+@pytest.mark.parametrize("case", _load("session.json")["cases"], ids=lambda case: case["name"])
+def test_session_vector(case: Any) -> None:
+    """Each step of a session script gives the expected frame, events or error."""
+    session = gen_vectors.new_session(case["options"])
+    for at, step in enumerate(case["steps"]):
+        assert gen_vectors.observe(session, step) == step["expect"], f"step {at}: {step['op']}"
+    assert gen_vectors.final_of(session) == case["final"]

@@ -13,7 +13,9 @@ import {
   isAsideId,
   isMessageId,
   madeMs,
+  ProtocolError,
   rebase,
+  ReplicaSession,
   retryOf,
 } from '../convsync.js';
 
@@ -93,3 +95,63 @@ test('codes: the one table of error codes, close codes and retry rules', { skip:
   }
   for (const [code, { close }] of Object.entries(vectors.codes)) assert.equal(closeCodeOf(code), close);
 });
+
+/** A session event as the vectors spell it (a conflict without its free-text detail). */
+function eventOf(event) {
+  if (event.type === 'conflict') return { type: 'conflict', reason: event.reason, record: plain(event.record) };
+  return plain(event);
+}
+
+/** Play one step of a session script; return what came out. */
+function observe(session, step) {
+  try {
+    switch (step.op) {
+      case 'hello': // defaulted fields left out (the wire may omit them)
+        return Object.fromEntries(
+          Object.entries(plain(session.hello(step.token ?? null))).filter(
+            ([, value]) => value !== null && !(Array.isArray(value) && value.length === 0),
+          ),
+        );
+      case 'edit':
+        for (const record of step.records) session.local.replay(record);
+        return null;
+      case 'receive':
+        return session.receive(plain(step.message)).map(eventOf);
+      case 'next_push': {
+        const { frame, conflicts } = session.nextPush();
+        return { frame: frame === null ? null : JSON.parse(frame), conflicts: conflicts.map(eventOf) };
+      }
+      case 'disconnected':
+        return session.disconnected(step.reason).map(eventOf);
+      default:
+        throw new Error(`unknown step ${step.op}`);
+    }
+  } catch (error) {
+    if (error instanceof ProtocolError) return { error: error.reason };
+    throw error;
+  }
+}
+
+for (const vector of load('session.json').cases) {
+  test(`session: ${vector.name}`, () => {
+    const { options } = vector;
+    const session = new ReplicaSession(options.client, {
+      maxFrame: options.max_frame,
+      maxBatch: options.max_batch,
+    });
+    for (const [at, step] of vector.steps.entries()) {
+      assert.deepEqual(observe(session, step), step.expect, `step ${at}: ${step.op}`);
+    }
+    const { final } = vector;
+    assert.deepEqual(plain(session.local.state()), final.local);
+    assert.equal(session.local.revision, final.local_revision);
+    assert.deepEqual(plain(session.local.unsaved()), final.unsaved);
+    assert.deepEqual(plain(session.confirmed.state()), final.confirmed);
+    assert.equal(session.confirmed.revision, final.confirmed_revision);
+    assert.equal(session.confirmed.lineage, final.lineage);
+    assert.equal(session.pending, final.pending);
+    assert.equal(session.seq, final.seq);
+    assert.equal(session.ready, final.ready);
+    assert.equal(session.settled, final.settled);
+  });
+}
