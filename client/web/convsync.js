@@ -18,6 +18,15 @@
  *
  * Offsets into text (drafts) count Unicode code points: use `codePoints(text)`, never
  * `text.length`.
+ *
+ * Use:
+ *   import { connect, Message } from './convsync.js';
+ *   const replica = connect('ws://127.0.0.1:8765', 'demo', { getToken: () => token });
+ *   replica.on('state', ({ state }) => show(state));       // connecting, connected, ...
+ *   replica.on('*', (event) => render(replica.conversation)); // applied, rebased, conflict...
+ *   await replica.ready;
+ *   replica.conversation.push(Message.user('hello'));       // pushed by itself
+ *   await replica.flush();                                   // acknowledged by the hub
  */
 
 export const SUBPROTOCOL = 'convsync.v1';
