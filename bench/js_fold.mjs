@@ -27,6 +27,12 @@ for (const file of process.argv.slice(2)) {
   start = performance.now();
   const conversation = fold(records);
   const folded = (performance.now() - start) / 1000;
-  results[file] = { cold, parse, fold: folded, entries: conversation.length, revision: conversation.revision };
+  results[file] = {
+    cold,
+    parse,
+    fold: folded,
+    entries: conversation.length,
+    revision: conversation.revision,
+  };
 }
 process.stdout.write(`${JSON.stringify(results)}\n`);

@@ -46,7 +46,9 @@ if (mode === 'refused') {
 } else {
   replica = connect(url, id, { client: 'js-peer' });
   const events = seen;
-  replica.on('*', (event) => events.push(event.type === 'conflict' ? `conflict ${event.reason}` : event.type));
+  replica.on('*', (event) =>
+    events.push(event.type === 'conflict' ? `conflict ${event.reason}` : event.type),
+  );
   await replica.ready;
   for (let i = 0; i < Number(n); i += 1) {
     replica.conversation.push(Message.user(`js ${i}`));

@@ -153,7 +153,7 @@ export const Author: Readonly<{
 
 // ---------------------------------------------------------------- the model
 
-export type EntryLike = MessageValue | Partial<Entry> & { message: MessageValue };
+export type EntryLike = MessageValue | (Partial<Entry> & { message: MessageValue });
 
 export interface Spliced {
   removed: string[];

@@ -232,7 +232,13 @@ export const Message = Object.freeze({
   toolResult: (callId, name, text, isError = false) => ({
     role: 'user',
     content: [
-      { type: 'tool_result', call_id: callId, name, content: [{ type: 'text', text }], is_error: isError },
+      {
+        type: 'tool_result',
+        call_id: callId,
+        name,
+        content: [{ type: 'text', text }],
+        is_error: isError,
+      },
     ],
   }),
 });
@@ -319,7 +325,10 @@ function readMessage(message, where) {
     return message;
   }
   if (!Array.isArray(message.content)) throw malformed(`${where}: content is not a list`);
-  if (message.role === 'assistant' && (message.stop === undefined || message.origin === undefined)) {
+  if (
+    message.role === 'assistant' &&
+    (message.stop === undefined || message.origin === undefined)
+  ) {
     return { ...message, stop: message.stop ?? null, origin: message.origin ?? null };
   }
   return message;
@@ -332,12 +341,7 @@ function readEntry(entry, where) {
   const { id, author, source_id: sourceId } = entry;
   if (!isOptionalString(id) || !isOptionalString(sourceId)) throw malformed(`${where}: bad entry`);
   const who = author === undefined || author === null ? null : readAuthor(author, where);
-  if (
-    message === entry.message &&
-    id !== undefined &&
-    who === author &&
-    sourceId !== undefined
-  ) {
+  if (message === entry.message && id !== undefined && who === author && sourceId !== undefined) {
     return entry;
   }
   return { ...entry, message, id: id ?? null, author: who, source_id: sourceId ?? null };
@@ -428,7 +432,8 @@ export function readRecord(record) {
         throw malformed('splice: removed is not a list of ids');
       }
       const entries = readEntries(change.entries, 'splice');
-      read = entries === change.entries ? change : { type: 'splice', start, stop, removed, entries };
+      read =
+        entries === change.entries ? change : { type: 'splice', start, stop, removed, entries };
       break;
     }
     case 'halt':
@@ -436,7 +441,8 @@ export function readRecord(record) {
       read = change;
       break;
     case 'aside':
-      if (typeof change.id !== 'string' || !('aside' in change)) throw malformed('aside: bad change');
+      if (typeof change.id !== 'string' || !('aside' in change))
+        throw malformed('aside: bad change');
       read = {
         type: 'aside',
         id: change.id,
@@ -681,8 +687,12 @@ export class Conversation {
 
   /** Equality of entries, saved asides and halt (not outbox, revision or lineage). */
   equals(other) {
-    return other instanceof Conversation && jsonEqual(this.state().entries, other.state().entries) &&
-      this.#halt === other.#halt && jsonEqual(this.state().asides, other.state().asides);
+    return (
+      other instanceof Conversation &&
+      jsonEqual(this.state().entries, other.state().entries) &&
+      this.#halt === other.#halt &&
+      jsonEqual(this.state().asides, other.state().asides)
+    );
   }
 
   /**
@@ -995,20 +1005,26 @@ export class Conversation {
   #foldSplice(start, stop, removed, entries) {
     const held = this.#entries;
     if (!(start >= 0 && start <= stop && stop <= held.length)) {
-      throw new ApplyError('range', `range ${start}:${stop} is outside a conversation of ${held.length}`);
+      throw new ApplyError(
+        'range',
+        `range ${start}:${stop} is outside a conversation of ${held.length}`,
+      );
     }
     let same = removed.length === stop - start;
     for (let k = 0; same && k < removed.length; k += 1) same = held[start + k].id === removed[k];
-    if (!same) throw new ApplyError('removed', `the ids at ${start}:${stop} are not the ones removed`);
+    if (!same)
+      throw new ApplyError('removed', `the ids at ${start}:${stop} are not the ones removed`);
     const removedSet = new Set(removed);
     this.#checkNew(entries, removedSet, true);
     const put = new Set(entries.map((entry) => entry.id));
     const reachesEnd = stop === held.length;
     const index = this.#index;
     for (const id of removed) index.delete(id);
-    for (let k = 0; k < entries.length; k += 1) index.set(/** @type {string} */ (entries[k].id), start + k);
+    for (let k = 0; k < entries.length; k += 1)
+      index.set(/** @type {string} */ (entries[k].id), start + k);
     held.splice(start, stop - start, ...entries);
-    if (entries.length !== stop - start) this.#freshUpto = Math.min(this.#freshUpto, start + entries.length);
+    if (entries.length !== stop - start)
+      this.#freshUpto = Math.min(this.#freshUpto, start + entries.length);
     for (const id of removed) if (!put.has(id)) this.#retired.add(id);
     for (const id of put) this.#retired.delete(/** @type {string} */ (id));
     if (reachesEnd) this.#halt = null;
@@ -1020,20 +1036,24 @@ export class Conversation {
     if (at === undefined) return null;
     const held = this.#entries;
     if (at < held.length && held[at].id === id) return at;
-    for (let k = this.#freshUpto; k < held.length; k += 1) this.#index.set(/** @type {string} */ (held[k].id), k);
+    for (let k = this.#freshUpto; k < held.length; k += 1)
+      this.#index.set(/** @type {string} */ (held[k].id), k);
     this.#freshUpto = held.length;
     return /** @type {number} */ (this.#index.get(id));
   }
 
   #foldAside(id, aside) {
-    if (!isAsideId(id)) throw new ApplyError('bad_id', `aside id ${JSON.stringify(id)} is not an aside id`);
+    if (!isAsideId(id))
+      throw new ApplyError('bad_id', `aside id ${JSON.stringify(id)} is not an aside id`);
     const old = this.#asides.get(id);
     if (aside === null) {
-      if (old === undefined || !old.saved) throw new ApplyError('no_aside', `aside ${id} is not here to remove`);
+      if (old === undefined || !old.saved)
+        throw new ApplyError('no_aside', `aside ${id} is not here to remove`);
       this.#asides.delete(id);
       return;
     }
-    if (!aside.saved) throw new ApplyError('unsaved', `aside ${id} is unsaved and cannot be recorded`);
+    if (!aside.saved)
+      throw new ApplyError('unsaved', `aside ${id} is unsaved and cannot be recorded`);
     this.#asides.set(id, aside);
   }
 
@@ -1053,16 +1073,21 @@ export class Conversation {
     }
     const retired = new Set(state.retired);
     for (const id of retired) {
-      if (index.has(id)) throw new ApplyError('retired', 'a held entry id is also listed as retired');
+      if (index.has(id))
+        throw new ApplyError('retired', 'a held entry id is also listed as retired');
     }
     const asides = new Map();
     for (const { id, ...aside } of state.asides) {
       if (!isAsideId(id) || asides.has(id) || !aside.saved) {
-        throw new ApplyError('bad_id', `aside ${JSON.stringify(id)} is malformed, repeated or unsaved`);
+        throw new ApplyError(
+          'bad_id',
+          `aside ${JSON.stringify(id)} is malformed, repeated or unsaved`,
+        );
       }
       asides.set(id, aside);
     }
-    for (const [id, aside] of this.#asides) if (!aside.saved && !asides.has(id)) asides.set(id, aside);
+    for (const [id, aside] of this.#asides)
+      if (!aside.saved && !asides.has(id)) asides.set(id, aside);
     this.#entries = entries.slice();
     this.#index = index;
     this.#freshUpto = entries.length;
@@ -1079,7 +1104,9 @@ export class Conversation {
  * @param {ChangeRecord[]} pending
  */
 export function needsBase(pending) {
-  return pending.some((record) => record.change.type === 'splice' && record.change.removed.length === 0);
+  return pending.some(
+    (record) => record.change.type === 'splice' && record.change.removed.length === 0,
+  );
 }
 
 const NO_ANCHOR = '';
@@ -1105,7 +1132,12 @@ export function rebase(local, onto, pending, base = null) {
         walk.apply(record);
       } catch (error) {
         if (!(error instanceof ConvsyncError)) throw error;
-        conflicts.push({ type: 'conflict', record, reason: error.reason, detail: 'does not fit the base' });
+        conflicts.push({
+          type: 'conflict',
+          record,
+          reason: error.reason,
+          detail: 'does not fit the base',
+        });
         continue;
       }
     }
@@ -1159,7 +1191,8 @@ function retarget(local, record, anchor) {
       if (removed.length > 0) {
         at = local.indexOf(removed[0]);
         let together = at !== null;
-        for (let k = 0; together && k < removed.length; k += 1) together = local.id(/** @type {number} */ (at) + k) === removed[k];
+        for (let k = 0; together && k < removed.length; k += 1)
+          together = local.id(/** @type {number} */ (at) + k) === removed[k];
         if (!together) return conflict(record, 'removed_moved', 'the entries it replaced changed');
       } else if (anchor === null) {
         at = 0;
@@ -1172,11 +1205,15 @@ function retarget(local, record, anchor) {
       }
       at = /** @type {number} */ (at);
       if (at === start && (removed.length === 0 || stop - start === removed.length)) return record;
-      return { ...record, change: { type: 'splice', start: at, stop: at + removed.length, removed, entries } };
+      return {
+        ...record,
+        change: { type: 'splice', start: at, stop: at + removed.length, removed, entries },
+      };
     }
     case 'halt':
       if (change.halt === null) return local.halted() !== null ? record : null;
-      if (!local.awaitsModel()) return conflict(record, 'answered', 'the model no longer owes an answer');
+      if (!local.awaitsModel())
+        return conflict(record, 'answered', 'the model no longer owes an answer');
       return record;
     case 'aside': {
       if (change.aside === null) {
@@ -1382,7 +1419,8 @@ export class ReplicaSession {
     const batch = this.inflight;
     this.inflight = null;
     if (batch !== null) {
-      if (batch.seq <= welcome.acked) this.landed = batch.records; // they come in the catch-up
+      if (batch.seq <= welcome.acked)
+        this.landed = batch.records; // they come in the catch-up
       else if (!batch.doomed) this.local.returnUnsaved(batch.records);
     }
     const confirmed = this.confirmed;
@@ -1438,12 +1476,16 @@ export class ReplicaSession {
     if (this.welcome === null) throw new ProtocolError('unexpected', 'records before welcome');
     const confirmed = this.confirmed;
     const skip = confirmed.revision - message.from;
-    if (skip < 0) throw new ProtocolError('gap', `records from ${message.from}, at ${confirmed.revision}`);
+    if (skip < 0)
+      throw new ProtocolError('gap', `records from ${message.from}, at ${confirmed.revision}`);
     const records = message.records.slice(skip);
     if (records.length === 0) return [];
     if (this.catchingUp) {
       foldAll(confirmed, records);
-      return [{ type: 'applied', count: records.length, revision: confirmed.revision }, ...this.#maybeCaughtUp()];
+      return [
+        { type: 'applied', count: records.length, revision: confirmed.revision },
+        ...this.#maybeCaughtUp(),
+      ];
     }
     const inflight = this.inflight;
     if (inflight === null && this.local.unsaved().length === 0) {
@@ -1493,7 +1535,10 @@ export class ReplicaSession {
       confirmed = Conversation.fromState(state);
     } catch (error) {
       if (!(error instanceof ConvsyncError)) throw error;
-      throw new ProtocolError('malformed', `the hub sent a state that is not valid: ${error.message}`);
+      throw new ProtocolError(
+        'malformed',
+        `the hub sent a state that is not valid: ${error.message}`,
+      );
     }
     confirmed.continueLog(message.lineage, message.revision);
     const old = this.confirmed;
@@ -1511,7 +1556,8 @@ export class ReplicaSession {
   #onAck(ack) {
     const batch = this.inflight;
     if (batch === null || batch.seq !== ack.seq) return []; // a resend's duplicate answer
-    if (batch.doomed) throw new ProtocolError('unexpected', `ack of push ${ack.seq} after the log moved`);
+    if (batch.doomed)
+      throw new ProtocolError('unexpected', `ack of push ${ack.seq} after the log moved`);
     if (ack.from !== this.confirmed.revision || ack.revision !== ack.from + batch.records.length) {
       throw new ProtocolError(
         'gap',
@@ -1533,7 +1579,9 @@ export class ReplicaSession {
       this.local.returnUnsaved(batch.records);
       return [];
     }
-    const events = batch.records.map((record) => conflict(record, 'invalid', String(reject.detail ?? '')));
+    const events = batch.records.map((record) =>
+      conflict(record, 'invalid', String(reject.detail ?? '')),
+    );
     return [...events, ...this.#rebaseLocal(folded(this.confirmed.copy(), batch.records))];
   }
 }
@@ -1827,16 +1875,20 @@ export class Replica {
     if (Array.isArray(message.features) && !message.features.includes('auth')) return;
     if (this.refreshTimer !== null) this.clearTimer(this.refreshTimer);
     const getToken = this.getToken;
-    this.refreshTimer = this.setTimer(async () => {
-      this.refreshTimer = null;
-      if (this.ws !== ws || ws.readyState !== 1) return;
-      try {
-        const token = await getToken();
-        if (this.ws === ws && ws.readyState === 1 && token) ws.send(JSON.stringify({ type: 'auth', token }));
-      } catch {
-        // the hub closes with `unauthorized` at expiry; the reconnect asks again
-      }
-    }, Math.max(0, expiresIn * 800));
+    this.refreshTimer = this.setTimer(
+      async () => {
+        this.refreshTimer = null;
+        if (this.ws !== ws || ws.readyState !== 1) return;
+        try {
+          const token = await getToken();
+          if (this.ws === ws && ws.readyState === 1 && token)
+            ws.send(JSON.stringify({ type: 'auth', token }));
+        } catch {
+          // the hub closes with `unauthorized` at expiry; the reconnect asks again
+        }
+      },
+      Math.max(0, expiresIn * 800),
+    );
   }
 
   #pump() {
@@ -1868,7 +1920,10 @@ export class Replica {
     }
     this.#setState('disconnected', code, reason);
     this.failures += 1;
-    const delay = rule === 'at_once' ? 0 : backoffDelay(this.failures, this.backoff, this.maxBackoff, this.random);
+    const delay =
+      rule === 'at_once'
+        ? 0
+        : backoffDelay(this.failures, this.backoff, this.maxBackoff, this.random);
     this.timer = this.setTimer(() => {
       this.timer = null;
       this.start();

@@ -34,7 +34,10 @@ function edit(c, random, n) {
     case 3: {
       const start = pick(length + 1);
       const stop = start + pick(length - start + 1);
-      const kept = c.entries().slice(start, stop).filter(() => random() < 0.5);
+      const kept = c
+        .entries()
+        .slice(start, stop)
+        .filter(() => random() < 0.5);
       c.splice(start, stop, [...kept, Message.system(`s${n}`)], Author.plugin('p'));
       break;
     }
@@ -45,7 +48,12 @@ function edit(c, random, n) {
       c.resume();
       break;
     case 6:
-      c.addAside({ kind: 'note', after: c.id(pick(length + 1) - 1), author: Author.user(), value: { n } });
+      c.addAside({
+        kind: 'note',
+        after: c.id(pick(length + 1) - 1),
+        author: Author.user(),
+        value: { n },
+      });
       break;
     case 7: {
       const asides = c.asides();

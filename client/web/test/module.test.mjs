@@ -14,7 +14,10 @@ test('convsync.js imports nothing (no dependencies, no build step)', () => {
 
 test('convsync.d.ts declares every runtime export, and no runtime name that is not exported', () => {
   const declared = new Set(
-    Array.from(source('convsync.d.ts').matchAll(/^export (?:const|function|class) (\w+)/gm), (m) => m[1]),
+    Array.from(
+      source('convsync.d.ts').matchAll(/^export (?:const|function|class) (\w+)/gm),
+      (m) => m[1],
+    ),
   );
   assert.deepEqual([...declared].sort(), Object.keys(convsync).sort());
 });

@@ -60,21 +60,35 @@ test('catch-up by records: the local value mirrors the log once complete', () =>
 test('catch-up by a chunked state: applied only once the last entries message came', () => {
   const log = writer();
   log.extend(['a', 'b', 'c', 'd', 'e'].map((text) => Message.user(text)));
-  log.addAside({ kind: 'note', after: null, author: { kind: 'user' }, value: { title: 't', text: 'x' } });
+  log.addAside({
+    kind: 'note',
+    after: null,
+    author: { kind: 'user' },
+    value: { title: 't', text: 'x' },
+  });
   const state = plain(log.state());
   const session = new ReplicaSession('ui');
   session.hello();
   session.receive({ type: 'welcome', lineage: LINEAGE, revision: 9, acked: 0 });
   const first = { ...state, entries: state.entries.slice(0, 2) };
-  assert.deepEqual(session.receive({ type: 'state', lineage: LINEAGE, revision: 9, state: first, more: true }), []);
-  assert.deepEqual(session.receive({ type: 'entries', entries: state.entries.slice(2, 4), more: true }), []);
+  assert.deepEqual(
+    session.receive({ type: 'state', lineage: LINEAGE, revision: 9, state: first, more: true }),
+    [],
+  );
+  assert.deepEqual(
+    session.receive({ type: 'entries', entries: state.entries.slice(2, 4), more: true }),
+    [],
+  );
   assert.equal(session.local.length, 0);
   const events = session.receive({ type: 'entries', entries: state.entries.slice(4), more: false });
   assert.deepEqual(events[0], { type: 'reset', lineage: LINEAGE, revision: 9 });
   assert.ok(session.ready);
   assert.deepEqual(plain(session.local.state()), state);
   assert.equal(session.local.revision, 9);
-  assert.throws(() => session.receive({ type: 'entries', entries: [], more: false }), ProtocolError);
+  assert.throws(
+    () => session.receive({ type: 'entries', entries: [], more: false }),
+    ProtocolError,
+  );
 });
 
 test('push and ack: one batch in flight, folded into confirmed when acked', () => {
@@ -125,9 +139,15 @@ test('a record too large for a frame is refused locally and taken out', () => {
   session.local.push(Message.user('x'.repeat(3000)));
   session.local.push(Message.user('after'));
   const { frame, conflicts } = session.nextPush();
-  assert.deepEqual(conflicts.map((c) => c.reason), ['too_large']);
+  assert.deepEqual(
+    conflicts.map((c) => c.reason),
+    ['too_large'],
+  );
   assert.deepEqual(JSON.parse(frame).records.length, 2);
-  assert.deepEqual(session.local.messages().map((m) => m.content[0].text), ['small', 'after']);
+  assert.deepEqual(
+    session.local.messages().map((m) => m.content[0].text),
+    ['small', 'after'],
+  );
 });
 
 test('resend after reconnect: a batch the hub holds (acked) is not sent again', () => {
@@ -152,9 +172,15 @@ test('resend after reconnect: a batch the hub holds (acked) is not sent again', 
   session.hello();
   session.receive({ type: 'welcome', lineage: LINEAGE, revision: 2, acked: 2 });
   const after = session.receive({ type: 'records', from: 1, records: splice.records });
-  assert.deepEqual(after.filter((e) => e.type === 'conflict'), []);
+  assert.deepEqual(
+    after.filter((e) => e.type === 'conflict'),
+    [],
+  );
   assert.ok(session.settled);
-  assert.deepEqual(session.local.messages().map((m) => m.content[0].text), ['edited']);
+  assert.deepEqual(
+    session.local.messages().map((m) => m.content[0].text),
+    ['edited'],
+  );
 });
 
 test('resend after reconnect: a batch the hub never got goes again, with a new seq', () => {
@@ -185,12 +211,30 @@ test('records from others while a batch is in flight: rebased, the reject ignore
   JSON.parse(session.nextPush().frame);
   log.push(Message.assistant('theirs'));
   const theirs = plain(log.takeUnsaved());
-  const events = session.receive({ type: 'records', from: 1, records: theirs, origin: { client: 'w', seq: 1 } });
-  assert.deepEqual(events.map((e) => e.type), ['applied', 'rebased']);
-  assert.equal(session.pending, 1);
-  assert.deepEqual(session.local.messages().map((m) => m.content[0].text), ['q', 'theirs', 'mine']);
+  const events = session.receive({
+    type: 'records',
+    from: 1,
+    records: theirs,
+    origin: { client: 'w', seq: 1 },
+  });
   assert.deepEqual(
-    session.receive({ type: 'reject', seq: 1, reason: 'behind', detail: '', lineage: LINEAGE, revision: 2 }),
+    events.map((e) => e.type),
+    ['applied', 'rebased'],
+  );
+  assert.equal(session.pending, 1);
+  assert.deepEqual(
+    session.local.messages().map((m) => m.content[0].text),
+    ['q', 'theirs', 'mine'],
+  );
+  assert.deepEqual(
+    session.receive({
+      type: 'reject',
+      seq: 1,
+      reason: 'behind',
+      detail: '',
+      lineage: LINEAGE,
+      revision: 2,
+    }),
     [],
   );
   const again = JSON.parse(session.nextPush().frame);
@@ -204,7 +248,14 @@ test('reject behind without records yet: the batch waits for them and goes again
   session.local.push(Message.user('q'));
   session.nextPush();
   assert.deepEqual(
-    session.receive({ type: 'reject', seq: 1, reason: 'behind', detail: '', lineage: LINEAGE, revision: 1 }),
+    session.receive({
+      type: 'reject',
+      seq: 1,
+      reason: 'behind',
+      detail: '',
+      lineage: LINEAGE,
+      revision: 1,
+    }),
     [],
   );
   assert.equal(session.pending, 1);
@@ -219,11 +270,25 @@ test('reject invalid: each record is a conflict, edits made on top are rebased',
   session.nextPush();
   session.local.push(Message.user('later'));
   const events = session.receive({
-    type: 'reject', seq: 1, reason: 'invalid', detail: 'orphan', lineage: LINEAGE, revision: 1,
+    type: 'reject',
+    seq: 1,
+    reason: 'invalid',
+    detail: 'orphan',
+    lineage: LINEAGE,
+    revision: 1,
   });
-  assert.deepEqual(events.map((e) => [e.type, e.reason ?? null]), [['conflict', 'invalid'], ['rebased', null]]);
+  assert.deepEqual(
+    events.map((e) => [e.type, e.reason ?? null]),
+    [
+      ['conflict', 'invalid'],
+      ['rebased', null],
+    ],
+  );
   assert.equal(events[0].detail, 'orphan');
-  assert.deepEqual(session.local.messages().map((m) => m.content[0].text), ['q', 'later']);
+  assert.deepEqual(
+    session.local.messages().map((m) => m.content[0].text),
+    ['q', 'later'],
+  );
   assert.equal(session.pending, 1);
 });
 
@@ -235,15 +300,23 @@ test('rebase on incoming records: a pending splice follows its ids, a lost one c
   session.local.splice(3, 3, [Message.user('d')]); // a pure insertion after c
   log.splice(0, 0, [Message.system('top')]);
   const events = session.receive({ type: 'records', from: 1, records: plain(log.takeUnsaved()) });
-  assert.deepEqual(events.map((e) => e.type), ['applied', 'rebased']);
   assert.deepEqual(
-    session.local.messages().map((m) => (typeof m.content === 'string' ? m.content : m.content[0].text)),
+    events.map((e) => e.type),
+    ['applied', 'rebased'],
+  );
+  assert.deepEqual(
+    session.local
+      .messages()
+      .map((m) => (typeof m.content === 'string' ? m.content : m.content[0].text)),
     ['top', 'a', 'B', 'c', 'd'],
   );
   // The log removes c; the pending insertion after it can no longer be placed.
   log.splice(3, 4, []);
   const more = session.receive({ type: 'records', from: 2, records: plain(log.takeUnsaved()) });
-  assert.deepEqual(more.filter((e) => e.type === 'conflict').map((e) => e.reason), ['anchor_gone']);
+  assert.deepEqual(
+    more.filter((e) => e.type === 'conflict').map((e) => e.reason),
+    ['anchor_gone'],
+  );
 });
 
 test('a state while edits are pending (a log rewrite) rebases them on it', () => {
@@ -252,11 +325,29 @@ test('a state while edits are pending (a log rewrite) rebases them on it', () =>
   session.nextPush();
   const other = writer();
   other.push(Message.user('rewritten'));
-  const events = session.receive({ type: 'state', lineage: 99, revision: 1, state: plain(other.state()) });
-  assert.deepEqual(events.map((e) => e.type), ['reset', 'rebased']);
-  assert.deepEqual(session.local.messages().map((m) => m.content[0].text), ['rewritten', 'mine']);
+  const events = session.receive({
+    type: 'state',
+    lineage: 99,
+    revision: 1,
+    state: plain(other.state()),
+  });
+  assert.deepEqual(
+    events.map((e) => e.type),
+    ['reset', 'rebased'],
+  );
+  assert.deepEqual(
+    session.local.messages().map((m) => m.content[0].text),
+    ['rewritten', 'mine'],
+  );
   assert.equal(session.confirmed.lineage, 99);
-  session.receive({ type: 'reject', seq: 1, reason: 'lineage', detail: '', lineage: 99, revision: 1 });
+  session.receive({
+    type: 'reject',
+    seq: 1,
+    reason: 'lineage',
+    detail: '',
+    lineage: 99,
+    revision: 1,
+  });
   const again = JSON.parse(session.nextPush().frame);
   assert.equal(again.lineage, 99);
   assert.equal(again.revision, 1);
@@ -269,15 +360,24 @@ test('unknown message types and fields are ignored; an error frame is the hub re
   const welcomeLater = new ReplicaSession('x');
   welcomeLater.hello();
   const events = welcomeLater.receive({
-    type: 'welcome', lineage: 1, revision: 0, acked: 0, features: ['drafts'], scopes: ['read'],
+    type: 'welcome',
+    lineage: 1,
+    revision: 0,
+    acked: 0,
+    features: ['drafts'],
+    scopes: ['read'],
   });
   assert.equal(events[0].type, 'connected');
   assert.throws(
     () => session.receive({ type: 'error', code: 'bad_conversation_id', detail: 'no' }),
-    (error) => error instanceof ProtocolError && error.fromHub && error.reason === 'bad_conversation_id',
+    (error) =>
+      error instanceof ProtocolError && error.fromHub && error.reason === 'bad_conversation_id',
   );
   assert.throws(() => session.receive({ type: 'welcome', lineage: 'x' }), ProtocolError);
-  assert.throws(() => session.receive({ type: 'welcome', lineage: 1, revision: 0, acked: 0 }), ProtocolError);
+  assert.throws(
+    () => session.receive({ type: 'welcome', lineage: 1, revision: 0, acked: 0 }),
+    ProtocolError,
+  );
 });
 
 test('a record from the hub that does not fit is a protocol error (diverged)', () => {

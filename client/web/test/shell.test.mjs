@@ -78,7 +78,12 @@ test('connects, says hello with the token, and reaches connected after the welco
   assert.equal(ws.protocol, 'convsync.v1');
   ws.open();
   assert.deepEqual(ws.sent[0], {
-    type: 'hello', client: 'ui-1', lineage: 0, revision: 0, token: 'jwt', features: ['auth'],
+    type: 'hello',
+    client: 'ui-1',
+    lineage: 0,
+    revision: 0,
+    token: 'jwt',
+    features: ['auth'],
   });
   ws.deliver({ type: 'welcome', lineage: 5, revision: 0, acked: 0 });
   assert.equal(r.state, 'connected');
@@ -184,7 +189,14 @@ test('a token that expires is refreshed with getToken and sent as auth', async (
   const ws = FakeSocket.made[0];
   ws.open();
   assert.deepEqual(ws.sent[0].features, ['auth']);
-  ws.deliver({ type: 'welcome', lineage: 5, revision: 0, acked: 0, features: ['auth'], expires_in: 60 });
+  ws.deliver({
+    type: 'welcome',
+    lineage: 5,
+    revision: 0,
+    acked: 0,
+    features: ['auth'],
+    expires_in: 60,
+  });
   assert.equal(timers.pending.length, 1);
   assert.equal(timers.pending[0].ms, 48_000);
   timers.fire();
@@ -214,7 +226,10 @@ test('the retry table and the backoff law', () => {
   for (let failures = 1; failures < 20; failures += 1) {
     const cap = Math.min(5000, 50 * 2 ** (failures - 1));
     assert.ok(backoffDelay(failures, 50, 5000, () => 0.999999) < cap);
-    assert.equal(backoffDelay(failures, 50, 5000, () => 0), 0);
+    assert.equal(
+      backoffDelay(failures, 50, 5000, () => 0),
+      0,
+    );
   }
 });
 

@@ -86,19 +86,25 @@ for (const vector of load('rebase.json').cases) {
 
 // The error-code table (SPEC §5), once the Python side has it (`sync.errors.CODES`).
 const codesFile = new URL('../../../tests/vectors/codes.json', import.meta.url);
-test('codes: the one table of error codes, close codes and retry rules', { skip: !existsSync(codesFile) }, () => {
-  const vectors = JSON.parse(readFileSync(codesFile, 'utf8'));
-  assert.deepEqual(plain(CODES), vectors.codes);
-  assert.equal(retryOf('some_newer_code'), vectors.unknown_retry);
-  for (const { close, reason, code } of vectors.closes) {
-    assert.equal(codeOfClose(close, reason), code, `${close} ${reason}`);
-  }
-  for (const [code, { close }] of Object.entries(vectors.codes)) assert.equal(closeCodeOf(code), close);
-});
+test(
+  'codes: the one table of error codes, close codes and retry rules',
+  { skip: !existsSync(codesFile) },
+  () => {
+    const vectors = JSON.parse(readFileSync(codesFile, 'utf8'));
+    assert.deepEqual(plain(CODES), vectors.codes);
+    assert.equal(retryOf('some_newer_code'), vectors.unknown_retry);
+    for (const { close, reason, code } of vectors.closes) {
+      assert.equal(codeOfClose(close, reason), code, `${close} ${reason}`);
+    }
+    for (const [code, { close }] of Object.entries(vectors.codes))
+      assert.equal(closeCodeOf(code), close);
+  },
+);
 
 /** A session event as the vectors spell it (a conflict without its free-text detail). */
 function eventOf(event) {
-  if (event.type === 'conflict') return { type: 'conflict', reason: event.reason, record: plain(event.record) };
+  if (event.type === 'conflict')
+    return { type: 'conflict', reason: event.reason, record: plain(event.record) };
   return plain(event);
 }
 
@@ -119,7 +125,10 @@ function observe(session, step) {
         return session.receive(plain(step.message)).map(eventOf);
       case 'next_push': {
         const { frame, conflicts } = session.nextPush();
-        return { frame: frame === null ? null : JSON.parse(frame), conflicts: conflicts.map(eventOf) };
+        return {
+          frame: frame === null ? null : JSON.parse(frame),
+          conflicts: conflicts.map(eventOf),
+        };
       }
       case 'disconnected':
         return session.disconnected(step.reason).map(eventOf);
