@@ -31,6 +31,9 @@
 
 export const SUBPROTOCOL = 'convsync.v1';
 
+/** The feature a session lists: it takes a placed push's records as its batch (SPEC 2.4.6). */
+const HUB_REBASE = 'hub_rebase';
+
 // ------------------------------------------------------------------ errors
 
 /** Base of every convsync error: a machine-readable `reason` and a short message. */
@@ -1280,8 +1283,11 @@ export class ReplicaSession {
     this.seq = options.seq ?? 0;
     this.maxFrame = options.maxFrame ?? 1 << 20;
     this.maxBatch = options.maxBatch ?? 1000;
-    /** @type {{seq: number, records: ChangeRecord[], doomed: boolean} | null} */
+    /** @type {{seq: number, records: ChangeRecord[], doomed: boolean, landed: ChangeRecord[] | null, base: Conversation | null} | null} */
     this.inflight = null;
+    /** Log records that overtook the batch in flight (held until its ack or reject). */
+    /** @type {ChangeRecord[]} */
+    this.held = [];
     /** @type {ChangeRecord[]} */
     this.landed = [];
     /** @type {any} */
@@ -1318,12 +1324,14 @@ export class ReplicaSession {
     this.catchingUp = false;
     this.partial = null;
     this.partialEntries = [];
+    this.held = []; // the hub sends them again in the catch-up
     return {
       type: 'hello',
       client: this.client,
       lineage: this.confirmed.lineage,
       revision: this.confirmed.revision,
       token,
+      features: [HUB_REBASE],
     };
   }
 
@@ -1352,7 +1360,13 @@ export class ReplicaSession {
     const taken = this.local.takeUnsaved();
     this.local.returnUnsaved(taken.slice(encoded.length));
     this.seq += 1;
-    this.inflight = { seq: this.seq, records: taken.slice(0, encoded.length), doomed: false };
+    this.inflight = {
+      seq: this.seq,
+      records: taken.slice(0, encoded.length),
+      doomed: false,
+      landed: null,
+      base: null,
+    };
     const frame =
       `{"type":"push","seq":${this.seq},"lineage":${this.confirmed.lineage},` +
       `"revision":${this.confirmed.revision},"records":[${encoded.join(',')}]}`;
@@ -1475,9 +1489,9 @@ export class ReplicaSession {
   #onRecords(message) {
     if (this.welcome === null) throw new ProtocolError('unexpected', 'records before welcome');
     const confirmed = this.confirmed;
-    const skip = confirmed.revision - message.from;
-    if (skip < 0)
-      throw new ProtocolError('gap', `records from ${message.from}, at ${confirmed.revision}`);
+    const revision = confirmed.revision + this.held.length;
+    const skip = revision - message.from;
+    if (skip < 0) throw new ProtocolError('gap', `records from ${message.from}, at ${revision}`);
     const records = message.records.slice(skip);
     if (records.length === 0) return [];
     if (this.catchingUp) {
@@ -1493,13 +1507,29 @@ export class ReplicaSession {
       for (const record of records) this.local.apply(record);
       return [{ type: 'applied', count: records.length, revision: confirmed.revision }];
     }
+    if (inflight !== null && !inflight.doomed) {
+      const origin = message.origin;
+      if (isObject(origin) && origin.client === this.client && origin.seq === inflight.seq) {
+        // The hub placed our stale batch (SPEC 2.4.6): these records are it, as it landed;
+        // its ack follows. Fold what overtook it, then these.
+        if (inflight.landed === null) {
+          inflight.landed = [];
+          if (needsBase(this.local.unsaved()))
+            inflight.base = folded(confirmed.copy(), inflight.records);
+        }
+        const overtaken = this.#foldHeld();
+        foldAll(confirmed, records);
+        inflight.landed.push(...records);
+        return overtaken;
+      }
+      // The log moved under the batch in flight, which the hub may still place: hold these
+      // records until its ack or reject says what became of it.
+      this.held.push(...records);
+      return [];
+    }
     // The log moved under pending records: replay them on it.
     let base = null;
-    let pending = this.local.takeUnsaved();
-    if (inflight !== null && !inflight.doomed) {
-      inflight.doomed = true;
-      pending = inflight.records.concat(pending);
-    }
+    const pending = this.local.takeUnsaved();
     if (needsBase(pending)) base = confirmed.copy();
     foldAll(confirmed, records);
     this.local.returnUnsaved(pending);
@@ -1507,6 +1537,15 @@ export class ReplicaSession {
       { type: 'applied', count: records.length, revision: confirmed.revision },
       ...this.#rebaseLocal(base),
     ];
+  }
+
+  /** Fold the records that overtook the batch in flight into `confirmed`. */
+  #foldHeld() {
+    const held = this.held;
+    this.held = [];
+    if (held.length === 0) return [];
+    foldAll(this.confirmed, held);
+    return [{ type: 'applied', count: held.length, revision: this.confirmed.revision }];
   }
 
   #onState(message) {
@@ -1541,6 +1580,7 @@ export class ReplicaSession {
       );
     }
     confirmed.continueLog(message.lineage, message.revision);
+    this.held = []; // the state holds them
     const old = this.confirmed;
     this.confirmed = confirmed;
     const events = [{ type: 'reset', lineage: message.lineage, revision: message.revision }];
@@ -1558,31 +1598,65 @@ export class ReplicaSession {
     if (batch === null || batch.seq !== ack.seq) return []; // a resend's duplicate answer
     if (batch.doomed)
       throw new ProtocolError('unexpected', `ack of push ${ack.seq} after the log moved`);
-    if (ack.from !== this.confirmed.revision || ack.revision !== ack.from + batch.records.length) {
+    const confirmed = this.confirmed;
+    const landed = batch.landed;
+    if (landed !== null) {
+      // Placed by the hub: `confirmed` holds it already, as it landed. Replay what was made on
+      // top of the batch as sent onto the log as it is.
+      if (ack.revision !== confirmed.revision || ack.from !== ack.revision - landed.length) {
+        throw new ProtocolError(
+          'gap',
+          `ack ${ack.from}..${ack.revision} for ${landed.length} placed records at ${confirmed.revision}`,
+        );
+      }
+      this.inflight = null;
+      return [
+        { type: 'applied', count: landed.length, revision: confirmed.revision },
+        ...this.#rebaseLocal(batch.base),
+      ];
+    }
+    if (ack.from !== confirmed.revision || ack.revision !== ack.from + batch.records.length) {
       throw new ProtocolError(
         'gap',
-        `ack ${ack.from}..${ack.revision} for ${batch.records.length} records at ${this.confirmed.revision}`,
+        `ack ${ack.from}..${ack.revision} for ${batch.records.length} records at ${confirmed.revision}`,
       );
     }
     this.inflight = null;
-    foldAll(this.confirmed, batch.records);
+    foldAll(confirmed, batch.records);
     return [];
   }
 
   #onReject(reject) {
+    const confirmed = this.confirmed;
+    if (reject.lineage === confirmed.lineage && reject.revision < confirmed.revision) {
+      // The hub's log is behind this replica's (a stale hub): resending would spin. Drop the
+      // connection; the next hello, ahead of the log, gets the log's state.
+      throw new ProtocolError(
+        'ahead',
+        `the hub's log is at ${reject.revision}, this replica at ${confirmed.revision}`,
+      );
+    }
     const batch = this.inflight;
     if (batch === null || batch.seq !== reject.seq) return [];
     this.inflight = null;
     if (batch.doomed) return [];
-    if (reject.reason !== 'invalid') {
-      // The missing records (or a state) are on their way: send again after them.
+    // What the batch (and what was made on top of it) was made on: `confirmed` before the
+    // records that overtook it, copied only when needed.
+    const pending = batch.records.concat(this.local.unsaved());
+    const invalid = reject.reason === 'invalid';
+    const base = needsBase(pending) || invalid ? confirmed.copy() : null;
+    const events = this.#foldHeld();
+    if (!invalid) {
+      // The hub could not place it: the records it missed came first (held, or on their way);
+      // replay the batch and what followed it on the log.
       this.local.returnUnsaved(batch.records);
-      return [];
+      if (events.length === 0) return [];
+      return [...events, ...this.#rebaseLocal(base)];
     }
-    const events = batch.records.map((record) =>
-      conflict(record, 'invalid', String(reject.detail ?? '')),
-    );
-    return [...events, ...this.#rebaseLocal(folded(this.confirmed.copy(), batch.records))];
+    for (const record of batch.records) {
+      events.push(conflict(record, 'invalid', String(reject.detail ?? '')));
+    }
+    return [...events, ...this.#rebaseLocal(folded(/** @type {Conversation} */ (base), batch.records))];
   }
 }
 

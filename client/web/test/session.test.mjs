@@ -39,7 +39,14 @@ test('catch-up by records: the local value mirrors the log once complete', () =>
   const records = plain(log.unsaved());
   const session = new ReplicaSession('ui');
   const hello = session.hello('tok');
-  assert.deepEqual(hello, { type: 'hello', client: 'ui', lineage: 0, revision: 0, token: 'tok' });
+  assert.deepEqual(hello, {
+    type: 'hello',
+    client: 'ui',
+    lineage: 0,
+    revision: 0,
+    token: 'tok',
+    features: ['hub_rebase'],
+  });
   const events = session.receive({ type: 'welcome', lineage: LINEAGE, revision: 2, acked: 0 });
   assert.deepEqual(events, [{ type: 'connected', lineage: LINEAGE, revision: 2 }]);
   assert.equal(session.ready, false);
@@ -202,7 +209,7 @@ test('resend after reconnect: a batch the hub never got goes again, with a new s
   assert.equal(JSON.parse(fresh.nextPush().frame).seq, 42);
 });
 
-test('records from others while a batch is in flight: rebased, the reject ignored, resent', () => {
+test('records from others while a batch is in flight: held until the reject, then rebased and resent', () => {
   const log = writer();
   log.push(Message.user('q'));
   const start = plain(log.takeUnsaved());
@@ -211,14 +218,25 @@ test('records from others while a batch is in flight: rebased, the reject ignore
   JSON.parse(session.nextPush().frame);
   log.push(Message.assistant('theirs'));
   const theirs = plain(log.takeUnsaved());
+  // The hub may still place the batch: the records wait for its answer.
   const events = session.receive({
     type: 'records',
     from: 1,
     records: theirs,
     origin: { client: 'w', seq: 1 },
   });
+  assert.deepEqual(events, []);
+  assert.equal(session.pending, 1);
+  const rejected = session.receive({
+    type: 'reject',
+    seq: 1,
+    reason: 'behind',
+    detail: '',
+    lineage: LINEAGE,
+    revision: 2,
+  });
   assert.deepEqual(
-    events.map((e) => e.type),
+    rejected.map((e) => e.type),
     ['applied', 'rebased'],
   );
   assert.equal(session.pending, 1);
@@ -226,21 +244,45 @@ test('records from others while a batch is in flight: rebased, the reject ignore
     session.local.messages().map((m) => m.content[0].text),
     ['q', 'theirs', 'mine'],
   );
-  assert.deepEqual(
-    session.receive({
-      type: 'reject',
-      seq: 1,
-      reason: 'behind',
-      detail: '',
-      lineage: LINEAGE,
-      revision: 2,
-    }),
-    [],
-  );
   const again = JSON.parse(session.nextPush().frame);
   assert.equal(again.seq, 2);
   assert.equal(again.revision, 2);
   assert.equal(again.records.length, 1);
+});
+
+test('a batch the hub placed: its records come with our origin, then the ack; nothing is resent', () => {
+  const log = writer();
+  log.push(Message.user('q'));
+  const start = plain(log.takeUnsaved());
+  const session = caughtUp(start);
+  session.local.push(Message.user('mine'));
+  const sent = JSON.parse(session.nextPush().frame);
+  log.push(Message.user('theirs'));
+  const theirs = plain(log.takeUnsaved());
+  assert.deepEqual(session.receive({ type: 'records', from: 1, records: theirs, origin: null }), []);
+  session.local.push(Message.user('after'));
+  const placed = session.receive({
+    type: 'records',
+    from: 2,
+    records: sent.records,
+    origin: { client: session.client, seq: sent.seq },
+  });
+  assert.deepEqual(
+    placed.map((e) => e.type),
+    ['applied'],
+  );
+  const acked = session.receive({ type: 'ack', seq: sent.seq, from: 2, revision: 3 });
+  assert.deepEqual(
+    acked.map((e) => e.type),
+    ['applied', 'rebased'],
+  );
+  assert.equal(session.confirmed.revision, 3);
+  assert.deepEqual(
+    session.local.messages().map((m) => m.content[0].text),
+    ['q', 'theirs', 'mine', 'after'],
+  );
+  assert.equal(session.pending, 1); // only 'after'
+  assert.equal(JSON.parse(session.nextPush().frame).seq, sent.seq + 1);
 });
 
 test('reject behind without records yet: the batch waits for them and goes again', () => {
