@@ -61,6 +61,7 @@ from sync.protocol import (
     Welcome,
     encode_message,
 )
+from sync.rebase import place
 from sync.strict import strict_violation
 
 from .auth import ANONYMOUS, AuthError, Grant
@@ -84,6 +85,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("convsync.hub")
+
+HUB_REBASE = "hub_rebase"
+"""The feature a replica lists when it takes a placed push's records as its batch."""
 
 C = TypeVar("C", bound=Hashable)
 """A connection, as the shell names it (the core only compares and hashes it)."""
@@ -182,6 +186,7 @@ class CoreConfig:
     strict_pairing: bool = True
     recent_records: int = 1000
     snapshot_every: int = 1000
+    hub_rebase: bool = True
     auth: bool = False
     """Whether the hub checks tokens: marks are then keyed by (principal, client) and every
     accepted record is stamped `via`; without auth, by the client id alone, as before."""
@@ -216,6 +221,7 @@ class RoomCore(Generic[C]):
         self.marks: dict[str, ClientMark] = {}
         self.subscribers: dict[C, str] = {}  # connection -> its client id
         self.grants: dict[C, Grant] = {}  # connection -> what its token allows
+        self._placing: set[C] = set()  # connections whose stale pushes the hub may place
         self.closing = False
         self._recent: list[bytes] = []
         self._recent_from = 0
@@ -308,7 +314,10 @@ class RoomCore(Generic[C]):
                 self.leave(other)
                 actions.append(Close(other, "replaced", "the same client connected again"))
         mark = self.marks.get(self._mark_key(grant, hello.client))
-        welcome = Welcome(self.lineage, self.revision, mark.seq if mark else 0)
+        features = [HUB_REBASE] if self.config.hub_rebase else []
+        if HUB_REBASE in features and HUB_REBASE in hello.features:
+            self._placing.add(conn)
+        welcome = Welcome(self.lineage, self.revision, mark.seq if mark else 0, features)
         if self.config.auth:
             welcome = msgspec.structs.replace(
                 welcome, scopes=grant.scope_list, expires_in=grant.expires_in(now)
@@ -367,6 +376,7 @@ class RoomCore(Generic[C]):
         """`conn` is gone; it gets nothing more."""
         self.subscribers.pop(conn, None)
         self.grants.pop(conn, None)
+        self._placing.discard(conn)
 
     def regrant(self, conn: C, grant: Grant, now: float) -> list[Action[C]]:
         """`conn` refreshed its token (`auth`, verified by the session for the same principal
@@ -414,29 +424,44 @@ class RoomCore(Generic[C]):
         ):
             reject = self._reject(batch, "lineage", "the log was rewritten; a state follows")
             return [Send(conn, reject), *self._state_to(conn)]
-        if batch.revision != self.revision:
-            return [Send(conn, self._reject(batch, "behind", f"the log is at {self.revision}"))]
         since = len(self.conversation)
-        try:
-            undo = self.conversation.apply_batch(batch.records)
-        except ApplyError as error:
-            return [Send(conn, self._reject(batch, "invalid", str(error)))]
+        placed = batch.revision != self.revision
+        if placed:
+            # Made on an older revision: place it by intent when every record replays without
+            # conflict and the pusher understands a placed push (SPEC 2.4.6); else `behind`.
+            outcome = (
+                place(self.conversation, batch.records)
+                if batch.revision < self.revision and conn in self._placing
+                else None
+            )
+            if not isinstance(outcome, tuple) or not outcome[0]:
+                detail = f"the log is at {self.revision}"
+                return [Send(conn, self._reject(batch, "behind", detail))]
+            landed, undo = outcome
+        else:
+            try:
+                undo = self.conversation.apply_batch(batch.records)
+            except ApplyError as error:
+                return [Send(conn, self._reject(batch, "invalid", str(error)))]
+            landed = batch.records
         if self.config.strict_pairing:
-            violation = _strict_check(self.conversation, batch.records, since)
+            violation = _strict_check(self.conversation, landed, since)
             if violation is not None:
                 undo()
+                if placed:  # judged at its own base, as before: the replica resends it there
+                    return [Send(conn, self._reject(batch, "behind", "the log moved"))]
                 detail = f"strict pairing: {violation}"
                 return [Send(conn, self._reject(batch, "invalid", detail))]
         if self.config.auth:
             via = Via(grant.sub, client)
             records = [
                 msgspec.structs.replace(record, via=via, at=now if record.at is None else record.at)
-                for record in batch.records
+                for record in landed
             ]
         else:
             records = [
                 record if record.at is not None else msgspec.structs.replace(record, at=now)
-                for record in batch.records
+                for record in landed
             ]
         encoded = [encode(record) for record in records]
         from_ = self.revision
@@ -444,7 +469,7 @@ class RoomCore(Generic[C]):
             self.lineage, from_, encoded, key, ClientMark(batch.seq, from_, from_ + len(encoded))
         )
         return self._call(
-            append, lambda outcome: self._appended(conn, batch, append, undo, outcome)
+            append, lambda outcome: self._appended(conn, batch, append, undo, placed, outcome)
         )
 
     def _appended(
@@ -453,6 +478,7 @@ class RoomCore(Generic[C]):
         batch: PushBatch,
         append: AppendRecords,
         undo: Callable[[], None],
+        placed: bool,
         outcome: object,
     ) -> list[Action[C]]:
         if isinstance(outcome, SeqTaken):
@@ -479,11 +505,14 @@ class RoomCore(Generic[C]):
         self.revision = append.mark.ack_revision
         self.marks[append.client] = append.mark
         self._remember(append.records)
+        # The bare client id (a replica knows its own pushes by it), not the mark's store key.
+        origin = PushOrigin(self.subscribers.get(conn, append.client), batch.seq)
+        frames = records_frames(from_, append.records, origin, self.config.max_frame)
+        # A placed push may differ from what was sent: the pusher gets what landed, then the ack.
+        actions: list[Action[C]] = [Send(conn, frame) for frame in frames] if placed else []
+        actions.append(Send(conn, _ack(batch.seq, append.mark)))
         others = [other for other in self.subscribers if other != conn]
-        actions: list[Action[C]] = [Send(conn, _ack(batch.seq, append.mark))]
         if others:
-            origin = PushOrigin(self.subscribers.get(conn, append.client), batch.seq)
-            frames = records_frames(from_, append.records, origin, self.config.max_frame)
             actions += [Broadcast(others, frame) for frame in frames]
         metrics = self.metrics
         metrics.records_appended += len(append.records)

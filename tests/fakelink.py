@@ -97,11 +97,14 @@ class Link:
 class FakeHub:
     """One conversation on the hub's real core, over a `MemoryStore`, with no sockets."""
 
-    def __init__(self, *, max_frame: int = MAX_FRAME, strict_pairing: bool = True) -> None:
+    def __init__(
+        self, *, max_frame: int = MAX_FRAME, strict_pairing: bool = True, hub_rebase: bool = True
+    ) -> None:
         self.store = MemoryStore()
-        self.core: RoomCore[Link] = RoomCore(
-            CONVERSATION, CoreConfig(max_frame=max_frame, strict_pairing=strict_pairing)
+        config = CoreConfig(
+            max_frame=max_frame, strict_pairing=strict_pairing, hub_rebase=hub_rebase
         )
+        self.core: RoomCore[Link] = RoomCore(CONVERSATION, config)
         self.core.load(run_now(self.store.load(CONVERSATION)))
         self.closed: list[tuple[Link, str]] = []  # links the hub closed, with the code
 
