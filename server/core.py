@@ -88,6 +88,8 @@ log = logging.getLogger("convsync.hub")
 
 HUB_REBASE = "hub_rebase"
 """The feature a replica lists when it takes a placed push's records as its batch."""
+AUTH = "auth"
+"""The feature a hub with auth lists in `welcome` (SPEC 5)."""
 
 C = TypeVar("C", bound=Hashable)
 """A connection, as the shell names it (the core only compares and hashes it)."""
@@ -317,6 +319,8 @@ class RoomCore(Generic[C]):
         features = [HUB_REBASE] if self.config.hub_rebase else []
         if HUB_REBASE in features and HUB_REBASE in hello.features:
             self._placing.add(conn)
+        if self.config.auth:
+            features.append(AUTH)  # tokens are checked; `scopes` and `expires_in` follow
         welcome = Welcome(self.lineage, self.revision, mark.seq if mark else 0, features)
         if self.config.auth:
             welcome = msgspec.structs.replace(

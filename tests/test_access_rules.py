@@ -49,6 +49,7 @@ def test_welcome_lists_scopes_and_expires_in() -> None:
     [welcome] = frames_to(join(room, "a", "w", grant(scopes="read")), "a")
     assert isinstance(welcome, Welcome)
     assert (welcome.scopes, welcome.expires_in) == (["read"], 600)
+    assert "auth" in welcome.features
 
 
 def test_push_without_write_is_rejected_forbidden_before_anything() -> None:
