@@ -1,0 +1,207 @@
+"""Several hubs on one PostgreSQL database (SPEC 9): notices, the head check, marks, failover."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from collections import Counter
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import pytest
+from conftest import bound, hub_config
+
+from client import Replica, connect
+from server import Hub
+from server.core import CoreConfig, ReadMark, ReadRecords, RoomCore, Send
+from server.store import ClientMark, Loaded, LogMoved, PostgresStore
+from sync import ChangeRecord, Conversation, Lineage, Message, decode_record, encode
+from sync.protocol import Hello, Records, Welcome, decode_hub_message
+
+CONVERSATION = "multi"
+
+
+def digest(record: ChangeRecord) -> str:
+    """A record as the log holds it, minus the `at` the hub stamps."""
+    return hashlib.sha1(encode(ChangeRecord(record.change, record.by, None))).hexdigest()
+
+
+@contextlib.asynccontextmanager
+async def hubs(
+    dsn: str, schema: str, count: int, *, notify: bool = True, **config: Any
+) -> AsyncIterator[list[Hub]]:
+    """`count` in-process hubs, each with a `PostgresStore` of its own on `schema`."""
+    async with contextlib.AsyncExitStack() as stack:
+        running = []
+        for _ in range(count):
+            store = PostgresStore(dsn, schema=schema, notify=notify)
+            hub = Hub(store, config=hub_config(**config))
+            running.append(await stack.enter_async_context(hub))
+        yield running
+
+
+def texts(conversation: Conversation) -> list[str]:
+    return [m.content[0].text for m in conversation.messages()]  # type: ignore[union-attr]
+
+
+async def store_log(dsn: str, schema: str) -> list[bytes]:
+    """Every record of the test conversation, read from the database itself."""
+    async with PostgresStore(dsn, schema=schema) as store:
+        loaded = await store.load(CONVERSATION)
+        assert loaded is not None
+        records = await store.read(CONVERSATION, loaded.lineage, 0)
+        assert records is not None
+        return records
+
+
+def folded(records: list[bytes]) -> Conversation:
+    conversation = Conversation()
+    for data in records:
+        conversation.apply(decode_record(data))
+    return conversation
+
+
+async def test_replicas_on_three_hubs_converge_through_notices(
+    postgres_dsn: str, pg_schema: str
+) -> None:
+    """Three hubs, a writer on each: with no periodic re-read (an hour apart), the store's
+    notices alone bring every replica on every hub to the whole log."""
+    async with hubs(postgres_dsn, pg_schema, 3, head_check=3600.0) as running:
+        async with contextlib.AsyncExitStack() as stack:
+            replicas = [
+                await stack.enter_async_context(
+                    connect(hub.url, CONVERSATION, client=f"w{k}", connect_timeout=bound(10))
+                )
+                for k, hub in enumerate(running)
+            ]
+            with anyio.fail_after(bound(30)):
+                async with anyio.create_task_group() as group:
+                    for k, replica in enumerate(replicas):
+
+                        async def write(replica: Replica = replica, k: int = k) -> None:
+                            for n in range(10):
+                                replica.conversation.push(Message.user(f"{k}.{n}"))
+                                await anyio.sleep(0.005)
+                            await replica.flush()
+
+                        group.start_soon(write)
+                log = await store_log(postgres_dsn, pg_schema)
+                assert len(log) >= 1
+                for replica in replicas:
+                    await replica.wait_for(len(log))
+            expected = folded(log)
+            assert sorted(texts(expected)) == sorted(
+                f"{k}.{n}" for k in range(3) for n in range(10)
+            )
+            for replica in replicas:
+                assert replica.conversation == expected
+
+
+async def test_the_periodic_head_check_alone_brings_other_hubs_along(
+    postgres_dsn: str, pg_schema: str
+) -> None:
+    """With every notice off, a replica on hub B still gets what was pushed through hub A,
+    within a few head-check periods."""
+    async with hubs(postgres_dsn, pg_schema, 2, notify=False, head_check=0.05) as (a, b):
+        async with (
+            connect(a.url, CONVERSATION, client="writer") as writer,
+            connect(b.url, CONVERSATION, client="watcher") as watcher,
+        ):
+            with anyio.fail_after(bound(10)):
+                for n in range(3):
+                    writer.conversation.push(Message.user(f"m{n}"))
+                    await writer.flush()
+                await watcher.wait_for(writer.revision)
+            assert texts(watcher.conversation) == ["m0", "m1", "m2"]
+
+
+async def test_two_hubs_racing_give_one_winner_per_revision(
+    postgres_dsn: str, pg_schema: str
+) -> None:
+    """Two writers on each of two hubs push as fast as they can: every acknowledged record is
+    in the log exactly once, the log holds nothing else, and all four replicas equal it."""
+    async with hubs(postgres_dsn, pg_schema, 2) as (a, b):
+        acked: Counter[str] = Counter()
+        async with contextlib.AsyncExitStack() as stack:
+            replicas = []
+            for k, hub in enumerate([a, b, a, b]):
+                replica = connect(hub.url, CONVERSATION, client=f"racer{k}")
+                replica.session.on_landed = lambda seq, records: acked.update(
+                    digest(r) for r in records
+                )
+                replicas.append(await stack.enter_async_context(replica))
+
+            async def write(replica: Replica) -> None:
+                for n in range(25):
+                    replica.conversation.push(Message.user(f"{replica.client} {n}"))
+                    await anyio.sleep(0.001)
+                await replica.flush()
+
+            with anyio.fail_after(bound(60)):
+                async with anyio.create_task_group() as group:
+                    for replica in replicas:
+                        group.start_soon(write, replica)
+                log = await store_log(postgres_dsn, pg_schema)
+                for replica in replicas:
+                    await replica.wait_for(len(log))
+        in_log = Counter(digest(decode_record(data)) for data in log)
+        assert in_log == acked
+        assert max(in_log.values()) == 1
+        assert len(texts(folded(log))) == 100
+        rejected = sum(a.metrics.pushes_rejected.values()) + sum(b.metrics.pushes_rejected.values())
+        assert rejected > 0  # the hubs did race (else this test shows nothing)
+        for replica in replicas:
+            assert replica.conversation == folded(log)
+
+
+async def test_a_lagging_hubs_rewrite_cannot_erase_acknowledged_records(
+    postgres_dsn: str, pg_schema: str
+) -> None:
+    """Hub B has not heard of an append acknowledged on hub A (no notices, no head check in
+    time): B's rewrite is refused with LogMoved, the record stays, B's replica gets it."""
+    async with hubs(postgres_dsn, pg_schema, 2, notify=False, head_check=3600.0) as (a, b):
+        async with (
+            connect(a.url, CONVERSATION, client="writer") as writer,
+            connect(b.url, CONVERSATION, client="watcher") as watcher,
+        ):
+            with anyio.fail_after(bound(10)):
+                writer.conversation.push(Message.user("acknowledged on A"))
+                await writer.flush()
+                assert watcher.revision == 0  # B lags: it has not heard
+                with pytest.raises(LogMoved):
+                    await b.rewrite(CONVERSATION, Conversation.from_messages([]))
+                await watcher.wait_for(1)
+            assert texts(watcher.conversation) == ["acknowledged on A"]
+            assert len(await store_log(postgres_dsn, pg_schema)) == 1
+
+
+def test_a_hello_on_a_shared_store_reads_the_clients_mark_from_the_store() -> None:
+    """On a shared store the room asks the store for the client's mark before the welcome;
+    a mark ahead of the room's makes it fold the missing records first, so the welcome's
+    `acked` and the catch-up agree."""
+    room: RoomCore[str] = RoomCore("c", CoreConfig(max_frame=1 << 20, shared_store=True))
+    lineage = Lineage.fresh()
+    maker = Conversation()
+    maker.push(Message.user("landed through another hub"))
+    record = encode(maker.take_unsaved()[0])
+    room.load(Loaded(lineage, 0, None, 0, [], {"x": ClientMark(1, 0, 0)}))
+    actions = room.join("conn", Hello("x", lineage, 0, None))
+    assert actions == [ReadMark("x")]
+    actions = room.resume(ClientMark(2, 0, 1))  # pushed through another hub
+    assert actions == [ReadRecords(lineage, 0)]
+    actions = room.resume([record])
+    sent = [decode_hub_message(a.frame) for a in actions if isinstance(a, Send)]
+    assert sent[0] == Welcome(lineage, 1, 2)
+    assert room.revision == 1 and "conn" in room.subscribers
+    catch_up = [m for m in sent if isinstance(m, Records)]
+    assert [(m.from_, len(m.records)) for m in catch_up] == [(0, 1)]  # the acked record
+
+
+def test_a_hello_on_an_unshared_store_trusts_the_room() -> None:
+    """SQLite and memory stores keep the old path: no store read before the welcome."""
+    room: RoomCore[str] = RoomCore("c", CoreConfig(max_frame=1 << 20))
+    room.load(None)
+    actions = room.join("conn", Hello("x", Lineage.EMPTY, 0, None))
+    assert [type(a) for a in actions] == [Send]
+    assert isinstance(decode_hub_message(actions[0].frame), Welcome)  # type: ignore[union-attr]
