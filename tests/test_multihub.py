@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import socket
 from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
@@ -11,6 +12,8 @@ from typing import Any
 import anyio
 import pytest
 from conftest import bound, hub_config
+from hubprocess import HubProcess
+from test_cli import Running, run
 
 from client import Replica, connect
 from server import Hub
@@ -174,6 +177,85 @@ async def test_a_lagging_hubs_rewrite_cannot_erase_acknowledged_records(
                 await watcher.wait_for(1)
             assert texts(watcher.conversation) == ["acknowledged on A"]
             assert len(await store_log(postgres_dsn, pg_schema)) == 1
+
+
+async def test_kill_9_of_one_hub_process_fails_its_replicas_over(
+    postgres_dsn: str, pg_schema: str
+) -> None:
+    """Two hub processes on one database, four writers given both urls (half start on each);
+    hub A gets SIGKILL mid-run: its writers fail over to B, every acknowledged record is in
+    the log exactly once, the log holds nothing else, and every replica equals it."""
+    db = f"{postgres_dsn}?schema={pg_schema}"
+    processes = [HubProcess(db), HubProcess(db)]
+    try:
+        for process in processes:
+            await anyio.to_thread.run_sync(process.start)
+        acked: Counter[str] = Counter()
+        async with contextlib.AsyncExitStack() as stack:
+            replicas = []
+            for k in range(4):
+                urls = [processes[k % 2].url, processes[(k + 1) % 2].url]
+                replica = Replica(urls, CONVERSATION, client=f"w{k}", backoff=0.02, max_backoff=0.2)
+                replica.session.on_landed = lambda seq, records: acked.update(
+                    digest(r) for r in records
+                )
+                replicas.append(await stack.enter_async_context(replica))
+
+            async def write(replica: Replica) -> None:
+                for n in range(40):
+                    replica.conversation.push(Message.user(f"{replica.client} {n}"))
+                    await anyio.sleep(0.005)
+                await replica.flush()
+
+            with anyio.fail_after(bound(60)):
+                async with anyio.create_task_group() as group:
+                    for replica in replicas:
+                        group.start_soon(write, replica)
+                    await anyio.sleep(0.1)
+                    await anyio.to_thread.run_sync(processes[0].kill)
+                log = await store_log(postgres_dsn, pg_schema)
+                for replica in replicas:
+                    await replica.wait_for(len(log))
+            assert not processes[0].running
+            for replica in replicas[0::2]:  # started on A: now on B
+                assert replica.url.startswith(processes[1].url)
+                assert replica.connects >= 2
+        in_log = Counter(digest(decode_record(data)) for data in log)
+        assert in_log == acked
+        assert max(in_log.values()) == 1
+        assert len(texts(folded(log))) == 160
+        for replica in replicas:
+            assert replica.conversation == folded(log)
+    finally:
+        for process in processes:
+            process.stop()
+
+
+def test_two_serve_processes_on_one_database_serve_one_conversation(
+    postgres_dsn: str, pg_schema: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two `convsync serve --db postgresql://...` processes: a live `tail` on hub B shows what
+    `send` pushed through hub A and through B; `send` given a dead url first uses the next."""
+    db = f"{postgres_dsn}?schema={pg_schema}"
+    first = Running("serve", "--db", db, "--port", "0")
+    second = Running("serve", "--db", db, "--port", "0")
+    watcher: Running | None = None
+    try:
+        url_a, url_b = first.url(), second.url()
+        watcher = Running("tail", "shared", "--url", url_b)
+        assert run(capsys, "send", "shared", "through A", "--url", url_a)[:2] == (0, "1\n")
+        watcher.wait_for("through A")
+        with socket.socket() as sock:  # a port nothing listens on
+            sock.bind(("127.0.0.1", 0))
+            dead = f"ws://127.0.0.1:{sock.getsockname()[1]}"
+        code, out, err = run(capsys, "send", "shared", "through B", "--url", f"{dead},{url_b}")
+        assert (code, out) == (0, "2\n"), err
+        watcher.wait_for("through B")
+    finally:
+        for proc in (watcher, second, first):
+            if proc is not None:
+                code, err = proc.stop()
+                assert code == 0, err
 
 
 def test_a_hello_on_a_shared_store_reads_the_clients_mark_from_the_store() -> None:
