@@ -551,6 +551,8 @@ class RoomCore(Generic[C]):
                 for conn in self.subscribers
             ]
         assert outcome is None or isinstance(outcome, Loaded)
+        if outcome is None and not self.exists:
+            return then()  # still no log: the room's fresh lineage stands, nothing to send
         self.load(outcome)
         frames = self._state_frames()
         to = list(self.subscribers)

@@ -119,6 +119,27 @@ async def test_the_periodic_head_check_alone_brings_other_hubs_along(
             assert texts(watcher.conversation) == ["m0", "m1", "m2"]
 
 
+async def test_head_checks_leave_a_conversation_without_a_log_alone(
+    postgres_dsn: str, pg_schema: str
+) -> None:
+    """A room whose conversation has no log yet keeps its lineage through head checks: its
+    replicas get no state, and pushes made meanwhile land without a reconnect."""
+    async with hubs(postgres_dsn, pg_schema, 1, head_check=0.01) as (hub,):
+        async with connect(hub.url, CONVERSATION, client="early") as replica:
+            lineage = hub._rooms[CONVERSATION].lineage
+            with anyio.fail_after(bound(10)):
+                for n in range(20):
+                    await anyio.sleep(0.01)
+                    assert hub._rooms[CONVERSATION].lineage == lineage
+                    if n == 10:
+                        replica.conversation.push(Message.user("first"))
+                await replica.flush()
+            events = replica.events_nowait()
+            assert [type(e).__name__ for e in events if type(e).__name__ == "Reset"] == []
+            assert replica.connects == 1
+            assert texts(replica.conversation) == ["first"]
+
+
 async def test_two_hubs_racing_give_one_winner_per_revision(
     postgres_dsn: str, pg_schema: str
 ) -> None:
