@@ -16,10 +16,12 @@ from hubprocess import HubProcess
 from test_cli import Running, run
 
 from client import Replica, connect
+from client.cli import CliError, build_parser
 from server import Hub
 from server.core import CoreConfig, ReadMark, ReadRecords, RoomCore, Send
 from server.store import ClientMark, Loaded, LogMoved, PostgresStore
 from sync import ChangeRecord, Conversation, Lineage, Message, decode_record, encode
+from sync.errors import UsageError
 from sync.protocol import Hello, Records, Welcome, decode_hub_message
 
 CONVERSATION = "multi"
@@ -308,3 +310,25 @@ def test_a_hello_on_an_unshared_store_trusts_the_room() -> None:
     actions = room.join("conn", Hello("x", Lineage.EMPTY, 0, None))
     assert [type(a) for a in actions] == [Send]
     assert isinstance(decode_hub_message(actions[0].frame), Welcome)  # type: ignore[union-attr]
+
+
+def test_a_replica_takes_several_urls_and_refuses_none() -> None:
+    """`Replica([a, b])` starts on a and moves round robin; an empty list is a usage error."""
+    replica = Replica(["ws://a:1", "ws://b:2/"], "c")
+    assert replica.urls == ["ws://a:1/v1/conversations/c", "ws://b:2/v1/conversations/c"]
+    assert replica.url == replica.urls[0]
+    replica._fail_over()
+    assert replica.url == replica.urls[1]
+    replica._fail_over()
+    assert replica.url == replica.urls[0]
+    with pytest.raises(UsageError):
+        Replica([], "c")
+
+
+def test_the_url_option_takes_several_hubs_repeated_or_comma_separated() -> None:
+    """`--url a --url b,c` names three hubs, in order; a bad one is a usage error."""
+    parser = build_parser()
+    args = parser.parse_args(["send", "c", "hi", "--url", "ws://a:1", "--url", "ws://b:2,ws://c:3"])
+    assert args.url == ["ws://a:1", "ws://b:2", "ws://c:3"]
+    with pytest.raises(CliError, match="not a ws:// or wss:// url"):
+        parser.parse_args(["send", "c", "hi", "--url", "ws://a:1,http://b"])
