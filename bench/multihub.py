@@ -274,11 +274,18 @@ async def main() -> int:
             f"(acked records/s) | {rates['PostgreSQL', writers]:,.0f}/s "
             f"| {rates['SQLite', writers]:,.0f}/s |"
         )
+    header = "  \n".join(
+        [
+            "Command: `PYTHONPATH=. .venv/bin/python bench/multihub.py` (from the repository root)",
+            f"Date: {now()}; the run took {seconds:.0f} s",
+            f"Machine: {machine()}, shared with other jobs; PostgreSQL on the same machine"
+            " (fsync on)",
+            f"Machine load: load average (1 min) {load_before:.1f} at the start,"
+            f" {load_after:.1f} at the end",
+        ]
+    )
     body = f"""
-Command: `PYTHONPATH=. .venv/bin/python bench/multihub.py` (from the repository root)  
-Date: {now()}; the run took {seconds:.0f} s  
-Machine: {machine()}, shared with other jobs; PostgreSQL on the same machine (fsync on)  
-Machine load: load average (1 min) {load_before:.1f} at the start, {load_after:.1f} at the end
+{header}
 
 Every hub runs in a process of its own; writers and readers run in the benchmark's process.
 Durable appends: one hub; 1 or 20 writer replicas, each on a conversation of its own, push one

@@ -100,6 +100,7 @@ async def _main(args: argparse.Namespace) -> int:
                 conflicts=report.conflicts,
                 lost=report.lost,
                 duplicates=report.duplicates,
+                diverged=sum(p.startswith("diverged") for p in report.problems),
             )
             faults.update(report.faults)
         if problems:
@@ -151,6 +152,7 @@ def _write(
         f"| acknowledged records lost | {summary.get('lost', 0)} |",
         f"| duplicates | {summary.get('duplicates', 0)} |",
         f"| conflicts surfaced | {summary.get('conflicts', 0)} |",
+        f"| replicas not converged | {summary.get('diverged', 0)} |",
         f"| failed seeds | {len(failed)} {failed if failed else ''} |",
         f"| wall time | {summary['seconds']} s |",
         "",
