@@ -142,6 +142,51 @@ async def test_head_checks_leave_a_conversation_without_a_log_alone(
             assert texts(replica.conversation) == ["first"]
 
 
+async def listeners(dsn: str, schema: str, terminate: bool = False) -> int:
+    """How many sessions LISTEN on this schema's channel; end them all with `terminate`."""
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch(
+            "SELECT pid FROM pg_stat_activity WHERE query = $1", f'LISTEN "convsync:{schema}"'
+        )
+        if terminate:
+            for row in rows:
+                await conn.execute("SELECT pg_terminate_backend($1)", row["pid"])
+        return len(rows)
+    finally:
+        await conn.close()
+
+
+async def test_a_hub_whose_watch_dies_rechecks_its_rooms_and_watches_again(
+    postgres_dsn: str, pg_schema: str
+) -> None:
+    """Hub A's listening connection is killed while it lags an append it was never told of:
+    A re-reads its loaded rooms (its replica gets the record without any notice or periodic
+    check) and listens again."""
+    async with (
+        hubs(postgres_dsn, pg_schema, 1, head_check=3600.0) as (a,),
+        hubs(postgres_dsn, pg_schema, 1, notify=False) as (b,),
+        connect(a.url, CONVERSATION, client="watcher") as watcher,
+        connect(b.url, CONVERSATION, client="writer") as writer,
+    ):
+        with anyio.fail_after(bound(20)):
+            writer.conversation.push(Message.user("unannounced"))
+            await writer.flush()
+            await anyio.sleep(0.1)
+            assert watcher.revision == 0  # A was not told
+            assert await listeners(postgres_dsn, pg_schema, terminate=True) == 2
+            await watcher.wait_for(1)
+            for _ in range(200):  # the hubs listen again (polled: no event to wait on)
+                if await listeners(postgres_dsn, pg_schema) == 2:
+                    break
+                await anyio.sleep(0.05)
+            else:
+                raise AssertionError("the hubs did not listen again")
+        assert texts(watcher.conversation) == ["unannounced"]
+
+
 async def test_two_hubs_racing_give_one_winner_per_revision(
     postgres_dsn: str, pg_schema: str
 ) -> None:
