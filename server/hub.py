@@ -77,7 +77,7 @@ class Hub:
         self._stop = asyncio.Event()
         self._closing = False
         self._group: anyio.abc.TaskGroup | None = None
-        self._following: dict[str, bool] = {}  # room id -> check again once this one ends
+        self._following: dict[Room, bool] = {}  # room -> check again once this one ends
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -279,26 +279,26 @@ class Hub:
 
     def _follow(self, room: Room) -> None:
         """Schedule a head check of `room` (at most one under way per room)."""
-        if room.id in self._following:
-            self._following[room.id] = True
+        if room in self._following:
+            self._following[room] = True
             return
         if self._group is None or self._closing:
             return
-        self._following[room.id] = False
+        self._following[room] = False
         self._group.start_soon(self._catch_up, room)
 
     async def _catch_up(self, room: Room) -> None:
         try:
             while True:
-                self._following[room.id] = False
+                self._following[room] = False
                 try:
                     await room.head_check()
                 except Exception:  # a bug of ours: log it, the next check tries again
                     log.exception("checking the head of %s failed", room.id)
-                if not self._following.get(room.id):
+                if not self._following.get(room):
                     return
         finally:
-            self._following.pop(room.id, None)
+            self._following.pop(room, None)
 
     async def room_for_read(self, conversation_id: str) -> Room | None:
         """The room of `conversation_id` for a read, loading it for the moment if needed;
