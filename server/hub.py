@@ -6,7 +6,9 @@ replica session. A connection reads frames one at a time: the pure `HubSession` 
 checks each (bad input: `error`, then close); a `hello` and every `push` go to the
 conversation's `Room`, whose pure `RoomCore` holds every rule. Rooms load on first use and
 unload when nobody has used them for `idle_unload` seconds. Every long-lived task (the server,
-the unloader, each connection's writer) lives in one anyio task group.
+the unloader, each connection's writer) lives in one anyio task group. On a store other hubs
+share (PostgreSQL), two more tasks there keep loaded rooms up to the store: a watcher on the
+store's notices and a periodic head check (see "other hubs" below).
 """
 
 from __future__ import annotations
