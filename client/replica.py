@@ -13,7 +13,7 @@ import contextlib
 import logging
 import random
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
 from typing import Self
 
@@ -52,7 +52,9 @@ class Replica:
     your pending edits when the log moved under them.
 
     Args:
-        url: the hub's base url (`ws://host:port`).
+        url: the hub's base url (`ws://host:port`), or several hubs sharing one store (SPEC
+            9): the replica starts with the first and moves to the next one after each lost
+            or failed connection (a refusal still stops it).
         conversation_id: the conversation to mirror.
         client: this replica's client id; give the same one to a process that continues this
             replica's pushes. A random one when omitted.
@@ -66,7 +68,7 @@ class Replica:
 
     def __init__(
         self,
-        url: str,
+        url: str | Sequence[str],
         conversation_id: str,
         *,
         client: str | None = None,
@@ -77,7 +79,9 @@ class Replica:
         connect_timeout: float = 10.0,
         compression: str | None = None,
     ) -> None:
-        self.url = f"{url.rstrip('/')}/v1/conversations/{conversation_id}"
+        self.urls = conversation_urls(url, conversation_id)
+        self.url = self.urls[0]  # the one connected to, or tried next
+        self._url_at = 0
         self.conversation_id = conversation_id
         self.session = ReplicaSession(
             client or f"replica-{uuid.uuid4().hex[:12]}", conversation, max_frame=max_frame
@@ -277,9 +281,15 @@ class Replica:
             # so a hub and a replica that disagree back off instead of spinning.
             failures = 0 if self._welcomed and not broke_protocol else failures + 1
             if retry == "at_once":
-                continue  # sent to resync: catch up at once
+                continue  # sent to resync: catch up at once (on the same hub)
+            self._fail_over()
             cap = min(self._max_backoff, self._backoff * 2 ** max(failures - 1, 0))
             await anyio.sleep(random.uniform(0, cap))
+
+    def _fail_over(self) -> None:
+        """Move to the next hub url (round robin); with one url, nothing changes."""
+        self._url_at = (self._url_at + 1) % len(self.urls)
+        self.url = self.urls[self._url_at]
 
     def _stop_refused(self, refused: Refused) -> None:
         """The hub refused us for good: stop, and let every waiter raise it."""
@@ -344,13 +354,26 @@ def _retry_after(close_code: int, close_reason: str, detail: str) -> Retry:
     return retry
 
 
+def conversation_urls(url: str | Sequence[str], conversation_id: str) -> list[str]:
+    """The websocket urls of `conversation_id` on each hub of `url` (one or several).
+
+    Raises:
+        UsageError: no url given.
+    """
+    bases = [url] if isinstance(url, str) else list(url)
+    if not bases:
+        raise UsageError("bad_url", "no hub url given")
+    return [f"{base.rstrip('/')}/v1/conversations/{conversation_id}" for base in bases]
+
+
 def connect(
-    url: str,
+    url: str | Sequence[str],
     conversation_id: str,
     *,
     client: str | None = None,
     conversation: Conversation | None = None,
     **options: object,
 ) -> Replica:
-    """A `Replica` of `conversation_id` on the hub at `url`; use with `async with`."""
+    """A `Replica` of `conversation_id` on the hub at `url` (or the first of several hubs,
+    failing over to the next); use with `async with`."""
     return Replica(url, conversation_id, client=client, conversation=conversation, **options)  # type: ignore[arg-type]

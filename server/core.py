@@ -69,6 +69,7 @@ __all__ = [
     "CoreConfig",
     "LoadLog",
     "Raise",
+    "ReadMark",
     "ReadRecords",
     "RewriteLog",
     "RoomCore",
@@ -126,6 +127,13 @@ class ReadRecords:
 
 
 @dataclass(frozen=True, slots=True)
+class ReadMark:
+    """Read `client`'s last accepted push from the store (`LogStore.client_mark`)."""
+
+    client: str
+
+
+@dataclass(frozen=True, slots=True)
 class AppendRecords:
     """Compare-and-append `records` at `lineage`/`from_`, with `client`'s new `mark`."""
 
@@ -167,7 +175,7 @@ class Raise:
     error: Exception
 
 
-StoreCall = ReadRecords | AppendRecords | LoadLog | WriteSnapshot | RewriteLog
+StoreCall = ReadRecords | AppendRecords | LoadLog | WriteSnapshot | RewriteLog | ReadMark
 Action = Send[C] | Broadcast[C] | Close[C] | Raise | StoreCall
 _Then = Callable[[object], list[Action[C]]]
 
@@ -181,6 +189,10 @@ class CoreConfig:
     recent_records: int = 1000
     snapshot_every: int = 1000
     hub_rebase: bool = True
+    """Place a stale push by intent for replicas that list `hub_rebase` (SPEC 2.4.6)."""
+    shared_store: bool = False
+    """Other hubs append to the same store (SPEC 9): a `hello` reads the client's mark from
+    the store instead of trusting the room's copy."""
 
 
 # ---------------------------------------------------------------------- the core
@@ -279,6 +291,8 @@ class RoomCore(Generic[C]):
 
     def join(self, conn: C, hello: Hello) -> list[Action[C]]:
         """Welcome `conn`, bring it up to date; from then on it gets every record appended."""
+        if self.config.shared_store:
+            return self._fresh(lambda: self._read_mark(conn, hello))
         return self._fresh(lambda: self._join(conn, hello))
 
     def _join(self, conn: C, hello: Hello) -> list[Action[C]]:
@@ -308,6 +322,30 @@ class RoomCore(Generic[C]):
                     read, lambda outcome: self._caught_up(conn, hello.client, revision, outcome)
                 )
         return self._subscribe(conn, hello.client, actions + self._state_to(conn))
+
+    def _read_mark(self, conn: C, hello: Hello) -> list[Action[C]]:
+        """On a shared store, the welcome's `acked` comes from the store (SPEC 9): the client
+        may have pushed through another hub since this room last heard of it."""
+        return self._call(
+            ReadMark(hello.client), lambda outcome: self._mark_read(conn, hello, outcome)
+        )
+
+    def _mark_read(self, conn: C, hello: Hello, outcome: object) -> list[Action[C]]:
+        if isinstance(outcome, Exception):
+            log.error(
+                "reading the mark of %s in %s failed", hello.client, self.id, exc_info=outcome
+            )
+            return [Close(conn, "unavailable", "the log cannot be read now; reconnect later")]
+        if outcome is None:
+            return self._join(conn, hello)
+        assert isinstance(outcome, ClientMark)
+        cached = self.marks.get(hello.client)
+        if cached is not None and cached.seq >= outcome.seq:
+            return self._join(conn, hello)
+        # A push this room has not seen landed through another hub: fold what the room lacks
+        # first, so the welcome's `acked` never runs ahead of the records the replica gets.
+        self.marks[hello.client] = outcome
+        return self._forward_missing(lambda: self._join(conn, hello))
 
     def _caught_up(self, conn: C, client: str, revision: int, outcome: object) -> list[Action[C]]:
         if isinstance(outcome, Exception):
@@ -489,6 +527,23 @@ class RoomCore(Generic[C]):
         """Another hub appended to this conversation: forward what the room lacks."""
         return self._fresh(lambda: self._forward_missing(list))
 
+    def head_check(self) -> list[Action[C]]:
+        """The periodic re-read of the head (SPEC 9) on a store other hubs share: forward the
+        records the room lacks, like `log_moved`. Correctness never depends on a notice; this
+        is the backstop. A read that fails changes nothing (the next check tries again)."""
+
+        def check() -> list[Action[C]]:
+            read = ReadRecords(self.lineage, self.revision)
+            return self._call(read, self._head_read)
+
+        return self._fresh(check)
+
+    def _head_read(self, outcome: object) -> list[Action[C]]:
+        if isinstance(outcome, Exception):
+            log.warning("re-reading the head of %s failed: %s", self.id, outcome)
+            return []
+        return self._forwarded(outcome, list)
+
     def _forward_missing(self, then: Callable[[], list[Action[C]]]) -> list[Action[C]]:
         """Read the records this room lacks, fold them, send exactly those to every
         subscriber (a replica never holds more than its hub's room), then `then()`."""
@@ -525,6 +580,8 @@ class RoomCore(Generic[C]):
                 for conn in self.subscribers
             ]
         assert outcome is None or isinstance(outcome, Loaded)
+        if outcome is None and not self.exists:
+            return then()  # still no log: the room's fresh lineage stands, nothing to send
         self.load(outcome)
         frames = self._state_frames()
         to = list(self.subscribers)
@@ -536,7 +593,9 @@ class RoomCore(Generic[C]):
         """Replace the log with one `reset` record holding `conversation`'s state under the
         fresh `lineage`; every subscriber is sent the new state and rereads."""
         record = ChangeRecord(Reset(conversation.state()), Author.rig(), now)
-        base = (self.lineage, self.revision) if self.exists else None
+        # Always compare-and-set: a room that saw no log expects none (revision 0), so a log
+        # another hub created meanwhile is never erased.
+        base = (self.lineage, self.revision)
         call = RewriteLog(lineage, [encode(record)], base)
         return self._call(call, self._rewritten)
 

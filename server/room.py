@@ -22,6 +22,7 @@ from .core import (
     AppendRecords,
     CoreConfig,
     LoadLog,
+    ReadMark,
     ReadRecords,
     RewriteLog,
     RoomCore,
@@ -33,7 +34,7 @@ from .metrics import Metrics
 from .store import LogStore
 from .subscriber import Subscriber
 
-__all__ = ["Room", "store_call"]
+__all__ = ["Room", "is_shared", "store_call"]
 
 
 class Room:
@@ -52,6 +53,7 @@ class Room:
                 strict_pairing=config.strict_pairing,
                 recent_records=config.recent_records,
                 snapshot_every=config.snapshot_every,
+                shared_store=is_shared(store),
             ),
             metrics,
         )
@@ -103,6 +105,11 @@ class Room:
         async with self.lock:
             await self._carry_out(self.core.log_moved())
 
+    async def head_check(self) -> None:
+        """Re-read the log's head; forward what this room lacks (the periodic backstop)."""
+        async with self.lock:
+            await self._carry_out(self.core.head_check())
+
     async def rewrite(self, conversation: Conversation) -> None:
         """Replace the log with one `reset` record holding `conversation`'s state, under a
         fresh lineage; every subscriber is sent the new state and rereads."""
@@ -144,4 +151,11 @@ async def store_call(store: LogStore, conversation_id: str, call: StoreCall) -> 
             await store.write_snapshot(conversation_id, lineage, revision, data)
         case RewriteLog(lineage, records, base):
             await store.rewrite(conversation_id, lineage, records, base=base)
+        case ReadMark(client):
+            return await store.client_mark(conversation_id, client)
     return None
+
+
+def is_shared(store: object) -> bool:
+    """Whether other hubs may append to `store`: it can tell of moves (`watch`, PostgreSQL)."""
+    return callable(getattr(store, "watch", None))
