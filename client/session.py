@@ -31,10 +31,16 @@ from sync.errors import ProtocolError, Refused, RemoteProtocolError, Unavailable
 from sync.frames import MAX_FRAME, PUSH_OVERHEAD, push_frame, runs
 from sync.protocol import (
     Ack,
+    DraftEnd,
+    Drafts,
+    DraftState,
+    DraftUpdate,
     Entries,
     Error,
     Hello,
     HubMessage,
+    PresenceDiff,
+    PresenceSnapshot,
     Records,
     Reject,
     State,
@@ -42,12 +48,17 @@ from sync.protocol import (
 )
 from sync.rebase import Conflict, needs_base, rebase
 
+from .live import FEATURES, DraftChanged, DraftEnded, LiveState, PresenceChanged
+
 __all__ = [
     "Applied",
     "Conflict",
     "Connected",
     "Disconnected",
+    "DraftChanged",
+    "DraftEnded",
     "Event",
+    "PresenceChanged",
     "Rebased",
     "ReplicaSession",
     "Reset",
@@ -89,7 +100,17 @@ class Reset(msgspec.Struct, frozen=True):
     revision: int
 
 
-Event = Connected | Disconnected | Applied | Rebased | Reset | Conflict
+Event = (
+    Connected
+    | Disconnected
+    | Applied
+    | Rebased
+    | Reset
+    | Conflict
+    | DraftChanged
+    | DraftEnded
+    | PresenceChanged
+)
 
 
 class _Batch:
@@ -140,6 +161,10 @@ class ReplicaSession:
         self._partial_entries: list[Entry] = []
         self.on_landed: Callable[[int, list[ChangeRecord]], None] | None = None
         """Called with a batch's seq and records once the hub holds them (for observers)."""
+        self.live = LiveState()
+        """Drafts and presence (SPEC 7): what the hub reports, and the drafts made here."""
+        self.kind: str | None = None
+        """What this replica is (`user`, `agent`), for presence without a token."""
 
     # ------------------------------------------------------------------ reads
 
@@ -172,7 +197,9 @@ class ReplicaSession:
         self._catching_up = False
         self._partial = None
         self._partial_entries = []
-        return Hello(self.client, self.confirmed.lineage, self.confirmed.revision, token)
+        self.live.connecting()
+        confirmed = self.confirmed
+        return Hello(self.client, confirmed.lineage, confirmed.revision, token, FEATURES, self.kind)
 
     def next_push(self) -> tuple[bytes | None, list[Conflict]]:
         """The next push frame to send, if one may go now, and records refused locally.
@@ -218,20 +245,32 @@ class ReplicaSession:
             case Welcome():
                 return self._on_welcome(message)
             case Records():
-                return self._on_records(message)
+                return self._on_records(message) + self._drafts_landed()
             case State():
-                return self._on_state(message)
+                return self._on_state(message) + self._drafts_landed()
             case Entries():
-                return self._on_entries(message)
+                return self._on_entries(message) + self._drafts_landed()
             case Ack():
-                return self._on_ack(message)
+                return self._on_ack(message) + self._drafts_landed()
             case Reject():
                 return self._on_reject(message)
             case Error(code, detail):
                 if retry_of(code) in ("never", "new_token"):
                     raise Refused(code, detail)
                 raise Unavailable(code, detail)
+            case Drafts() | DraftUpdate() | DraftState() | DraftEnd():
+                if self._welcome is None:
+                    raise ProtocolError("unexpected", "a draft message before welcome")
+                return self.live.receive(message)
+            case PresenceSnapshot() | PresenceDiff():
+                if self._welcome is None:
+                    raise ProtocolError("unexpected", "a presence message before welcome")
+                return self.live.receive(message)
         raise ProtocolError("unexpected", f"unexpected {type(message).__name__}")
+
+    def _drafts_landed(self) -> list[Event]:
+        """Drafts whose ids the log now holds are done: a UI never shows both."""
+        return self.live.landed(self.confirmed) if self.live.drafts else []
 
     def disconnected(self, reason: str) -> list[Event]:
         """The connection is gone; the session waits for the next `hello()`."""
@@ -260,7 +299,7 @@ class ReplicaSession:
             # What pending records were made on (kept if a catch-up is cut off and resumed).
             self._before_catch_up = confirmed.copy()
         events: list[Event] = [Connected(welcome.lineage, welcome.revision)]
-        return events + self._maybe_caught_up()
+        return events + self.live.welcomed(welcome) + self._maybe_caught_up()
 
     def _maybe_caught_up(self) -> list[Event]:
         welcome = self._welcome
