@@ -238,6 +238,8 @@ class LiveState:
             return []
         if own is not None:
             own.ended = status
+        if status == "refused":  # to the sender only: the hub's draft (if any) goes on
+            return [DraftEnded(id_, status)] if own is not None else []
         draft = self.drafts.pop(id_, None)
         return [DraftEnded(id_, status)] if draft is not None or own is not None else []
 

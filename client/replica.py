@@ -272,7 +272,11 @@ class Replica:
     def _emit(self, events: list[Event]) -> None:
         for event in events:
             self._events.put_nowait(event)
-            if isinstance(event, DraftEnded) and event.id in self._writers:
+            if (
+                isinstance(event, DraftEnded)
+                and event.status != "gone"  # a snapshot taken before this replica reopened it
+                and event.id in self._writers
+            ):
                 self._writers.pop(event.id)._end(event.status)
         self._progress.set()
 
