@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import sys
 import textwrap
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -16,6 +18,7 @@ from conftest import bound, hub_config
 
 from client import Replica, connect
 from client.live import DraftChanged, DraftEnded
+from client.tail import tail
 from server import Hub, MemoryStore
 from server.store import SqliteStore
 from sync import Entry, Halt, Message
@@ -335,3 +338,33 @@ async def test_slow_appends_arrive_in_order_with_or_without_coalescing(
                     d.append(token)
                 await until(lambda: d.id in ui.drafts and ui.drafts[d.id].text == FULL)
             await until(lambda: not ui.drafts)
+
+
+async def test_tail_draws_a_draft_growing_under_the_last_message_and_who_is_online(
+    hub: Hub,
+) -> None:
+    """`convsync tail` on a terminal redraws with the draft's text so far under the last
+    entry, and a line of who is online with their status."""
+    out = io.StringIO()
+    async with (
+        connect(hub.url, "tailed", client="worker", kind="agent", draft_interval=0) as worker,
+        connect(hub.url, "tailed", client="viewer") as viewer,
+    ):
+        worker.conversation.push(Message.user("hello?"))
+        await worker.flush()
+        await viewer.wait_for(worker.revision)
+        async with anyio.create_task_group() as group:
+            group.start_soon(partial(tail, viewer, out, once=False, tty=True))
+            async with worker.draft() as d:
+                d.append("Hello the")
+                await until(lambda: "Hello the▌" in out.getvalue())
+                d.append("re, friend")
+                await until(lambda: "Hello there, friend▌" in out.getvalue())
+                await until(lambda: "worker (agent, drafting)" in out.getvalue())
+                screen = out.getvalue().rsplit("\x1b[2J", 1)[1].splitlines()
+                assert screen[1].startswith("#0   user  hello?")
+                assert screen[2] == "...  assistant [worker]  Hello there, friend▌"
+                assert screen[3] == "online: viewer · worker (agent, drafting)"
+                await d.commit(Message.assistant("Hello there, friend"))
+            await until(lambda: "#1   assistant  Hello there, friend" in out.getvalue())
+            group.cancel_scope.cancel()
