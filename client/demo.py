@@ -185,7 +185,7 @@ async def _ui(
                 say("ui   ", f"conflict: {item.reason} {item.detail}")
             elif isinstance(item, DraftChanged) and item.id in ui.drafts:
                 text = ui.drafts[item.id].text
-                if len(text) >= shown.get(item.id, 0) + 40 or item.id not in shown:
+                if text and (item.id not in shown or len(text) >= shown[item.id] + 40):
                     shown[item.id] = len(text)  # a line per 40 characters, not per token
                     say("ui   ", f"… assistant is typing: {one_line(text, 100)}")
                 turns = conversation.turns()
