@@ -217,7 +217,8 @@ def report(results: list[Result], rate: float) -> str:
     bytes_ratio = big.whole_per_token / big.bytes_per_token
     return "\n".join(
         [
-            f"Run {now()} on {machine()}.",
+            f"Run {now()} on {machine()}; load average at the end "
+            f"{os.getloadavg()[0]:.1f} (other jobs share the 2 cores).",
             "",
             f"Command: `{command_line()}`",
             "",

@@ -220,7 +220,11 @@ class Hub:
             for room in list(self._rooms.values()):
                 deadline = room.next_deadline()
                 if deadline is not None and deadline <= now_ms():
-                    await room.tick()
+                    try:
+                        await room.tick()
+                    except Exception:  # a bug of ours: log it; the timer keeps serving others
+                        log.exception("tick of %s failed", room.id)
+                        continue
                     deadline = room.next_deadline()
                 if deadline is not None:
                     soonest = deadline if soonest is None else min(soonest, deadline)

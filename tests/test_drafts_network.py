@@ -280,6 +280,10 @@ async def test_a_worker_killed_mid_draft_ends_it_timeout_and_the_log_holds_none_
                 await proc.aclose()
             assert not ui1.drafts and not ui2.drafts
             assert hub.metrics.drafts_open == 0
+            rendered = hub.metrics.render()
+            assert "convsync_drafts_open 0" in rendered
+            assert "convsync_presence 2" in rendered  # the two UIs
+            assert hub.metrics.draft_bytes_relayed > 0
             room = await hub.room_for_read("killed")
             assert room is None or len(room.conversation) == 0
 
