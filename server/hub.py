@@ -205,7 +205,8 @@ class Hub:
             now = time.monotonic()
             for conversation_id, room in list(self._rooms.items()):
                 if room.users == 0 and now - room.idle_since >= self.config.idle_unload:
-                    if not room.lock.locked():
+                    # A room keeps its open drafts until they end (grace, timeout).
+                    if not room.lock.locked() and not room.core.drafts.drafts:
                         del self._rooms[conversation_id]
             self.metrics.conversations_loaded = len(self._rooms)
 
