@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint types unit demo bench load chaos clean
+.PHONY: test lint types unit services demo bench load chaos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,8 +19,13 @@ lint: $(STAMP)
 types: $(STAMP)
 	$(PY) -m mypy
 
-unit: $(STAMP)
-	$(PY) -m pytest -q
+# A PostgreSQL server for the store tests (installs Debian's postgresql when root and missing).
+services: $(STAMP)
+	scripts/ensure-services $(PY)
+
+# CONVSYNC_REQUIRE_PG=1: the PostgreSQL tests fail rather than skip when no server can be had.
+unit: $(STAMP) services
+	CONVSYNC_REQUIRE_PG=1 $(PY) -m pytest -q
 
 test: lint types unit
 

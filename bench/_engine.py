@@ -7,6 +7,10 @@ long run; every process of the run still uses one version of the code. `CODE_VER
 which: the commit, and the uncommitted changes if any. Import it before anything from the
 engine, and add the repository to `sys.path` with `append` (not `insert(0, ...)`), so the
 copy stays first.
+
+`snapshot_at(rev)` makes a second copy, of the packages as they were at a git revision
+(`bench/hub.py --baseline REV`): a server process started with `CONVSYNC_BENCH_CODE` set to it
+runs that older code, so old and new hubs are measured in one run by the same client code.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["CODE", "CODE_VERSION", "ROOT"]
+__all__ = ["CODE", "CODE_VERSION", "ROOT", "snapshot_at"]
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("sync", "server", "client")
@@ -52,6 +56,42 @@ def _snapshot() -> tuple[Path, str]:
         digest = hashlib.sha256(diff.encode()).hexdigest()[:10]
         version += f" with uncommitted changes to {names} (diff sha256 {digest})"
     return target, version
+
+
+def snapshot_at(rev: str) -> tuple[Path, str]:
+    """Copy `sync/`, `server/` and `client/` as they were at git revision `rev` to a temporary
+    directory (removed at exit); returns it and its version line (`git <short commit>`).
+
+    Raises:
+        ValueError: `rev` names no commit of this repository, or it has none of the packages.
+    """
+    commit = _git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").strip()
+    if not commit:
+        raise ValueError(f"--baseline {rev!r}: no such commit in {ROOT}")
+    target = Path(tempfile.mkdtemp(prefix="convsync-bench-baseline-"))
+    atexit.register(shutil.rmtree, target, True)
+    try:
+        archive = subprocess.run(
+            ["git", "archive", "--format=tar", commit, *PACKAGES],
+            cwd=ROOT,
+            capture_output=True,
+            timeout=60,
+            check=True,
+        ).stdout
+        subprocess.run(
+            ["tar", "-x", "-C", str(target)],
+            input=archive,
+            capture_output=True,
+            timeout=60,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise ValueError(f"--baseline {rev!r}: cannot extract {PACKAGES} at {commit}") from exc
+    missing = [package for package in PACKAGES if not (target / package / "__init__.py").exists()]
+    if missing:
+        raise ValueError(f"--baseline {rev!r}: {commit[:7]} has no {', '.join(missing)} package")
+    short = _git("rev-parse", "--short", commit).strip()
+    return target, f"git {short}"
 
 
 if os.environ.get("CONVSYNC_BENCH_CODE"):  # a server process of a run: the run's copy

@@ -10,8 +10,9 @@ they serve, then answer JSON commands read one per line on stdin with one JSON l
 
 - `{"cmd": "stats"}`: CPU seconds used so far (user + system, all threads, `getrusage`), RSS
   (`VmRSS`), the garbage collector's runs (count and seconds per generation, and the longest
-  since the last `stats`), and for the hub the store's `commits`/`appends` counters and the
-  hub's metrics.
+  since the last `stats`), where the engine was imported from (`engine`, and `foreign`: any
+  engine module not from the run's copy), and for the hub the store's `commits`/`appends`
+  counters and the hub's metrics.
 - `{"cmd": "seed", "id": ..., "messages": n, "chars": c, "per_record": k}` (hub): write a
   log of `n` messages (alternating user/assistant, `c` characters each) as push records of
   `k` entries (default 1; `at` stamped) straight into the store, in appends of 1,000 records.
@@ -20,6 +21,13 @@ they serve, then answer JSON commands read one per line on stdin with one JSON l
 - `{"cmd": "profile_start"}` / `{"cmd": "profile_stop", "top": k}`: cProfile of the event
   loop's thread; the answer holds the top `k` functions by own time and by cumulative time.
 - `{"cmd": "quit"}` (or stdin closed): stop serving and exit.
+
+The engine code comes from `CONVSYNC_BENCH_CODE` (see `bench/_engine.py`), which the driver
+sets per process: the run's copy of the working tree, or with `bench/hub.py --baseline REV` an
+older revision's packages for the baseline hub. Only what that older code also has is called
+here (`Hub(store, host=, port=, config=)`, `HubConfig`, `MemoryStore`, `SqliteStore(path,
+synchronous=)`, `hub.metrics`, `hub.room_for_read`, the stores' `commits`/`appends`), so a hub
+from before the core redesign (2c86be2) runs unchanged.
 
 The workload helpers (`text`, `message`, `records_for`) live here too, so the driver and the
 server build the same messages.
@@ -33,10 +41,10 @@ import contextlib
 import cProfile
 import dataclasses
 import gc
-import io
 import json
 import os
 import pstats
+import re
 import resource
 import sys
 import time
@@ -49,7 +57,7 @@ import msgspec
 from websockets.asyncio.server import ServerConnection, broadcast, serve
 from websockets.exceptions import ConnectionClosed
 
-import bench._engine  # noqa: F401  (first: the engine code of the run)
+import bench._engine  # first: the engine code of the run
 from bench._report import text
 from server.config import HubConfig
 from server.hub import Hub
@@ -145,6 +153,53 @@ class GcPauses:
 GC_PAUSES = GcPauses()
 
 
+# The event loop's own frames: waiting in epoll, and the calls every callback runs under. They
+# top both orders without saying anything about the work, so the tables leave them out.
+LOOP_PLUMBING = re.compile(
+    r"\{method 'poll' of 'select\.epoll' objects\}|selectors\.py:\d+\(select\)"
+    r"|base_events\.py:\d+\((_run_once|run_forever|run_until_complete)\)"
+    r"|events\.py:\d+\(_run\)|\{method 'run' of '_contextvars\.Context' objects\}"
+    r"|runners\.py:\d+\(run\)"
+)
+
+
+def function_name(key: tuple[str, int, str]) -> str:
+    """`file:line(function)`, or `{method ...}` for a built-in, as `pstats` prints it."""
+    filename, line, name = key
+    if (filename, line) == ("~", 0):
+        return "{" + name[1:-1] + "}" if name.startswith("<") and name.endswith(">") else name
+    return f"{filename}:{line}({name})"
+
+
+def profile_tables(profiler: cProfile.Profile, top: int) -> dict[str, str]:
+    """The top `top` functions of a stopped profile by own time (`tottime`) and by cumulative
+    time (`cumulative`), as tables (seconds; directories stripped) that leave out the event
+    loop's plumbing (`LOOP_PLUMBING`); `idle` says how long the loop waited in epoll."""
+    stats = pstats.Stats(profiler).strip_dirs()
+    rows: list[tuple[float, float, str, str]] = []
+    waited = 0.0
+    entries: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
+    for key, (primitive, calls, own, cumulative, _) in entries.items():
+        name = function_name(key)
+        if "select.epoll" in name:
+            waited += own
+        if not LOOP_PLUMBING.fullmatch(name):
+            ncalls = str(calls) if calls == primitive else f"{calls}/{primitive}"
+            rows.append((own, cumulative, ncalls, name))
+    total: float = stats.total_tt  # type: ignore[attr-defined]
+    out = {
+        "idle": f"{total:.3f} s profiled, of which the event loop waited in epoll {waited:.3f} s "
+        "(the loop's own frames are left out of the tables)"
+    }
+    for order, column in (("tottime", 0), ("cumulative", 1)):
+        lines = [f"by {order}:", f"{'ncalls':>12} {'tottime':>8} {'cumtime':>8}  function"]
+        ranked = sorted(rows, key=lambda row: row[column], reverse=True)
+        for own, cumulative, ncalls, name in ranked[:top]:
+            lines.append(f"{ncalls:>12} {own:8.3f} {cumulative:8.3f}  {name}")
+        out[order] = "\n".join(lines)
+    return out
+
+
 # ---------------------------------------------------------------------------- control
 
 
@@ -194,13 +249,7 @@ class Control:
             case "profile_stop":
                 assert self._profiler is not None
                 self._profiler.disable()
-                top = int(command.get("top", 25))
-                out = {}
-                for order in ("tottime", "cumulative"):
-                    buffer = io.StringIO()
-                    stats = pstats.Stats(self._profiler, stream=buffer)
-                    stats.strip_dirs().sort_stats(order).print_stats(top)
-                    out[order] = buffer.getvalue()
+                out = profile_tables(self._profiler, int(command.get("top", 25)))
                 self._profiler = None
                 return out
             case "quit":
@@ -215,6 +264,7 @@ class Control:
             "gc": GC_PAUSES.snapshot(),
             "gc_longest": GC_PAUSES.reset_longest(),
             "engine": str(sys.modules[Hub.__module__].__file__),
+            "foreign": foreign_modules(),
         }
         if self.hub is not None:
             store: Any = self.hub.store
@@ -230,6 +280,18 @@ class Control:
                 conversations_loaded=metrics.conversations_loaded,
             )
         return out
+
+
+def foreign_modules() -> list[str]:
+    """Engine modules (`sync`, `server`, `client`) this process imported from anywhere but the
+    run's copy (`CONVSYNC_BENCH_CODE`): the driver refuses a process where this is not empty."""
+    code = str(bench._engine.CODE)
+    return sorted(
+        f"{name} ({module.__file__})"
+        for name, module in list(sys.modules.items())
+        if name.split(".")[0] in bench._engine.PACKAGES
+        and not str(getattr(module, "__file__", None) or code).startswith(code)
+    )
 
 
 async def seed(store: LogStore, command: dict[str, Any]) -> dict[str, Any]:

@@ -27,7 +27,9 @@ __all__ = [
     "gc_paused",
     "machine",
     "median",
+    "no_worse_row",
     "now",
+    "ratio_row",
     "spread",
     "write_section",
 ]
@@ -49,6 +51,10 @@ the command shown to refresh it. How the figures are produced:
 - Timing loops run with the garbage collector paused (after a `gc.collect()`), so a cyclic
   collection of unrelated objects is not billed to the operation measured; each script says
   where it does this.
+- Old vs new code in one run: `bench/hub.py fanout --baseline REV` (and `latency`) also starts
+  hubs running the packages as committed at git revision REV, and interleaves their runs with
+  the current code's, so a change to the hub is judged against its predecessor on the same
+  machine at the same moment.
 """
 
 
@@ -192,3 +198,36 @@ class Results:
             cells = [row.name, row.figure, row.spread, row.bar, row.result]
             lines.append("| " + " | ".join(cells) + " |")
         return "\n".join(lines)
+
+
+def no_worse_row(
+    name: str, new: Sequence[float], old: Sequence[float], *, higher_is_better: bool
+) -> Row:
+    """Issue 7's bar for one figure: new / old, FAIL when new was worse in every repeat."""
+    ratio = median(new) / median(old)
+    pairs = [n / o for n, o in zip(new, old, strict=True)]
+    if higher_is_better:
+        worse, always_worse = ratio < 1, all(p < 1 for p in pairs)
+    else:
+        worse, always_worse = ratio > 1, all(p > 1 for p in pairs)
+    figure = f"{ratio:.3f}"
+    if always_worse:
+        figure += " (worse in every repeat)"
+    elif worse:
+        figure += " (within noise)"
+    return Row(
+        name,
+        figure,
+        spread=spread(pairs, "{:.3f}"),
+        bar=f"no worse: {'>=' if higher_is_better else '<='} 1 in some repeat (issue 7)",
+        passed=not always_worse,
+    )
+
+
+def ratio_row(
+    name: str, new: Sequence[float], base: Sequence[float], limit: float, bar: str
+) -> Row:
+    """new / base (ratio of the medians; spread: the per-repeat ratios) against `limit`."""
+    ratio = median(new) / median(base)
+    pairs = [n / b for n, b in zip(new, base, strict=True)]
+    return Row(name, f"{ratio:.3f}", spread(pairs, "{:.3f}"), bar, ratio <= limit)

@@ -6,7 +6,8 @@ Run from the repository root:
     .venv/bin/python bench/hub.py fanout         # one topic: fanout, latency, durable, memory,
                                                  #   catchup or compression
     .venv/bin/python bench/hub.py all --quick    # a smoke run at small sizes; writes nothing
-    .venv/bin/python bench/hub.py fanout --profile   # also print a cProfile of the hub process
+    .venv/bin/python bench/hub.py fanout --profile   # also a cProfile of the hub process
+    .venv/bin/python bench/hub.py latency --baseline 2c86be2   # old vs new code, one run
 
 Each topic writes its own `## Hub: ...` section of docs/benchmarks.md with the command, the date,
 the machine, its figures, the bar and PASS/FAIL. Every server under test (a hub, or the baseline
@@ -18,7 +19,11 @@ What each topic measures (bars from issue 3):
 
 1. fanout: records delivered per second to 1, 10 and 100 readers, convsync vs a plain
    `websockets` relay of the same record bytes (bar: convsync >= 0.7x the relay, each size).
-2. latency: push-to-apply latency p50/p99 with 10 subscribers at a steady 1,000 records/s.
+2. latency: push-to-apply latency p50/p99 with 10 subscribers at a steady 100 and 1,000
+   records/s: the plain relay, convsync on `MemoryStore` and on `SqliteStore` (FULL), and one
+   measured fsync (issue 8's bars: memory p50 <= 1.3x and p99 <= 1.6x the relay; SQLite p50
+   <= memory p50 + 1.5 fsyncs). `--profile` adds cProfile top entries of the hub and of the
+   client process (the subscriber replicas) at 1,000 records/s.
 3. durable: records/s of acked one-record pushes with SqliteStore (synchronous=FULL), 1 writer
    vs 20 writers on 20 conversations (bar: 20 writers >= 5x one), and appends per commit.
 4. memory: hub memory per loaded conversation vs its JSON size (bar: <= 3x), and the hub's RSS
@@ -27,6 +32,11 @@ What each topic measures (bars from issue 3):
    message roughly flat: at 50k <= 1.5x at 5k; 50k must work).
 6. compression: permessage-deflate on vs off, delivery rate and hub CPU per delivery
    (expected 2-4x the CPU per delivery; bar: <= 4x).
+
+`--baseline REV` (fanout and latency): also start hubs running the packages as they were at git
+revision REV (`bench/_engine.py` `snapshot_at`; e.g. 2c86be2, the commit before the hub core
+redesign), measure them interleaved with the current hubs (new, old, new, old...) by the same
+client code in this process, and report new/old (issue 7: no worse than before).
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import cProfile
 import gc
 import json
 import os
@@ -54,8 +65,8 @@ sys.path.append(str(Path(__file__).resolve().parent.parent))
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 
-from bench._engine import CODE, CODE_VERSION, ROOT
-from bench._hubproc import GC_PAUSES, message, raise_fd_limit, records_for
+from bench._engine import CODE, CODE_VERSION, ROOT, snapshot_at
+from bench._hubproc import GC_PAUSES, message, profile_tables, raise_fd_limit, records_for
 from bench._report import (
     Results,
     Row,
@@ -63,7 +74,9 @@ from bench._report import (
     gc_paused,
     machine,
     median,
+    no_worse_row,
     now,
+    ratio_row,
     spread,
     write_section,
 )
@@ -100,13 +113,15 @@ TIMEOUT = 300.0 * float(os.environ.get("CONVSYNC_TIMEOUT_SCALE", "1"))
 @dataclass(frozen=True)
 class Settings:
     repeats: int
+    fanout_repeats: int  # even, so that old and new each go first equally often
     fanout_sizes: tuple[int, ...]
     fanout_records: int
     latency_subscribers: int
-    latency_rate: float  # records/s
+    latency_rates: tuple[float, ...]  # records/s
     latency_seconds: float  # per repeat, after the warm-up
     latency_warmup: float
     latency_repeats: int
+    fsync_probes: int  # fsyncs timed per repeat of the latency topic
     durable_writers: tuple[int, int]
     durable_seconds: float
     memory_conversations: int
@@ -119,13 +134,15 @@ class Settings:
 
 FULL = Settings(
     repeats=5,
+    fanout_repeats=4,
     fanout_sizes=(1, 10, 100),
     fanout_records=5_000,
     latency_subscribers=10,
-    latency_rate=1000.0,
-    latency_seconds=8.0,
+    latency_rates=(100.0, 1000.0),
+    latency_seconds=5.0,
     latency_warmup=1.0,
-    latency_repeats=3,
+    latency_repeats=4,
+    fsync_probes=100,
     durable_writers=(1, 20),
     durable_seconds=4.0,
     memory_conversations=100,
@@ -137,13 +154,15 @@ FULL = Settings(
 )
 QUICK = Settings(
     repeats=1,
+    fanout_repeats=1,
     fanout_sizes=(1, 10),
     fanout_records=500,
     latency_subscribers=3,
-    latency_rate=1000.0,
+    latency_rates=(100.0, 1000.0),
     latency_seconds=1.0,
     latency_warmup=0.3,
     latency_repeats=1,
+    fsync_probes=20,
     durable_writers=(1, 5),
     durable_seconds=1.0,
     memory_conversations=5,
@@ -172,11 +191,62 @@ def log(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+@dataclass(frozen=True)
+class OldCode:
+    """The engine copy of `--baseline REV`: hub processes started with it run REV's code."""
+
+    rev: str
+    path: Path
+    version: str  # "git 2c86be2"
+
+    def label(self, kind: str) -> str:
+        return f"{kind} (old: {self.version})"
+
+    def owns(self, kind: str) -> bool:
+        return kind.endswith(f"(old: {self.version})")
+
+
+def run_order(kinds: list[str], old: OldCode | None, repeat: int) -> list[str]:
+    """The kinds in the order of one repeat: each new kind right next to its old twin, new
+    first in even repeats and old first in odd ones (so neither side always runs first)."""
+    order = []
+    for kind in kinds:
+        if old is not None and old.owns(kind):
+            continue
+        pair = [kind, old.label(kind)] if old is not None and old.label(kind) in kinds else [kind]
+        order += pair if repeat % 2 == 0 else pair[::-1]
+    return order
+
+
+def old_code_intro(args: argparse.Namespace, what: str) -> str:
+    """The paragraph a topic's intro gets with `--baseline`; empty without it."""
+    old: OldCode | None = args.old
+    if old is None:
+        return ""
+    return (
+        f"\n\n**Old vs new code** (`--baseline {old.rev}`): {what} also run against hubs "
+        "started from the packages `sync/`, `server/` and `client/` as they were at "
+        f"{old.version} (`git archive` into a temporary directory; those hub processes import "
+        "the engine only from there, which the script checks), interleaved with the current "
+        "code's runs: each new run next to its old twin, new first in even repeats and old "
+        "first in odd ones. Same workload, same client code (this process runs the current "
+        "code). new / old = the ratio of the medians; its spread is the min-max of the "
+        "per-repeat ratios (each new run against its old twin of the same repeat). Bar "
+        "(issue 7, no worse than before): FAIL only when the new code was worse in every "
+        "repeat; a median on the worse side that some repeat contradicts is marked *within "
+        "noise*."
+    )
+
+
 # ---------------------------------------------------------------------------- processes
 
 
 class ServerProcess:
-    """A hub or baseline relay started from `bench/_hubproc.py`, answering JSON commands."""
+    """A hub or baseline relay started from `bench/_hubproc.py`, answering JSON commands.
+
+    `code` is the engine copy the process imports (`CONVSYNC_BENCH_CODE` for that process
+    only): the run's copy, or a `--baseline` revision's; `start` checks that it did.
+    """
 
     def __init__(self, proc: asyncio.subprocess.Process, port: int, pid: int) -> None:
         self.proc = proc
@@ -186,8 +256,8 @@ class ServerProcess:
         self._lock = asyncio.Lock()
 
     @classmethod
-    async def start(cls, *args: str) -> ServerProcess:
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
+    async def start(cls, *args: str, code: Path = CODE) -> ServerProcess:
+        env = dict(os.environ, PYTHONPATH=str(ROOT), CONVSYNC_BENCH_CODE=str(code))
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             str(HUBPROC),
@@ -206,10 +276,14 @@ class ServerProcess:
             await _end(proc)
             raise
         server = cls(proc, int(hello["port"]), int(hello["pid"]))
-        engine = (await server.ask("stats"))["engine"]
-        if not engine.startswith(str(CODE)):
+        stats = await server.ask("stats")
+        engine, foreign = stats["engine"], stats["foreign"]
+        if not engine.startswith(str(code)) or foreign:
             await server.stop()
-            raise RuntimeError(f"the server process runs {engine}, not the run's copy {CODE}")
+            raise RuntimeError(
+                f"the server process runs {engine} (and {foreign or 'nothing else'} from "
+                f"elsewhere), not the engine copy {code}"
+            )
         return server
 
     async def ask(self, cmd: str, **fields: Any) -> dict[str, Any]:
@@ -252,8 +326,8 @@ async def servers() -> Any:
     """A registry of started server processes, all stopped on the way out."""
     started: list[ServerProcess] = []
 
-    async def start(*args: str) -> ServerProcess:
-        server = await ServerProcess.start(*args)
+    async def start(*args: str, code: Path = CODE) -> ServerProcess:
+        server = await ServerProcess.start(*args, code=code)
         started.append(server)
         return server
 
@@ -573,14 +647,25 @@ async def pipeline_costs(messages: list[Message], repeats: int) -> list[tuple[st
 # ---------------------------------------------------------------------------- profiles
 
 
-async def profiled(server: ServerProcess, work: Callable[[], Awaitable[Any]], top: int = 30) -> str:
-    """Run `work` with the server process under cProfile; its top functions by own time."""
+PROFILE_TOP = 15  # functions listed per profile table
+
+
+def profile_text(tables: dict[str, str]) -> str:
+    """The two `pstats` tables of `profile_tables` (own time, then cumulative), as one text."""
+    return tables["idle"] + "\n\n" + tables["tottime"] + "\n\n" + tables["cumulative"]
+
+
+async def profiled(
+    server: ServerProcess, work: Callable[[], Awaitable[Any]], top: int = PROFILE_TOP
+) -> str:
+    """Run `work` with the server process under cProfile (its event loop's thread); its top
+    functions by own time and by cumulative time."""
     await server.ask("profile_start")
     try:
         await work()
     finally:
         answer = await server.ask("profile_stop", top=top)
-    return answer["tottime"] + "\n" + answer["cumulative"]
+    return profile_text(answer)
 
 
 # ---------------------------------------------------------------------------- topics
@@ -615,32 +700,54 @@ async def topic_fanout(settings: Settings, args: argparse.Namespace) -> Topic:
         "frame with `sync.protocol.decode_hub_message`, no fold).\n\n"
         "CPU columns: CPU seconds the server process and the client process used during the "
         "run, as a share of the run's wall time (1.0 = one core busy): a figure near 1.0 "
-        "marks that process as the bottleneck.",
+        "marks that process as the bottleneck."
+        + old_code_intro(args, "the three convsync kinds are"),
     )
     results = topic.results
+    old: OldCode | None = args.old
     all_messages = payload_messages(settings.fanout_records)
     payloads = [encode(r) for r in _records_of(all_messages)]
     record_bytes = statistics.mean(len(p) for p in payloads)
     tmp = tempfile.TemporaryDirectory(prefix="convsync-bench-")
-    kinds = ["baseline", "convsync", "convsync raw readers", "convsync SQLite"]
+    new_kinds = ["convsync", "convsync raw readers", "convsync SQLite"]
+    kinds = ["baseline"]
+    for kind in new_kinds:  # new, old, new, old...: each pair back to back
+        kinds += [kind, old.label(kind)] if old else [kind]
     runs: dict[tuple[str, int], list[Run]] = {}
     async with servers() as start:
         baseline = await start("baseline")
-        hub = await start("hub", "--store", "memory")
-        sqlite_hub = await start("hub", "--store", "sqlite", "--path", f"{tmp.name}/fan.db")
+        hubs = {
+            "memory": await start("hub", "--store", "memory"),
+            "sqlite": await start("hub", "--store", "sqlite", "--path", f"{tmp.name}/fan.db"),
+        }
+        hub = hubs["memory"]
+        old_hubs = {}
+        if old:
+            old_hubs = {
+                "memory": await start("hub", "--store", "memory", code=old.path),
+                "sqlite": await start(
+                    "hub", "--store", "sqlite", "--path", f"{tmp.name}/fan-old.db", code=old.path
+                ),
+            }
+        for server in [baseline, *hubs.values(), *old_hubs.values()]:  # first-use costs
+            if server is baseline:
+                await run_baseline(server, 1, payloads[:500])
+            else:
+                await run_convsync(server, 1, all_messages[:500])
         for readers in settings.fanout_sizes:
-            for repeat in range(settings.repeats):
-                for kind in kinds:
+            for repeat in range(settings.fanout_repeats):
+                for kind in run_order(kinds, old, repeat):
                     if kind == "baseline":
                         run = await run_baseline(baseline, readers, payloads)
-                    elif kind == "convsync SQLite":
-                        run = await run_convsync(sqlite_hub, readers, all_messages)
                     else:
-                        raw = kind == "convsync raw readers"
-                        run = await run_convsync(hub, readers, all_messages, raw=raw)
+                        server = (old_hubs if old and old.owns(kind) else hubs)[
+                            "sqlite" if "SQLite" in kind else "memory"
+                        ]
+                        raw = "raw readers" in kind
+                        run = await run_convsync(server, readers, all_messages, raw=raw)
                     runs.setdefault((kind, readers), []).append(run)
                     log(
-                        f"fanout {readers:>3} readers, {kind:<22} #{repeat}: "
+                        f"fanout {readers:>3} readers, {kind:<36} #{repeat}: "
                         f"{run.rate:>9,.0f} records/s, server cpu {run.hub_cpu / run.seconds:.2f},"
                         f" client cpu {run.client_cpu / run.seconds:.2f}"
                     )
@@ -660,14 +767,14 @@ async def topic_fanout(settings: Settings, args: argparse.Namespace) -> Topic:
                 )
             )
     tmp.cleanup()
-    costs = await pipeline_costs(all_messages, settings.repeats)
+    costs = await pipeline_costs(all_messages, settings.fanout_repeats)
     for stage, micros in costs:
         log(f"pipeline: {stage}: {micros:.2f} µs/record")
     results.notes.append(
         "Where the CPU goes, per record, measured in this process without sockets "
         f"(`bench/hub.py` `pipeline_costs`: the {settings.fanout_records:,} records of a run "
         "through the same objects the hub and the replicas use, `time.process_time`, garbage "
-        f"collector paused, median of {settings.repeats}); the websocket framing and the "
+        f"collector paused, median of {settings.fanout_repeats}); the websocket framing and the "
         "system calls come on top:\n\n"
         "| Stage | CPU per record |\n|---|---|\n"
         + "\n".join(f"| {stage} | {micros:.2f} µs |" for stage, micros in costs)
@@ -692,7 +799,7 @@ async def topic_fanout(settings: Settings, args: argparse.Namespace) -> Topic:
                     spread=rates(rates_),
                 )
             )
-        for kind in ("convsync", "convsync raw readers", "convsync SQLite"):
+        for kind in kinds[1:]:
             ratio = median([r.rate for r in runs[(kind, readers)]]) / base_rate
             bar = kind == "convsync"
             results.add(
@@ -703,10 +810,21 @@ async def topic_fanout(settings: Settings, args: argparse.Namespace) -> Topic:
                     passed=(ratio >= 0.7) if bar else None,
                 )
             )
+        if old:
+            for kind in new_kinds:
+                results.add(
+                    no_worse_row(
+                        f"{readers} reader{'s' if readers > 1 else ''}: {kind}, records/s "
+                        f"new / old ({old.version})",
+                        [r.rate for r in runs[(kind, readers)]],
+                        [r.rate for r in runs[(old.label(kind), readers)]],
+                        higher_is_better=True,
+                    )
+                )
     results.notes.append(
         f"Record size: {record_bytes:.0f} bytes of JSON on average (the baseline relays "
         "exactly these bytes). Each figure is the median of "
-        f"{settings.repeats} runs; the four kinds' runs are interleaved, a fresh conversation "
+        f"{settings.fanout_repeats} runs; the kinds' runs are interleaved, a fresh conversation "
         "per convsync run."
     )
     return topic
@@ -723,26 +841,124 @@ def _records_of(messages: list[Message]) -> list[Any]:
 
 @dataclass
 class LatencyRun:
-    latencies: list[float]  # seconds, every record and subscriber after the warm-up
-    achieved: float  # records/s pushed
-    pushes: int
+    """One steady run: latency over every record and subscriber after the warm-up (ms), and
+    what the processes did meanwhile."""
+
+    samples: int
+    p50: float
+    p99: float
+    p999: float
+    max: float
+    achieved: float  # records/s the writer sent
+    per_push: float  # records per push frame (1 for the relay: one frame per record)
     hub_cpu: float  # share of one core over the run
     client_cpu: float
     gc_client: tuple[int, float]  # full collections, longest (s)
     gc_hub: tuple[int, float]
 
 
+def percentile(ordered: list[float], p: float) -> float:
+    """The `p`th percentile of sorted `ordered` (nearest rank)."""
+    return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
+
+
+async def paced(
+    total: int, rate: float, send: Callable[[int], Awaitable[None]], sent_at: list[float]
+) -> float:
+    """Hand items 0..total-1 to `send` on a fixed schedule of `rate` per second (when the loop
+    wakes late, every item due goes at once, so the average rate holds), `sent_at[k]` being
+    `perf_counter()` just before item k is handed over; returns the achieved rate."""
+    interval = 1.0 / rate
+    clock = time.perf_counter
+    started = clock()
+    k = 0
+    while k < total:
+        due = min(total, int((clock() - started) / interval) + 1)
+        while k < due:
+            sent_at[k] = clock()
+            await send(k)
+            k += 1
+        await asyncio.sleep(max(0.0, started + k * interval - clock()))
+    return total / (clock() - started)
+
+
+async def measured(
+    server: ServerProcess,
+    rate: float,
+    send: Callable[[int], Awaitable[None]],
+    sent_at: list[float],
+    delivered: Callable[[], Awaitable[Any]],
+    *,
+    client_gc: bool,
+    profiler: cProfile.Profile | None,
+) -> dict[str, Any]:
+    """The timed part of a latency run: the paced sends, then `delivered()` (every subscriber
+    got everything); CPU, garbage collections and the hub's push counter around it."""
+    before, cpu0 = await server.ask("stats"), client_cpu()
+    gc0 = GC_PAUSES.snapshot()
+    GC_PAUSES.reset_longest()
+    began = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        if not client_gc:
+            stack.enter_context(gc_paused())
+        if profiler is not None:
+            profiler.enable()
+            stack.callback(profiler.disable)
+        achieved = await paced(len(sent_at), rate, send, sent_at)
+        await bounded(delivered())
+    elapsed = time.perf_counter() - began
+    cpu1, after = client_cpu(), await server.ask("stats")
+    gc1 = GC_PAUSES.snapshot()
+    return {
+        "achieved": achieved,
+        "pushes": after.get("pushes_accepted", 0) - before.get("pushes_accepted", 0),
+        "hub_cpu": (after["cpu"] - before["cpu"]) / elapsed,
+        "client_cpu": (cpu1 - cpu0) / elapsed,
+        "gc_client": (int(gc1["count"][2] - gc0["count"][2]), GC_PAUSES.reset_longest()[2]),
+        "gc_hub": (int(after["gc"]["count"][2] - before["gc"]["count"][2]), after["gc_longest"][2]),
+    }
+
+
+def latency_run(latencies: list[float], total: int, timing: dict[str, Any]) -> LatencyRun:
+    ordered = sorted(latencies)
+    return LatencyRun(
+        len(ordered),
+        percentile(ordered, 50) * 1000,
+        percentile(ordered, 99) * 1000,
+        percentile(ordered, 99.9) * 1000,
+        ordered[-1] * 1000,
+        timing["achieved"],
+        total / timing["pushes"] if timing["pushes"] else 1.0,
+        timing["hub_cpu"],
+        timing["client_cpu"],
+        timing["gc_client"],
+        timing["gc_hub"],
+    )
+
+
+def latency_load(settings: Settings, rate: float) -> tuple[int, int]:
+    """(records sent in a run, records of its warm-up) at `rate`."""
+    return (
+        int((settings.latency_warmup + settings.latency_seconds) * rate),
+        int(settings.latency_warmup * rate),
+    )
+
+
 async def run_latency(
-    server: ServerProcess, settings: Settings, *, client_gc: bool = True
+    server: ServerProcess,
+    settings: Settings,
+    rate: float,
+    *,
+    client_gc: bool = True,
+    profiler: cProfile.Profile | None = None,
 ) -> LatencyRun:
-    """One steady run of the writer and its subscribers; with `client_gc=False` the cyclic
-    garbage collector of this (the client) process is paused for the run."""
+    """convsync: a writer `Replica` pushing `rate` records/s to a fresh conversation, and the
+    subscriber `TimedReplica`s; with `client_gc=False` the cyclic garbage collector of this
+    (the client) process is paused for the run; `profiler` runs over the timed part."""
     conversation = f"lat-{uuid.uuid4().hex[:12]}"
-    interval = 1.0 / settings.latency_rate
-    total = int((settings.latency_warmup + settings.latency_seconds) * settings.latency_rate)
-    warm = int(settings.latency_warmup * settings.latency_rate)
+    total, warm = latency_load(settings, rate)
     messages = payload_messages(total)
-    pushed_at = [0.0] * (total + 1)  # by revision (the writer is the only pusher)
+    sent_at = [0.0] * total
     async with contextlib.AsyncExitStack() as stack:
         writer = await stack.enter_async_context(Replica(server.url, conversation, client="writer"))
         subscribers = [
@@ -751,166 +967,358 @@ async def run_latency(
             )
             for k in range(settings.latency_subscribers)
         ]
-        before, cpu0 = await server.ask("stats"), client_cpu()
-        gc0 = GC_PAUSES.snapshot()
-        GC_PAUSES.reset_longest()
         push = writer.conversation.push
-        clock = time.perf_counter
-        with contextlib.ExitStack() as gc_off:
-            if not client_gc:
-                gc_off.enter_context(gc_paused())
-            started = clock()
-            k = 0
-            while k < total:
-                due = min(total, int((clock() - started) / interval) + 1)
-                while k < due:
-                    pushed_at[k + 1] = clock()
-                    push(messages[k])
-                    k += 1
-                delay = started + k * interval - clock()
-                await asyncio.sleep(max(0.0, delay))
-            achieved = total / (clock() - started)
-            await bounded(asyncio.gather(*(s.wait_for(total) for s in subscribers)))
-            elapsed = clock() - started
-        cpu1, after = client_cpu(), await server.ask("stats")
-        gc1 = GC_PAUSES.snapshot()
-        client_longest = GC_PAUSES.reset_longest()[2]
+
+        async def send(k: int) -> None:  # never suspends: `push` only queues the edit
+            push(messages[k])
+
+        def delivered() -> Awaitable[Any]:
+            return asyncio.gather(*(s.wait_for(total) for s in subscribers))
+
+        timing = await measured(
+            server, rate, send, sent_at, delivered, client_gc=client_gc, profiler=profiler
+        )
     latencies = []
     for sub in subscribers:
         for revision, count, stamp in sub.arrivals:
             for rev in range(revision - count + 1, revision + 1):
-                if rev > warm:
-                    latencies.append(stamp - pushed_at[rev])
-    return LatencyRun(
-        latencies,
-        achieved,
-        after["pushes_accepted"] - before["pushes_accepted"],
-        (after["cpu"] - before["cpu"]) / elapsed,
-        (cpu1 - cpu0) / elapsed,
-        (int(gc1["count"][2] - gc0["count"][2]), client_longest),
-        (int(after["gc"]["count"][2] - before["gc"]["count"][2]), after["gc_longest"][2]),
+                if rev > warm:  # revision r holds item r - 1: the writer is the only pusher
+                    latencies.append(stamp - sent_at[rev - 1])
+    return latency_run(latencies, total, timing)
+
+
+PROBE = b"probe"  # a frame the relay's readers skip: sent until every reader got one
+
+
+async def run_relay_latency(
+    server: ServerProcess, settings: Settings, rate: float, payloads: list[bytes]
+) -> LatencyRun:
+    """The plain relay: the writer sends each record's JSON as one text frame on the same
+    schedule; each reader decodes every frame as a `ChangeRecord` and stamps it."""
+    total, warm = latency_load(settings, rate)
+    n = settings.latency_subscribers
+    sent_at = [0.0] * total
+    stamps: list[list[float]] = [[] for _ in range(n)]
+    registered = [asyncio.Event() for _ in range(n)]
+
+    async def read(conn: ClientConnection, stamps_k: list[float], seen: asyncio.Event) -> None:
+        clock = time.perf_counter
+        while len(stamps_k) < total:
+            data = await conn.recv(decode=False)
+            if data == PROBE:
+                seen.set()
+                continue
+            decode_record(data)
+            stamps_k.append(clock())
+
+    async with contextlib.AsyncExitStack() as stack:
+        readers = [await open_raw(server.url, "/read", None) for _ in range(n)]
+        for conn in readers:
+            stack.push_async_callback(conn.close)
+        writer = await open_raw(server.url, "/write", None)
+        stack.push_async_callback(writer.close)
+        tasks = [
+            asyncio.create_task(read(conn, stamps[k], registered[k]))
+            for k, conn in enumerate(readers)
+        ]
+        for task in tasks:
+            stack.callback(task.cancel)
+        deadline = time.perf_counter() + 60
+        while not all(seen.is_set() for seen in registered):  # the relay knows every reader
+            if time.perf_counter() > deadline:
+                raise TimeoutError("the relay did not register every reader within 60 s")
+            await writer.send(PROBE, text=True)
+            await asyncio.sleep(0.02)
+
+        async def send(k: int) -> None:
+            await writer.send(payloads[k], text=True)
+
+        def delivered() -> Awaitable[Any]:
+            return asyncio.gather(*tasks)
+
+        timing = await measured(
+            server, rate, send, sent_at, delivered, client_gc=True, profiler=None
+        )
+    latencies = [
+        stamp - sent_at[k] for stamps_k in stamps for k, stamp in enumerate(stamps_k) if k >= warm
+    ]
+    return latency_run(latencies, total, timing)
+
+
+def fsync_probe(directory: str, count: int, size: int = 512) -> list[float]:
+    """Seconds of each of `count` appends of `size` bytes + `os.fsync` to a new file in
+    `directory` (as a WAL commit appends and syncs)."""
+    path = os.path.join(directory, "fsync-probe")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        times = []
+        for _ in range(count):
+            began = time.perf_counter()
+            os.write(fd, b"x" * size)
+            os.fsync(fd)
+            times.append(time.perf_counter() - began)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return times
+
+
+def ms_pair(sample: Sequence[LatencyRun]) -> tuple[str, str]:
+    """(`p50 / p99` of the medians, their spreads) of some runs, in milliseconds."""
+    p50, p99 = [r.p50 for r in sample], [r.p99 for r in sample]
+    return (
+        f"{median(p50):.2f} / {median(p99):.2f} ms",
+        f"{spread(p50, '{:.2f}')} / {spread(p99, '{:.2f}')} ms",
     )
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
 
 
 async def topic_latency(settings: Settings, args: argparse.Namespace) -> Topic:
     n = settings.latency_subscribers
+    old: OldCode | None = args.old
+    rates_ = settings.latency_rates
+    top = max(rates_)
+    rate_names = " and ".join(f"{r:,.0f}" for r in rates_)
     topic = Topic(
         "Hub: append-to-apply latency (`bench/hub.py latency`)",
-        f"A hub (`MemoryStore`) in its own process; in this process a writer `Replica` and "
-        f"{n} subscriber `Replica`s of one conversation. The writer pushes one record (a "
-        f"{PAYLOAD_CHARS}-character user message, ~300-byte record) every "
-        f"{1000 / settings.latency_rate:g} ms on a fixed schedule (when the loop wakes late it "
-        "pushes the records due, so the average rate holds); its replica batches what "
-        "accumulated while a push is in flight, as the protocol does. Latency = "
-        "`time.perf_counter()` when a subscriber's replica emits `Applied` for the record "
-        "(right after folding it into its local value) minus `perf_counter()` just before the "
-        f"writer's `push` call, for every record and subscriber after a "
-        f"{settings.latency_warmup:g} s warm-up. {settings.latency_repeats} runs of "
-        f"{settings.latency_seconds:g} s; the figures are the medians of the runs' "
-        "percentiles. The garbage collector runs normally in both processes; its full "
-        "(generation 2) collections are counted with `gc.callbacks`. Informative rows: runs "
-        "interleaved with those, the same but with the client process's garbage collector "
-        "paused (all 11 replicas live in that one process, so its heap holds 22 copies of "
-        "the conversation; a replica in a process of its own holds 2).",
+        f"One writer and {n} subscribers of one stream, all in this process (the client "
+        "process), against servers that each run in a process of their own (127.0.0.1): the "
+        f"writer sends one record at a steady {rate_names} records/s on a fixed schedule "
+        "(when the loop wakes late it sends every record due at once, so the average rate "
+        f"holds). The records are user messages of {PAYLOAD_CHARS} characters whose push "
+        "records are ~300 bytes of JSON. Latency = `time.perf_counter()` when a subscriber "
+        "has the record (defined per kind below) minus `perf_counter()` just before the "
+        "writer handed it over, for every record and subscriber after a "
+        f"{settings.latency_warmup:g} s warm-up; then {settings.latency_seconds:g} s measured "
+        f"per run. {settings.latency_repeats} repeats; in each repeat every rate and every "
+        "server kind runs once, interleaved (in the order of the table), a fresh "
+        "conversation per convsync run. Figures: the medians over the repeats of each run's "
+        "p50 and p99; spreads: min-max over the repeats; a ratio is the ratio of the medians "
+        "and its spread the min-max of the per-repeat ratios (runs of one repeat are back "
+        "to back).\n\n"
+        "- **relay** (the baseline): `bench/_hubproc.py baseline`, a minimal `websockets` "
+        "server: every frame a `/write` connection sends goes to every `/read` connection "
+        "with `websockets.broadcast` (no parsing, no store, no backpressure). The writer sends "
+        "each record's JSON bytes (exactly what convsync's log holds) as one text frame "
+        "(`await ws.send`); each subscriber is a raw connection that decodes each frame with "
+        "msgspec as a `ChangeRecord` (`sync.decode_record`) and then stamps it. Before the "
+        "timed part the writer sends small probe frames until every reader has seen one (so "
+        "the relay has registered every reader); readers skip probes.\n"
+        "- **memory**: a hub on `MemoryStore`. The writer is a real `Replica` calling "
+        "`replica.conversation.push(message)`; its replica batches what accumulated while a "
+        "push is in flight (one in flight), as the protocol does. The subscribers are real "
+        "`Replica`s; a record's stamp is taken when the replica emits `Applied` for it, right "
+        "after folding it into its `confirmed` and `local` values.\n"
+        "- **SQLite**: the same against a hub on `SqliteStore` (`synchronous=FULL`, WAL, "
+        "group commit; the hub acks and forwards after the commit) on a fresh file in a "
+        "temporary directory on this machine's disk (ext4).\n"
+        "- **fsync**: in each repeat, "
+        f"{settings.fsync_probes} appends of 512 bytes + `os.fsync` to a file in the same "
+        "directory as the SQLite file; the figure is the median over all of them (spread: "
+        "min-max of the per-repeat medians).\n\n"
+        "Bars (issue 8), at each rate: memory p50 <= 1.3x and p99 <= 1.6x the relay's; "
+        "SQLite p50 <= memory p50 + 1.5 x one fsync. The garbage collector runs normally in "
+        "every process; full (generation 2) collections are counted with `gc.callbacks`. "
+        f"Informative, at {top:,.0f} records/s: one more memory run per repeat with the "
+        f"client process's garbage collector paused (all {n + 1} replicas live in that one "
+        f"process, so its heap holds {2 * (n + 1)} copies of the conversation; a replica in a "
+        "process of its own holds 2). CPU shares: CPU seconds of the server process (all "
+        "threads) and of the client process over the run / its wall time."
+        + old_code_intro(args, "the memory and SQLite kinds are"),
     )
     results = topic.results
-    p50s, p99s, p999s, maxes, achieved_rates, batch = [], [], [], [], [], []
-    runs: list[LatencyRun] = []
-    gc_off: dict[int, list[float]] = {50: [], 99: []}
+    tmp = tempfile.TemporaryDirectory(prefix="convsync-bench-")
+    kinds = ["relay"]
+    for kind in ("memory", "SQLite"):
+        kinds += [kind, old.label(kind)] if old else [kind]
+    payloads = [encode(r) for r in _records_of(payload_messages(latency_load(settings, top)[0]))]
+    runs: dict[tuple[str, float], list[LatencyRun]] = {}
+    quiet: list[LatencyRun] = []
+    fsyncs: list[float] = []
+    fsync_medians: list[float] = []
     async with servers() as start:
-        hub = await start("hub", "--store", "memory")
+        procs = {
+            "relay": await start("baseline"),
+            "memory": await start("hub", "--store", "memory"),
+            "SQLite": await start("hub", "--store", "sqlite", "--path", f"{tmp.name}/lat.db"),
+        }
+        if old:
+            procs[old.label("memory")] = await start("hub", "--store", "memory", code=old.path)
+            procs[old.label("SQLite")] = await start(
+                "hub", "--store", "sqlite", "--path", f"{tmp.name}/lat-old.db", code=old.path
+            )
         for repeat in range(settings.latency_repeats):
-            run = await run_latency(hub, settings)
-            latencies = run.latencies
-            total = int(
-                (settings.latency_warmup + settings.latency_seconds) * settings.latency_rate
-            )
-            p50s.append(percentile(latencies, 50) * 1000)
-            p99s.append(percentile(latencies, 99) * 1000)
-            p999s.append(percentile(latencies, 99.9) * 1000)
-            maxes.append(max(latencies) * 1000)
-            achieved_rates.append(run.achieved)
-            batch.append(total / run.pushes)
-            runs.append(run)
+            probe = fsync_probe(tmp.name, settings.fsync_probes)
+            fsyncs += probe
+            fsync_medians.append(median(probe) * 1000)
+            log(f"latency #{repeat}: fsync {fsync_medians[-1]:.3f} ms (median)")
+            for rate in rates_:
+                for kind in run_order(kinds, old, repeat):
+                    server = procs[kind]
+                    if kind == "relay":
+                        run = await run_relay_latency(server, settings, rate, payloads)
+                    else:
+                        run = await run_latency(server, settings, rate)
+                    runs.setdefault((kind, rate), []).append(run)
+                    log(
+                        f"latency {rate:>5,.0f}/s {kind:<26} #{repeat}: p50 {run.p50:.2f} ms "
+                        f"p99 {run.p99:.2f} ms ({run.samples:,} samples, {run.achieved:,.0f}/s, "
+                        f"{run.per_push:.2f} records/push, server cpu {run.hub_cpu:.2f}, client "
+                        f"cpu {run.client_cpu:.2f}, full gc client {run.gc_client}, "
+                        f"server {run.gc_hub})"
+                    )
+                    gc.collect()
+            quiet.append(await run_latency(procs["memory"], settings, top, client_gc=False))
             log(
-                f"latency #{repeat}: p50 {p50s[-1]:.2f} ms p99 {p99s[-1]:.2f} ms "
-                f"({len(latencies):,} samples, {run.achieved:,.0f} records/s, "
-                f"{batch[-1]:.1f} records/push, hub cpu {run.hub_cpu:.2f}, client cpu "
-                f"{run.client_cpu:.2f}, full gc client {run.gc_client}, hub {run.gc_hub})"
+                f"latency {top:,.0f}/s memory, client gc paused #{repeat}: "
+                f"p50 {quiet[-1].p50:.2f} ms p99 {quiet[-1].p99:.2f} ms"
             )
-            quiet = await run_latency(hub, settings, client_gc=False)
-            gc_off[50].append(percentile(quiet.latencies, 50) * 1000)
-            gc_off[99].append(percentile(quiet.latencies, 99) * 1000)
-            log(
-                f"latency, client gc paused #{repeat}: p50 {gc_off[50][-1]:.2f} ms "
-                f"p99 {gc_off[99][-1]:.2f} ms, full gc hub {quiet.gc_hub}"
-            )
+            gc.collect()
         if args.profile:
+            hub = procs["memory"]
+            client_profiler = cProfile.Profile()
+            hub_profile = await profiled(
+                hub, lambda: run_latency(hub, settings, top, profiler=client_profiler)
+            )
+            topic.profiles.append(
+                (f"hub process (`MemoryStore`), {top:,.0f} records/s", hub_profile)
+            )
             topic.profiles.append(
                 (
-                    "hub process, steady 1,000 records/s",
-                    await profiled(hub, lambda: run_latency(hub, settings)),
+                    f"client process (the writer and {n} subscriber replicas), the same run",
+                    profile_text(profile_tables(client_profiler, PROFILE_TOP)),
                 )
             )
-    ms = "{:.2f}"
-    results.add(
-        Row("achieved push rate", rate(median(achieved_rates)), spread=rates(achieved_rates))
-    )
-    results.add(Row("records per push (the writer's batching)", f"{median(batch):.2f}"))
+            sqlite_hub = procs["SQLite"]
+            topic.profiles.append(
+                (
+                    f"hub process (`SqliteStore`, FULL), {top:,.0f} records/s (the event loop's "
+                    "thread only: the store's writer thread, which runs SQLite and the fsync, "
+                    "is not in it)",
+                    await profiled(sqlite_hub, lambda: run_latency(sqlite_hub, settings, top)),
+                )
+            )
+    tmp.cleanup()
+    fsync_ms_ = median(fsyncs) * 1000
+    for rate in rates_:
+        at = f"{rate:,.0f}/s"
+        relay = runs[("relay", rate)]
+        for kind in kinds:
+            sample = runs[(kind, rate)]
+            figure, spread_ = ms_pair(sample)
+            if kind != "relay":
+                figure += (
+                    f" ({median([r.p50 for r in sample]) / median([r.p50 for r in relay]):.2f}x"
+                    f" / {median([r.p99 for r in sample]) / median([r.p99 for r in relay]):.2f}x"
+                    f" the relay; {median([r.per_push for r in sample]):.2f} records/push)"
+                )
+            figure += (
+                f"; CPU server {median([r.hub_cpu for r in sample]):.2f}, "
+                f"client {median([r.client_cpu for r in sample]):.2f}"
+            )
+            results.add(Row(f"{at}, {kind}: p50 / p99", figure, spread=spread_))
+        memory = runs[("memory", rate)]
+        results.add(
+            ratio_row(
+                f"{at}: memory p50 / relay p50",
+                [r.p50 for r in memory],
+                [r.p50 for r in relay],
+                1.3,
+                "<= 1.3 (issue 8)",
+            ),
+            f"{at} memory p50 / relay",
+        )
+        results.add(
+            ratio_row(
+                f"{at}: memory p99 / relay p99",
+                [r.p99 for r in memory],
+                [r.p99 for r in relay],
+                1.6,
+                "<= 1.6 (issue 8)",
+            ),
+            f"{at} memory p99 / relay",
+        )
+        sqlite_p50 = median([r.p50 for r in runs[("SQLite", rate)]])
+        memory_p50 = median([r.p50 for r in memory])
+        allowed = memory_p50 + 1.5 * fsync_ms_
+        results.add(
+            Row(
+                f"{at}: SQLite p50 vs memory p50 + 1.5 fsyncs",
+                f"{sqlite_p50:.2f} ms vs {memory_p50:.2f} + 1.5 x {fsync_ms_:.3f} = "
+                f"{allowed:.2f} ms (SQLite - memory = {sqlite_p50 - memory_p50:.2f} ms = "
+                f"{(sqlite_p50 - memory_p50) / fsync_ms_:.1f} fsyncs)",
+                bar="SQLite p50 <= memory p50 + 1.5 fsyncs (issue 8)",
+                passed=sqlite_p50 <= allowed,
+            ),
+            f"{at} SQLite p50 - memory p50",
+        )
+        if old:
+            for kind in ("memory", "SQLite"):
+                for name in ("p50", "p99"):
+                    results.add(
+                        no_worse_row(
+                            f"{at}: {kind} {name}, new / old ({old.version})",
+                            [getattr(r, name) for r in runs[(kind, rate)]],
+                            [getattr(r, name) for r in runs[(old.label(kind), rate)]],
+                            higher_is_better=False,
+                        ),
+                        f"{at} {kind} {name} new / old",
+                    )
+    every = [r for sample in runs.values() for r in sample]
+
+    def runs_at(rate: float) -> list[LatencyRun]:
+        return [r for (_, at), sample in runs.items() if at == rate for r in sample]
+
+    achieved = [r.achieved / rate for (_, rate), sample in runs.items() for r in sample]
     results.add(
         Row(
-            f"p50 latency, {n} subscribers",
-            f"{median(p50s):.2f} ms",
-            spread=spread(p50s, ms) + " ms",
+            "achieved send rate / the rate asked, every run",
+            f"{min(achieved):.3f}-{max(achieved):.3f}",
         )
     )
     results.add(
         Row(
-            f"p99 latency, {n} subscribers",
-            f"{median(p99s):.2f} ms",
-            spread=spread(p99s, ms) + " ms",
+            "one fsync (512-byte append + `os.fsync`, the SQLite file's directory)",
+            f"{fsync_ms_:.3f} ms ({len(fsyncs):,} fsyncs)",
+            spread=spread(fsync_medians, "{:.3f}") + " ms",
         )
     )
+    memory_top = runs[("memory", top)]
     results.add(
         Row(
-            "p99.9 latency (informative)",
-            f"{median(p999s):.2f} ms",
-            spread=spread(p999s, ms) + " ms",
+            f"{top:,.0f}/s, memory: p99.9 / max latency (informative)",
+            f"{median([r.p999 for r in memory_top]):.2f} / "
+            f"{median([r.max for r in memory_top]):.2f} ms",
+            spread=f"{spread([r.p999 for r in memory_top], '{:.2f}')} / "
+            f"{spread([r.max for r in memory_top], '{:.2f}')} ms",
         )
     )
+    figure, spread_ = ms_pair(quiet)
     results.add(
         Row(
-            "max latency (informative)", f"{median(maxes):.2f} ms", spread=spread(maxes, ms) + " ms"
-        )
-    )
-    results.add(
-        Row(
-            "CPU share over a run (1.0 = one core busy): hub process, client process",
-            f"{median([r.hub_cpu for r in runs]):.2f}, {median([r.client_cpu for r in runs]):.2f}",
-        )
-    )
-    results.add(
-        Row(
-            "p50 / p99 latency with the client process's garbage collector paused (informative)",
-            f"{median(gc_off[50]):.2f} ms / {median(gc_off[99]):.2f} ms",
-            spread=spread(gc_off[99], ms) + " ms (p99)",
+            f"{top:,.0f}/s, memory, client process's garbage collector paused: p50 / p99 "
+            "(informative)",
+            figure,
+            spread=spread_,
         )
     )
     for side in ("client", "hub"):
-        pauses = [r.gc_client if side == "client" else r.gc_hub for r in runs]
+        pauses = [r.gc_client if side == "client" else r.gc_hub for r in memory_top]
         results.add(
             Row(
-                f"full (generation 2) garbage collections per run in the {side} process, longest",
+                f"{top:,.0f}/s, memory: full (generation 2) garbage collections per run in the "
+                f"{side} process, longest",
                 f"{median([c for c, _ in pauses]):.0f}, "
                 f"{median([t for _, t in pauses]) * 1000:.1f} ms",
-                spread=spread([t * 1000 for _, t in pauses], ms) + " ms",
+                spread=spread([t * 1000 for _, t in pauses], "{:.2f}") + " ms",
             )
         )
+    samples = ", ".join(
+        f"{rate:,.0f}/s: {median([r.samples for r in every if r in runs_at(rate)]):,.0f}"
+        for rate in rates_
+    )
+    results.notes.append(
+        f"Latency samples per run (records after the warm-up x {n} subscribers): {samples}."
+    )
     return topic
 
 
@@ -1459,7 +1867,7 @@ TOPICS: dict[str, Callable[[Settings, argparse.Namespace], Awaitable[Topic]]] = 
 }
 
 
-def section(topic: Topic, started: str, seconds: float, load: str) -> str:
+def section(topic: Topic, started: str, seconds: float, load: str, args: argparse.Namespace) -> str:
     results = topic.results
     if results.failed:
         verdict = "FAILED: " + "; ".join(results.failed)
@@ -1467,20 +1875,34 @@ def section(topic: Topic, started: str, seconds: float, load: str) -> str:
         verdict = "all bars PASS"
     else:
         verdict = "no bar (figures reported)"
+    old: OldCode | None = args.old
+    head = [
+        f"Command: `{command_line()}` (from the repository root)  ",
+        f"Date: {started}; this topic took {seconds:.0f} s  ",
+        f"Machine: {machine()}, shared with other jobs  ",
+        f"Code: {CODE_VERSION}  ",
+    ]
+    if old is not None:
+        head.append(f"Old code (`--baseline {old.rev}`): {old.version}  ")
+    head.append(f"Machine load during this topic: {load}  ")
+    if args.note:
+        head.append(f"Note: {args.note}  ")
+    head.append(f"Result: **{verdict}**")
+    profiles = [
+        f"cProfile of the {title} (top {PROFILE_TOP} by own time, then by cumulative time; "
+        f"an extra run after the timed ones: cProfile slows what it profiles):\n\n"
+        f"```\n{profile}\n```"
+        for title, profile in topic.profiles
+    ]
     return "\n".join(
         [
-            f"Command: `{command_line()}` (from the repository root)  ",
-            f"Date: {started}; this topic took {seconds:.0f} s  ",
-            f"Machine: {machine()}, shared with other jobs  ",
-            f"Code: {CODE_VERSION}  ",
-            f"Machine load during this topic: {load}  ",
-            f"Result: **{verdict}**",
+            *head,
             "",
             topic.intro,
             "",
             results.table(),
             "",
-            "\n\n".join(results.notes),
+            "\n\n".join([*results.notes, *profiles]),
         ]
     )
 
@@ -1509,7 +1931,7 @@ async def amain(args: argparse.Namespace) -> int:
         if args.quick or args.no_write:
             print("\n(not written to docs/benchmarks.md)")
         else:
-            path = write_section(topic.heading, section(topic, started, seconds, load_text))
+            path = write_section(topic.heading, section(topic, started, seconds, load_text, args))
             print(f"\nwrote the {topic.heading!r} section of {path}")
     return 1 if failed else 0
 
@@ -1520,9 +1942,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a smoke run (writes nothing)")
     parser.add_argument("--no-write", action="store_true", help="do not write docs/benchmarks.md")
     parser.add_argument(
-        "--profile", action="store_true", help="also print a cProfile of the hub process"
+        "--profile",
+        action="store_true",
+        help="also a cProfile of the hub process (latency: and of this client process)",
     )
+    parser.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="fanout, latency: also measure hubs running the code of git revision REV (old vs "
+        "new, interleaved)",
+    )
+    parser.add_argument("--note", default="", help="a line for the written sections' header")
     args = parser.parse_args(argv)
+    if args.baseline and args.topic not in ("fanout", "latency", "all"):
+        parser.error("--baseline applies to the fanout and latency topics")
+    args.old = None
+    if args.baseline:
+        try:
+            path, version = snapshot_at(args.baseline)
+        except ValueError as exc:
+            parser.error(str(exc))
+        args.old = OldCode(args.baseline, path, version)
+        log(f"old code: {version} in {path}")
     return asyncio.run(amain(args))
 
 

@@ -157,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--db",
         default=None,
-        help=f"the store: a SQLite file, sqlite://PATH or :memory: "
+        help=f"the store: a SQLite file, sqlite://PATH, postgresql://USER@HOST/DB or :memory: "
         f"(env CONVSYNC_DB; default {DEFAULT_DB})",
     )
     serve.add_argument("--host", default=None, help="address to bind (env CONVSYNC_HOST)")

@@ -38,7 +38,7 @@ from sync.frames import MAX_FRAME
 from sync.protocol import SUBPROTOCOL, decode_hub_message, encode_message
 
 from .drafting import DraftWriter
-from .live import Draft, DraftEnded, Presence
+from .live import FEATURES, Draft, DraftEnded, Presence
 from .session import Connected, Event, ReplicaSession
 
 __all__ = ["Replica", "connect"]
@@ -90,7 +90,10 @@ class Replica:
         self.url = f"{url.rstrip('/')}/v1/conversations/{conversation_id}"
         self.conversation_id = conversation_id
         self.session = ReplicaSession(
-            client or f"replica-{uuid.uuid4().hex[:12]}", conversation, max_frame=max_frame
+            client or f"replica-{uuid.uuid4().hex[:12]}",
+            conversation,
+            max_frame=max_frame,
+            features=FEATURES,
         )
         self._backoff = backoff
         self._max_backoff = max_backoff
@@ -131,7 +134,7 @@ class Replica:
     @property
     def revision(self) -> int:
         """The log's revision as this replica last saw it (its confirmed records)."""
-        return self.session.confirmed.revision
+        return self.session.revision
 
     @property
     def connected(self) -> bool:
@@ -206,7 +209,7 @@ class Replica:
 
     async def wait_for(self, revision: int) -> None:
         """Wait until the replica has seen the log up to `revision`."""
-        while self.session.confirmed.revision < revision or not self.session.ready:
+        while self.session.revision < revision or not self.session.ready:
             self._raise_if_refused()
             self._progress.clear()
             await self._progress.wait()

@@ -9,10 +9,18 @@ on top of that batch). At most one batch is in flight.
   holds has landed (its records come in the catch-up); any other goes back to the outbox. The
   catch-up (`records` up to the welcome's revision, or a `state`) folds into `confirmed` only;
   once it is complete, `local` is rebased on it in one step.
-- Afterwards, records from others fold into `confirmed`. With nothing pending they fold into
-  `local` too; otherwise the batch in flight is doomed (the hub will reject it as `behind`:
-  it handles pushes in log order) and every pending record is replayed on the new log by
-  `sync.rebase`.
+- Afterwards, with nothing pending (the common case of a subscriber), records from others
+  fold into `local` alone and are kept as the *lag*: `confirmed` plus the lag is the log.
+  `confirmed` catches up only when something reads it (records arriving while something is
+  pending, an ack, a reject, a welcome, a caller), by folding the lag: valid whatever `local`
+  holds by then. `revision` and `lineage` (what `hello` and a push carry) count the lag
+  without folding it. Once the lag outgrows `max(lag_floor, len(local) // 4)` records
+  while nothing is pending, `local` equals the log, so `confirmed` is renewed as a copy of
+  it and the lag dropped: one fold per record, plus an O(len(local)) copy now and then, and
+  the lag stays bounded.
+- Records that arrive while something is pending fold into `confirmed`; the batch in flight
+  is doomed (the hub will reject it as `behind`: it handles pushes in log order) and every
+  pending record is replayed on the new log by `sync.rebase`.
 - `ack` folds the batch into `confirmed`; `reject invalid` reports each of its records as a
   `Conflict` and rebases what was made on top of it.
 
@@ -48,7 +56,7 @@ from sync.protocol import (
 )
 from sync.rebase import Conflict, needs_base, rebase
 
-from .live import FEATURES, DraftChanged, DraftEnded, LiveState, PresenceChanged
+from .live import DraftChanged, DraftEnded, LiveState, PresenceChanged
 
 __all__ = [
     "Applied",
@@ -132,7 +140,13 @@ class ReplicaSession:
         max_frame: the largest frame to send, in bytes.
         max_batch: the most records in one push.
         seq: the last seq this client used (to continue a client id across processes).
+        features: the optional capabilities to ask the hub for (`drafts`, `presence`: SPEC 7);
+            none by default, all of them (`client.live.FEATURES`) from a `Replica`.
     """
+
+    lag_floor = 64
+    """The longest lag (records folded into `local` alone) always allowed before `confirmed`
+    is renewed from `local`; a conversation of n entries allows n // 4 when that is more."""
 
     def __init__(
         self,
@@ -142,13 +156,16 @@ class ReplicaSession:
         max_frame: int = MAX_FRAME,
         max_batch: int = 1000,
         seq: int = 0,
+        features: Sequence[str] = (),
     ) -> None:
         local = local if local is not None else Conversation()
         if local.revision != len(local.unsaved()):
             raise UsageError("saved_value", "a replica starts from a value with no saved records")
         self.client = client
         self.local = local
-        self.confirmed = Conversation()
+        self._confirmed = Conversation()
+        self._lag: list[ChangeRecord] = []  # folded into `local` only, not yet into `_confirmed`
+        self._lag_limit = 0  # the lag's length that makes `_bound_lag` look again
         self.seq = seq
         self.max_frame = max_frame
         self.max_batch = max_batch
@@ -163,10 +180,38 @@ class ReplicaSession:
         """Called with a batch's seq and records once the hub holds them (for observers)."""
         self.live = LiveState()
         """Drafts and presence (SPEC 7): what the hub reports, and the drafts made here."""
+        self.features = list(features)
+        """What this session asks the hub for in its hello."""
         self.kind: str | None = None
         """What this replica is (`user`, `agent`), for presence without a token."""
 
     # ------------------------------------------------------------------ reads
+
+    @property
+    def confirmed(self) -> Conversation:
+        """The log's value at `revision`, as this replica last saw it (no outbox).
+
+        Reading it folds in the records that so far went into `local` alone (see the module
+        doc); read `revision` and `lineage` instead when they are all you need.
+        """
+        self._fold_lag()
+        return self._confirmed
+
+    @property
+    def revision(self) -> int:
+        """The log's revision as this replica last saw it (`confirmed.revision`, without
+        folding anything)."""
+        return self._confirmed.revision + len(self._lag)
+
+    @property
+    def lineage(self) -> int:
+        """The lineage of the log this replica follows (`confirmed.lineage`)."""
+        return self._confirmed.lineage
+
+    @property
+    def lagging(self) -> int:
+        """Records folded into `local` alone so far: what reading `confirmed` would fold."""
+        return len(self._lag)
 
     @property
     def pending(self) -> int:
@@ -179,10 +224,6 @@ class ReplicaSession:
     def ready(self) -> bool:
         """Welcomed and caught up: pushes can go."""
         return self._welcome is not None and not self._catching_up
-
-    @property
-    def in_flight(self) -> bool:
-        return self._inflight is not None
 
     @property
     def settled(self) -> bool:
@@ -198,8 +239,7 @@ class ReplicaSession:
         self._partial = None
         self._partial_entries = []
         self.live.connecting()
-        confirmed = self.confirmed
-        return Hello(self.client, confirmed.lineage, confirmed.revision, token, FEATURES, self.kind)
+        return Hello(self.client, self.lineage, self.revision, token, self.features, self.kind)
 
     def next_push(self) -> tuple[bytes | None, list[Conflict]]:
         """The next push frame to send, if one may go now, and records refused locally.
@@ -221,7 +261,7 @@ class ReplicaSession:
         self.local.return_unsaved(taken[count:])
         self.seq += 1
         self._inflight = _Batch(self.seq, taken[:count])
-        frame = push_frame(self.seq, self.confirmed.lineage, self.confirmed.revision, encoded)
+        frame = push_frame(self.seq, self.lineage, self.revision, encoded)
         return frame, []
 
     def _refuse(self, at: int, size: int) -> tuple[bytes | None, list[Conflict]]:
@@ -229,7 +269,8 @@ class ReplicaSession:
         records = self.local.take_unsaved()
         conflicts = [Conflict(records[at], "too_large", f"{size} bytes over the frame limit")]
         keep = records[:at] + records[at + 1 :]
-        conflicts += rebase(self.local, self.confirmed, keep, self.confirmed)
+        confirmed = self.confirmed
+        conflicts += rebase(self.local, confirmed, keep, confirmed)
         frame, more = self.next_push()
         return frame, conflicts + more
 
@@ -242,10 +283,11 @@ class ReplicaSession:
             ProtocolError: the message breaks the protocol; drop the connection.
         """
         match message:
+            case Records():  # first: by far the most frequent
+                events = self._on_records(message)
+                return events + self._drafts_landed() if self.live.drafts else events
             case Welcome():
                 return self._on_welcome(message)
-            case Records():
-                return self._on_records(message) + self._drafts_landed()
             case State():
                 return self._on_state(message) + self._drafts_landed()
             case Entries():
@@ -270,7 +312,9 @@ class ReplicaSession:
 
     def _drafts_landed(self) -> list[Event]:
         """Drafts whose ids the log now holds are done: a UI never shows both."""
-        return self.live.landed(self.confirmed) if self.live.drafts else []
+        # `local` (not `confirmed`, which may have records to fold): no other client can hold
+        # an open draft's id pending, and the producer's own commit ends its draft anyway.
+        return self.live.landed(self.local) if self.live.drafts else []
 
     def disconnected(self, reason: str) -> list[Event]:
         """The connection is gone; the session waits for the next `hello()`."""
@@ -334,23 +378,36 @@ class ReplicaSession:
     def _on_records(self, message: Records) -> list[Event]:
         if self._welcome is None:
             raise ProtocolError("unexpected", "records before welcome")
-        confirmed = self.confirmed
-        skip = confirmed.revision - message.from_
+        lag = self._lag
+        revision = self._confirmed.revision + len(lag)
+        skip = revision - message.from_
         if skip < 0:
-            raise ProtocolError("gap", f"records from {message.from_}, at {confirmed.revision}")
-        records = message.records[skip:]
+            raise ProtocolError("gap", f"records from {message.from_}, at {revision}")
+        records = message.records[skip:] if skip else message.records
         if not records:
             return []
         if self._catching_up:
+            confirmed = self.confirmed
             self._fold(confirmed, records)
             return [Applied(len(records), confirmed.revision), *self._maybe_caught_up()]
         inflight = self._inflight
         if inflight is None and not self.local.unsaved():
-            self._fold(confirmed, records)
-            for record in records:
-                self.local.apply(record)
-            return [Applied(len(records), confirmed.revision)]
+            # Nothing pending: fold into `local` alone and keep the records as the lag (this
+            # path is a subscriber's whole cost per record, so it stays inline).
+            local = self.local
+            try:
+                for record in records:
+                    local.apply(record)
+                    lag.append(record)  # once it fits: `revision` counts what `local` holds
+            except Exception as exc:
+                raise ProtocolError(
+                    "diverged", f"a record from the hub does not fit: {exc}"
+                ) from exc
+            if len(lag) > self._lag_limit:
+                self._bound_lag()
+            return [Applied(len(records), revision + len(records))]
         # The log moved under pending records: replay them on it.
+        confirmed = self.confirmed
         base = None
         pending = self.local.take_unsaved()
         if inflight is not None and not inflight.doomed:
@@ -362,6 +419,40 @@ class ReplicaSession:
         self.local.return_unsaved(pending)
         events: list[Event] = [Applied(len(records), confirmed.revision)]
         return events + self._rebase_local(base)
+
+    def _bound_lag(self) -> None:
+        """The lag passed its last limit: renew `confirmed` when it passes the current one,
+        max(lag_floor, len(local) // 4), and note the limit for the next records."""
+        limit = max(self.lag_floor, len(self.local) >> 2)
+        if len(self._lag) > limit:
+            self._renew_confirmed()
+            limit = max(self.lag_floor, len(self.local) >> 2)
+        self._lag_limit = limit
+
+    def _renew_confirmed(self) -> None:
+        """Nothing pending: `local` holds exactly `confirmed` plus the lag (and maybe unsaved
+        asides, which a reread leaves out), so copy it into a new `confirmed`, dropping the
+        lag; O(len(local)) instead of a fold per lagging record."""
+        old = self._confirmed
+        revision = old.revision + len(self._lag)
+        if self.local.revision != revision or self.local.unsaved() or self._inflight:
+            self._fold_lag()  # `local` is not the log (an application misusing it): fold
+            return
+        fresh = Conversation()
+        fresh.reread(self.local)
+        # `local` may still carry the lineage it began with (EMPTY) when its log was empty.
+        fresh.continue_log(old.lineage, revision)
+        self._confirmed = fresh
+        self._lag = []
+
+    def _fold_lag(self) -> None:
+        """Bring `confirmed` up to `revision`: valid whatever `local` holds by now."""
+        lag = self._lag
+        if lag:
+            # These records fitted `local` when it equalled `confirmed` plus the lag before
+            # them, so they fit here too.
+            self._fold(self._confirmed, lag)
+            self._lag = []
 
     @staticmethod
     def _fold(conversation: Conversation, records: Sequence[ChangeRecord]) -> None:
@@ -400,7 +491,9 @@ class ReplicaSession:
                 "malformed", f"the hub sent a state that is not valid: {exc}"
             ) from exc
         confirmed.continue_log(message.lineage, message.revision)
-        old, self.confirmed = self.confirmed, confirmed
+        if self._inflight is None and not self.local.unsaved():
+            self._lag = []  # nothing pending: no rebase needs the old value as a base
+        old, self._confirmed = self.confirmed, confirmed
         events: list[Event] = [Reset(message.lineage, message.revision)]
         if self._catching_up:
             return events + self._maybe_caught_up()
@@ -416,14 +509,15 @@ class ReplicaSession:
             return []  # an ack for a batch settled already (a resend's duplicate answer)
         if batch.doomed:
             raise ProtocolError("unexpected", f"ack of push {ack.seq} after the log moved")
-        if ack.from_ != self.confirmed.revision or ack.revision != ack.from_ + len(batch.records):
+        confirmed = self.confirmed
+        if ack.from_ != confirmed.revision or ack.revision != ack.from_ + len(batch.records):
             raise ProtocolError(
                 "gap",
                 f"ack {ack.from_}..{ack.revision} for {len(batch.records)} records "
-                f"at {self.confirmed.revision}",
+                f"at {confirmed.revision}",
             )
         self._inflight = None
-        self._fold(self.confirmed, batch.records)
+        self._fold(confirmed, batch.records)
         self._report_landed(batch)
         return []
 
@@ -432,14 +526,13 @@ class ReplicaSession:
             self.on_landed(batch.seq, batch.records)
 
     def _on_reject(self, reject: Reject) -> list[Event]:
-        confirmed = self.confirmed
-        if reject.lineage == confirmed.lineage and reject.revision < confirmed.revision:
+        if reject.lineage == self.lineage and reject.revision < self.revision:
             # The hub says its log is behind what this replica holds (a hub that lost records,
             # or one of several hubs serving a stale copy): resending would spin. Drop the
             # connection; the next hello, ahead of the log, gets the log's state.
             raise RemoteProtocolError(
                 "ahead",
-                f"the hub's log is at {reject.revision}, this replica at {confirmed.revision}",
+                f"the hub's log is at {reject.revision}, this replica at {self.revision}",
             )
         batch = self._inflight
         if batch is None or batch.seq != reject.seq:

@@ -45,7 +45,7 @@ from sync import (
     decode_state,
     encode,
 )
-from sync.errors import ApplyError, ErrorCode
+from sync.errors import ApplyError, ErrorCode, LocalProtocolError
 from sync.frames import RECORDS_OVERHEAD, records_frames, state_frames
 from sync.protocol import (
     Ack,
@@ -75,6 +75,7 @@ __all__ = [
     "Close",
     "CoreConfig",
     "LoadLog",
+    "Raise",
     "ReadRecords",
     "RewriteLog",
     "RoomCore",
@@ -168,14 +169,23 @@ class WriteSnapshot:
 
 @dataclass(frozen=True, slots=True)
 class RewriteLog:
-    """Replace the log with `records` under the new `lineage`."""
+    """Replace the log with `records` under the new `lineage`, only if it is still at `base`
+    (lineage, revision): a lagging hub never erases what another hub acknowledged."""
 
     lineage: int
     records: list[bytes]
+    base: tuple[int, int] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Raise:
+    """Raise `error` to the caller of the operation, once the actions before it are done."""
+
+    error: Exception
 
 
 StoreCall = ReadRecords | AppendRecords | LoadLog | WriteSnapshot | RewriteLog
-Action = Send[C] | Broadcast[C] | Close[C] | SendDraft[C] | StoreCall
+Action = Send[C] | Broadcast[C] | Close[C] | SendDraft[C] | Raise | StoreCall
 _Then = Callable[[object], list[Action[C]]]
 
 
@@ -374,7 +384,9 @@ class RoomCore(Generic[C]):
             return [Close(conn, "shutting_down", "the hub is shutting down; reconnect later")]
         if self._stale:
             return [Close(conn, "unavailable", "the log cannot be read now; reconnect later")]
-        client = self.subscribers[conn]
+        client = self.subscribers.get(conn)
+        if client is None:
+            raise LocalProtocolError("no_join", "a push from a connection that has not joined")
         mark = self.marks.get(client)
         if mark is not None and batch.seq <= mark.seq:
             # A resend of a push that landed: answer with its ack, append nothing.
@@ -545,10 +557,15 @@ class RoomCore(Generic[C]):
         """Replace the log with one `reset` record holding `conversation`'s state under the
         fresh `lineage`; every subscriber is sent the new state and rereads."""
         record = ChangeRecord(Reset(conversation.state()), Author.rig(), now)
-        call = RewriteLog(lineage, [encode(record)])
+        base = (self.lineage, self.revision) if self.exists else None
+        call = RewriteLog(lineage, [encode(record)], base)
         return self._call(call, self._rewritten)
 
     def _rewritten(self, outcome: object) -> list[Action[C]]:
+        if isinstance(outcome, LogMoved):
+            # Another hub appended since this room last saw the log: bring everyone up to it,
+            # then tell the caller; it may rewrite again from what it now sees.
+            return self._forward_missing(lambda: [Raise(outcome)])
         if isinstance(outcome, Exception):
             raise outcome  # the caller of `Hub.rewrite` learns it; nothing changed here
         return self._call(LoadLog(), lambda loaded: self._reloaded_for_all(loaded, list))
@@ -709,7 +726,7 @@ def deliver(
     """Carry out the frame actions of `actions` in order with `send(to, frame, catch_up)` and
     `close(to, code, detail)` (and `send_draft(to, action)` for draft deltas, if given; else
     they go through `send`); return the store call that ends the list, if any (the caller
-    awaits it and hands the outcome to `RoomCore.resume`)."""
+    awaits it and hands the outcome to `RoomCore.resume`). A `Raise` raises its error."""
     call: StoreCall | None = None
     for action in actions:
         match action:
@@ -726,6 +743,8 @@ def deliver(
                         send(conn, frame, False)
             case Close(to, code, detail):
                 close(to, code, detail)
+            case Raise(error):
+                raise error
             case _:
                 call = action
     return call

@@ -238,7 +238,12 @@ class Hub:
     async def rewrite(self, conversation_id: str, conversation: Conversation) -> None:
         """Rewrite the log of `conversation_id` under a fresh lineage, holding `conversation`
         (an import that replaces history, a compaction). Replicas are sent the new state,
-        reread it, and replay their pending edits on it."""
+        reread it, and replay their pending edits on it.
+
+        Raises:
+            LogMoved: another hub sharing the store appended since this hub last saw the log;
+                nothing was rewritten (this hub's replicas now have those records).
+        """
         room = await self._acquire(conversation_id)
         try:
             await room.rewrite(conversation)

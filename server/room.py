@@ -186,6 +186,6 @@ async def store_call(store: LogStore, conversation_id: str, call: StoreCall) -> 
             return await store.load(conversation_id)
         case WriteSnapshot(lineage, revision, data):
             await store.write_snapshot(conversation_id, lineage, revision, data)
-        case RewriteLog(lineage, records):
-            await store.rewrite(conversation_id, lineage, records)
+        case RewriteLog(lineage, records, base):
+            await store.rewrite(conversation_id, lineage, records, base=base)
     return None

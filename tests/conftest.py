@@ -1,9 +1,10 @@
-"""Shared fixtures: a hub on loopback (port 0) and bounded waits."""
+"""Shared fixtures: a hub on loopback (port 0), bounded waits, a PostgreSQL server."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -36,3 +37,37 @@ async def hub() -> AsyncIterator[Hub]:
     """A hub on 127.0.0.1, port 0, with an in-memory store."""
     async with Hub(MemoryStore(), host="127.0.0.1", port=0, config=hub_config()) as running:
         yield running
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn() -> Iterator[str]:
+    """A PostgreSQL server for the whole session (see `tests/pgserver.py`).
+
+    Skips when none can be had, or fails instead when `CONVSYNC_REQUIRE_PG=1` (`make test`
+    sets it, so CI never passes with the PostgreSQL tests skipped).
+    """
+    import pgserver
+
+    required = os.environ.get("CONVSYNC_REQUIRE_PG") == "1"
+    try:
+        found = pgserver.find_or_start()
+    except (ImportError, RuntimeError) as exc:
+        found = f"no PostgreSQL for the tests: {exc}"
+    if isinstance(found, str):
+        if required:
+            pytest.fail(f"{found} (CONVSYNC_REQUIRE_PG=1)", pytrace=False)
+        pytest.skip(found)
+    try:
+        yield found.dsn
+    finally:
+        found.stop()
+
+
+@pytest.fixture
+def pg_schema(postgres_dsn: str) -> Iterator[str]:
+    """A schema name of this test's own on the test server, dropped afterwards."""
+    import pgserver
+
+    schema = f"t_{uuid.uuid4().hex[:20]}"
+    yield schema
+    pgserver.drop_schema(postgres_dsn, schema)

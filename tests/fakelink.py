@@ -130,6 +130,10 @@ class FakeHub:
         return self.core.conversation
 
     @property
+    def lineage(self) -> int:
+        return self.core.lineage
+
+    @property
     def log(self) -> list[ChangeRecord]:
         """The records the store holds, decoded."""
         records = run_now(self.store.read(CONVERSATION, self.core.lineage, 0))

@@ -12,7 +12,9 @@ from server.core import (
     Close,
     CoreConfig,
     LoadLog,
+    Raise,
     ReadRecords,
+    RewriteLog,
     RoomCore,
     Send,
 )
@@ -226,3 +228,18 @@ def test_shutting_down_closes_everyone_and_refuses_pushes() -> None:
     assert sorted(c.to for c in closes if isinstance(c, Close)) == ["a", "b"]
     later = room.push("a", PushBatch(1, room.lineage, 0, [record("x")]), NOW)
     assert [(c.code) for c in later if isinstance(c, Close)] == ["shutting_down"]
+
+
+def test_a_rewrite_from_a_stale_room_erases_nothing_and_raises() -> None:
+    """A rewrite names the log position the room knows; when another hub appended since, the
+    store refuses it, the room forwards what it missed, and the caller gets `LogMoved`."""
+    room = core()
+    joined(room, "a")
+    land(room, "a", 1, "mine")
+    [call] = room.rewrite(Conversation(), Lineage.fresh(), NOW)
+    assert isinstance(call, RewriteLog) and call.base == (room.lineage, 1)
+    assert room.resume(LogMoved("c", room.lineage, 2)) == [ReadRecords(room.lineage, 1)]
+    after = room.resume([encode(record("acknowledged elsewhere"))])
+    assert isinstance(frames_to(after, "a")[0], Records)
+    assert isinstance(after[-1], Raise) and isinstance(after[-1].error, LogMoved)
+    assert room.revision == 2 and len(room.conversation) == 2

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fakelink import FakeHub, Link, settle
 
-from client.live import DraftEnded, LiveState
+from client.live import FEATURES, DraftEnded, LiveState
 from client.session import ReplicaSession
 from sync.ids import IdMinter
 from sync.protocol import DraftEnd, DraftState, Welcome, encode_message
@@ -38,8 +38,8 @@ def test_a_producer_cut_mid_draft_resends_only_what_the_hub_lacks() -> None:
     """The worker's link is cut with appends in transit; after it reconnects it reopens the
     draft, the hub answers with its lengths, and the UI ends with the text exactly once."""
     hub = FakeHub()
-    worker = hub.link(ReplicaSession("worker"))
-    ui = hub.link(ReplicaSession("ui"))
+    worker = hub.link(ReplicaSession("worker", features=FEATURES))
+    ui = hub.link(ReplicaSession("ui", features=FEATURES))
     settle([worker, ui])
     live = worker.session.live
     d = _ids.message_id()
@@ -97,8 +97,8 @@ def test_a_refused_op_ends_the_producers_draft_but_not_the_one_it_watches() -> N
     """`draft_end refused` goes to the sender only: its own writer ends, the draft it sees
     (another client's) stays."""
     hub = FakeHub()
-    worker = hub.link(ReplicaSession("worker"))
-    intruder = hub.link(ReplicaSession("intruder"))
+    worker = hub.link(ReplicaSession("worker", features=FEATURES))
+    intruder = hub.link(ReplicaSession("intruder", features=FEATURES))
     settle([worker, intruder])
     d = _ids.message_id()
     worker.session.live.open(d, None, None, 0.0)

@@ -4,14 +4,23 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from fakelink import FakeHub, Link, settle
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import Run, operations
 
-from client.session import Connected, Rebased, ReplicaSession, Reset
-from sync import Author, Conversation, Message
-from sync.protocol import decode_hub_message
+from client.session import Applied, Connected, Rebased, ReplicaSession, Reset
+from sync import Aside, Author, ChangeRecord, Conversation, Message
+from sync.protocol import (
+    Ack,
+    Hello,
+    PushBatch,
+    Records,
+    Welcome,
+    decode_client_message,
+    decode_hub_message,
+)
 from sync.rebase import Conflict
 
 
@@ -205,6 +214,294 @@ def test_replicas_converge_and_lose_nothing(steps: list[tuple[Any, ...]]) -> Non
         assert session.local == hub.conversation
         assert session.pending == 0
     assert hub.refolded() == hub.conversation
+    for link, run in zip(links, runs, strict=True):
+        conflicted = {
+            entry.id
+            for event in link.events
+            if isinstance(event, Conflict)
+            for entry in getattr(event.record.change, "entries", [])
+        }
+        for id_ in run.minted:
+            assert (
+                hub.conversation.holds(id_) or hub.conversation.is_retired(id_) or id_ in conflicted
+            ), id_
+
+
+# ------------------------------------------------ a subscriber folds each record once
+
+
+class FoldCounter:
+    """Counts `Conversation.apply` calls, per value, while installed."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: dict[int, int] = {}
+        apply = Conversation.apply
+
+        def counted(conversation: Conversation, record: ChangeRecord) -> None:
+            self.calls[id(conversation)] = self.calls.get(id(conversation), 0) + 1
+            apply(conversation, record)
+
+        monkeypatch.setattr(Conversation, "apply", counted)
+
+    @property
+    def total(self) -> int:
+        return sum(self.calls.values())
+
+    def reset(self) -> None:
+        self.calls.clear()
+
+
+def source_records(n: int, start: int = 0) -> list[ChangeRecord]:
+    """`n` one-message push records made by another value, as a hub would relay them."""
+    source = Conversation()
+    for i in range(start, start + n):
+        source.push(Message.user(f"message {i} " + "x" * 40))
+    return source.take_unsaved()
+
+
+def subscribed(lineage: int = 7) -> ReplicaSession:
+    """A session welcomed to an empty log `lineage`, nothing pending."""
+    session = ReplicaSession("sub")
+    session.hello()
+    session.receive(Welcome(lineage, 0, 0))
+    assert session.ready
+    return session
+
+
+def refold(records: list[ChangeRecord]) -> Conversation:
+    value = Conversation()
+    for record in records:
+        value.apply(record)
+    return value
+
+
+def test_subscriber_folds_each_record_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With nothing pending, each record costs one fold, across renewals of `confirmed`."""
+    records = source_records(1000)
+    session = subscribed()
+    counter = FoldCounter(monkeypatch)
+    for at, record in enumerate(records):
+        events = session.receive(Records(at, [record]))
+        assert events == [Applied(1, at + 1)]
+        assert session.revision == at + 1  # read without folding anything
+    assert counter.total == len(records)
+    assert counter.calls == {id(session.local): len(records)}
+    assert session.lineage == 7
+    assert session.hello() == Hello("sub", 7, 1000)  # reconnecting folds nothing either
+    assert counter.total == len(records)
+    expected = refold(records)
+    counter.reset()
+    confirmed = session.confirmed  # materialized: folds only the last, short lag
+    assert counter.total <= max(ReplicaSession.lag_floor, len(records) // 4)
+    assert confirmed == expected == session.local
+    assert (confirmed.lineage, confirmed.revision) == (7, 1000)
+    assert confirmed.unsaved() == []
+
+
+def test_subscriber_lag_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lag stays within max(lag_floor, len(local) // 4); reading `confirmed` folds it."""
+    records = source_records(600)
+    session = subscribed()
+    longest = 0
+    for at in range(0, len(records), 7):  # batches of several records, as a hub relays them
+        session.receive(Records(at, records[at : at + 7]))
+        assert session.lagging <= max(ReplicaSession.lag_floor, len(session.local) // 4) + 7
+        longest = max(longest, session.lagging)
+    assert longest > ReplicaSession.lag_floor  # the lag did grow past the floor
+    assert session.revision == 600
+    counter = FoldCounter(monkeypatch)
+    lagging = session.lagging
+    assert session.confirmed == session.local == refold(records)
+    assert counter.total == lagging + 600  # the lag, then the refold
+    assert session.lagging == 0
+
+
+def test_subscriber_mirrors_the_hub_over_a_link() -> None:
+    """A subscriber of 300 relayed records ends with `local` == `confirmed` == the hub."""
+    hub = FakeHub()
+    writer, wlink = replica(hub, "writer")
+    sub, slink = replica(hub, "sub")
+    sub.local.add_aside(Aside("draft", None, Author.user(), "mine", saved=False))
+    settle([wlink, slink])
+    for i in range(300):
+        writer.local.push(Message.user(f"m{i}"))
+        settle([wlink, slink])  # one record per push: the subscriber sees 300 `records`
+    assert sub.revision == len(hub.log) == 300
+    assert sub.local == hub.conversation
+    assert sub.confirmed == hub.conversation == sub.local
+    assert (sub.confirmed.lineage, sub.confirmed.revision) == (hub.lineage, 300)
+    assert [a.kind for _, a in sub.local.asides()] == ["draft"]  # the unsaved aside stays
+    assert sub.confirmed.asides() == []  # and never leaks into the log's value
+
+
+def test_edit_after_a_long_lag_pushes_on_the_right_base() -> None:
+    """An edit made after a long lag is pushed at the log's revision and lands unrejected."""
+    hub = FakeHub()
+    writer, wlink = replica(hub, "writer")
+    sub, slink = replica(hub, "sub")
+    sub.lag_floor = 10_000  # keep every record in the lag
+    settle([wlink, slink])
+    for i in range(50):
+        writer.local.push(Message.user(f"m{i}"))
+        settle([wlink, slink])
+    assert sub.revision == 50
+    sub.local.push(Message.user("from sub"))
+    assert slink.pump()
+    push = decode_client_message(slink.to_hub[0])
+    assert isinstance(push, PushBatch)
+    assert (push.lineage, push.revision) == (hub.lineage, 50)
+    settle([wlink, slink])
+    assert hub.rejected == []
+    assert sub.local == writer.local == hub.conversation
+    assert sub.confirmed == hub.conversation and sub.confirmed.revision == 51
+
+
+def test_insertion_after_a_long_lag_rebases_exactly() -> None:
+    """An insertion made after a long lag and overtaken is replayed after its neighbour."""
+    hub = FakeHub()
+    writer, wlink = replica(hub, "writer")
+    sub, slink = replica(hub, "sub")
+    sub.lag_floor = 10_000
+    settle([wlink, slink])
+    for i in range(40):
+        writer.local.push(Message.user(f"m{i}"))
+        settle([wlink, slink])
+    anchor = sub.local.id(20)
+    sub.local.splice(range(21, 21), [Message.user("inserted")], Author.user())
+    writer.local.splice(range(0, 5), [], Author.plugin("trim"))  # moves every position
+    writer.local.push(Message.user("late"))
+    wlink.pump()
+    wlink.deliver_to_hub()  # the writer's batch lands first
+    settle([wlink, slink])
+    assert hub.rejected.count("behind") <= 1
+    assert not [e for e in slink.events if isinstance(e, Conflict)]
+    assert sub.local == writer.local == hub.conversation
+    at = hub.conversation.index_of(anchor)
+    assert at is not None
+    assert hub.conversation.messages()[at + 1] == Message.user("inserted")
+    assert hub.conversation.messages()[-1] == Message.user("late")
+    assert len(hub.conversation) == 40 - 5 + 2
+
+
+def test_state_with_a_lag_and_nothing_pending() -> None:
+    """A state arriving while records lag and nothing is pending replaces everything."""
+    hub = FakeHub()
+    writer, wlink = replica(hub, "writer")
+    sub, slink = replica(hub, "sub")
+    sub.lag_floor = 10_000
+    settle([wlink, slink])
+    for i in range(30):
+        writer.local.push(Message.user(f"m{i}"))
+        settle([wlink, slink])
+    hub.rewrite(Conversation.from_messages([Message.user("new history")]))
+    settle([slink])
+    assert any(isinstance(event, Reset) for event in slink.events)
+    assert sub.local == sub.confirmed == hub.conversation
+    assert (sub.lineage, sub.revision) == (hub.lineage, 1)
+
+
+def test_state_with_a_lag_and_an_edit_pending() -> None:
+    """A state arriving after a lag and a local edit replays the edit on the new log."""
+    hub = FakeHub()
+    writer, wlink = replica(hub, "writer")
+    sub, slink = replica(hub, "sub")
+    sub.lag_floor = 10_000
+    settle([wlink, slink])
+    for i in range(30):
+        writer.local.push(Message.user(f"m{i}"))
+        settle([wlink, slink])
+    sub.local.push(Message.user("pending"))
+    hub.rewrite(Conversation.from_messages([Message.user("new history")]))
+    slink.deliver_to_replica()
+    assert sub.pending == 1
+    assert sub.confirmed.messages() == [Message.user("new history")]
+    settle([slink])
+    assert sub.local == hub.conversation
+    assert hub.conversation.messages() == [Message.user("new history"), Message.user("pending")]
+
+
+def test_ack_after_a_lag_is_checked_against_the_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A push after a lag folds nothing; its ack folds the lag once, then the batch."""
+    records = source_records(40)
+    session = subscribed()
+    session.lag_floor = 10_000
+    session.receive(Records(0, records))
+    counter = FoldCounter(monkeypatch)
+    session.local.push(Message.user("mine"))
+    frame, _ = session.next_push()
+    assert frame is not None and counter.total == 0
+    push = decode_client_message(frame)
+    assert isinstance(push, PushBatch) and (push.lineage, push.revision) == (7, 40)
+    assert session.receive(Ack(1, 40, 41)) == []
+    assert counter.total == 41 and session.pending == 0
+    assert session.confirmed == session.local and session.revision == 41
+
+
+lag_steps = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("edit"),
+            st.integers(0, 2),
+            operations.filter(lambda op: op[0] != "reset"),
+        ),
+        st.tuples(st.just("pump"), st.integers(0, 2)),
+        st.tuples(st.just("to_hub"), st.integers(0, 2)),
+        st.tuples(st.just("to_replica"), st.integers(0, 2)),
+        st.tuples(st.just("drop_to_replica"), st.integers(0, 2)),
+        st.tuples(st.just("cut"), st.integers(0, 2)),
+        st.tuples(st.just("connect"), st.integers(0, 2)),
+        st.tuples(st.just("peek"), st.integers(0, 2)),
+        st.tuples(st.just("settle"), st.integers(0, 2)),
+    ),
+    min_size=10,
+    max_size=80,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from([0, 1, 3, 64]), lag_steps)
+def test_lagging_replicas_stay_exact(lag_floor: int, steps: list[tuple[Any, ...]]) -> None:
+    """However often `confirmed` is renewed, it is the log up to `revision`; nothing is lost."""
+    hub = FakeHub()
+    sessions = [ReplicaSession(f"r{k}") for k in range(3)]
+    for session in sessions:
+        session.lag_floor = lag_floor
+    links = [hub.link(session) for session in sessions]
+    runs = [Run(conversation=session.local) for session in sessions]
+    for step in steps:
+        kind, k = step[0], step[1]
+        link = links[k]
+        match kind:
+            case "edit":
+                runs[k].do(step[2])
+            case "pump":
+                link.pump()
+            case "to_hub":
+                link.deliver_to_hub()
+            case "to_replica":
+                link.deliver_to_replica()
+            case "drop_to_replica":
+                if link.deliver_to_replica(drop=True):
+                    link.cut()
+            case "cut":
+                link.cut()
+            case "connect":
+                if not link.open:
+                    link.connect()
+            case "settle":
+                settle(links)
+            case "peek":
+                session = sessions[k]
+                if session.lineage == hub.lineage:
+                    assert session.confirmed == refold(hub.log[: session.revision])
+                    assert session.confirmed.revision == session.revision
+                    assert all(aside.saved for _, aside in session.confirmed.asides())
+    settle(links)
+    for session in sessions:
+        assert session.local == hub.conversation == session.confirmed
+        assert all(aside.saved for _, aside in session.confirmed.asides())
+        assert (session.lineage, session.revision) == (hub.lineage, len(hub.log))
+        assert session.pending == 0
     for link, run in zip(links, runs, strict=True):
         conflicted = {
             entry.id

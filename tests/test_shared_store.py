@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import anyio
+import pytest
 from conftest import bound, hub_config
 
 from client import Replica, connect
 from server import Hub, MemoryStore
+from server.store import LogMoved
 from sync import Conversation, Message, decode_record
 
 CONVERSATION = "shared"
@@ -71,3 +73,29 @@ async def test_replicas_on_two_hubs_sharing_a_store_land_everything_and_never_ru
             hub_b.metrics.pushes_rejected.values()
         )
         assert rejected <= 100, rejected
+
+
+async def test_a_lagging_hubs_rewrite_cannot_erase_another_hubs_acknowledged_records() -> None:
+    """Hub B rewrites a conversation it last saw before hub A appended: the rewrite is
+    refused with `LogMoved`, the acknowledged record stays, and B's replicas get it."""
+    store = MemoryStore()
+    async with (
+        Hub(store, config=hub_config()) as hub_a,
+        Hub(store, config=hub_config()) as hub_b,
+        connect(hub_a.url, CONVERSATION, client="writer") as writer,
+        connect(hub_b.url, CONVERSATION, client="watcher") as watcher,
+    ):
+        with anyio.fail_after(bound(10)):
+            writer.conversation.push(Message.user("first"))
+            await writer.flush()
+            await hub_b.log_moved(CONVERSATION)
+            await watcher.wait_for(1)
+            writer.conversation.push(Message.user("acknowledged on A"))
+            await writer.flush()  # acked: durable in the store; hub B has not heard of it
+            with pytest.raises(LogMoved):
+                await hub_b.rewrite(CONVERSATION, Conversation.from_messages([]))
+            await watcher.wait_for(2)
+        loaded = await store.load(CONVERSATION)
+        assert loaded is not None and loaded.revision == 2
+        texts = [m.content[0].text for m in watcher.conversation.messages()]  # type: ignore[union-attr]
+        assert texts == ["first", "acknowledged on A"]

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
 import sqlite3
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import asyncpg
 import pytest
 
 from server.store import (
@@ -20,12 +22,14 @@ from server.store import (
     LogMoved,
     LogStore,
     MemoryStore,
+    PostgresStore,
     SeqTaken,
     SqliteStore,
     StoreError,
     open_store,
 )
-from server.store.base import StoreLocked
+from server.store.base import StoreLocked, prefix_range
+from server.store.postgres import Notice, _keep_newest
 from sync.errors import UsageError
 
 TIMEOUT = 10.0 * float(os.environ.get("CONVSYNC_TIMEOUT_SCALE", "1"))
@@ -38,10 +42,22 @@ def recs(*names: str) -> list[bytes]:
     return [name.encode() for name in names]
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[LogStore]:
-    made: LogStore = MemoryStore() if request.param == "memory" else SqliteStore(tmp_path / "db")
-    async with made:
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], LogStore]:
+    """Makes a fresh store of one kind; PostgreSQL in a schema of the test's own."""
+    if request.param == "memory":
+        return MemoryStore
+    if request.param == "sqlite":
+        return lambda: SqliteStore(tmp_path / "db")
+    # Resolved here, outside the event loop: finding the server may start a cluster.
+    dsn: str = request.getfixturevalue("postgres_dsn")
+    schema: str = request.getfixturevalue("pg_schema")
+    return lambda: PostgresStore(dsn, schema=schema)
+
+
+@pytest.fixture
+async def store(backend: Callable[[], LogStore]) -> AsyncIterator[LogStore]:
+    async with backend() as made:
         yield made
 
 
@@ -166,6 +182,45 @@ async def test_list_conversations(store: LogStore) -> None:
     assert await store.list_conversations() == ["a", "b", "c", "d"]
 
 
+async def test_rewrite_from_a_stale_base_writes_nothing(store: LogStore) -> None:
+    """A rewrite whose base is not the log's position raises LogMoved and changes nothing."""
+    await store.append("c", L1, 0, recs("r1", "r2"), client="a", mark=ClientMark(1, 1, 2))
+    await store.write_snapshot("c", L1, 1, b"state@1")
+    before = await store.load("c")
+
+    for stale in ((L1, 1), (L2, 2), (L1, 3)):
+        with pytest.raises(LogMoved) as moved:
+            await store.rewrite("c", 3333, recs("lost"), base=stale)
+        assert (moved.value.lineage, moved.value.revision) == (L1, 2)
+    with pytest.raises(LogMoved) as missing:
+        await store.rewrite("new", 3333, recs("x"), base=(L1, 2))
+    assert (missing.value.lineage, missing.value.revision) == (0, 0)
+
+    assert await store.load("c") == before
+    assert await store.list_conversations() == ["c"]
+    await store.rewrite("c", 3333, recs("kept"), base=(L1, 2))
+    assert await store.read("c", 3333, 0) == recs("kept")
+
+
+async def test_list_conversations_by_prefix_and_page(store: LogStore) -> None:
+    """A prefix lists exactly the ids that start with it, pattern characters included."""
+    ids = ["a", "a_b", "a.b", "ab", "ab:1", "ab:2", "ab;", "abc", "axb", "a%", "b", "~z"]
+    for cid in ids:
+        await store.append(cid, L1, 0, recs("r1"))
+
+    assert await store.list_conversations() == sorted(ids)
+    assert await store.list_conversations("ab") == ["ab", "ab:1", "ab:2", "ab;", "abc"]
+    assert await store.list_conversations("ab:") == ["ab:1", "ab:2"]
+    assert await store.list_conversations("a_") == ["a_b"]
+    assert await store.list_conversations("a%") == ["a%"]
+    assert await store.list_conversations("~") == ["~z"]
+    assert await store.list_conversations("zz") == []
+    assert await store.list_conversations("ab", after="ab:1", limit=2) == ["ab:2", "ab;"]
+    assert await store.list_conversations(limit=0) == []
+    with pytest.raises(UsageError):
+        await store.list_conversations(limit=-1)
+
+
 async def test_concurrent_appends_all_land(store: LogStore) -> None:
     """Twenty tasks appending to their own conversations all land, each log intact."""
 
@@ -255,7 +310,7 @@ def test_open_store_picks_the_backend(tmp_path: Path) -> None:
     with pytest.raises(UsageError):
         SqliteStore(":memory:")
     with pytest.raises(UsageError):
-        open_store("postgresql://localhost/convsync")
+        open_store("mysql://localhost/convsync")
 
 
 DURABILITY_SCRIPT = """
@@ -390,3 +445,226 @@ async def test_sqlite_lock_of_a_killed_holder_is_released(tmp_path: Path) -> Non
     assert proc.returncode == -signal.SIGKILL
     async with asyncio.timeout(TIMEOUT), SqliteStore(path) as successor:
         assert await successor.list_conversations() == []
+
+
+def test_prefix_range_bounds_exactly_the_prefixed_ids() -> None:
+    """The upper bound steps the last character up, over surrogates and past the top."""
+    assert prefix_range("ab") == ("ab", "ac")
+    assert prefix_range("") == ("", None)
+    assert prefix_range("a\U0010ffff") == ("a\U0010ffff", "b")
+    assert prefix_range("\U0010ffff") == ("\U0010ffff", None)
+    assert prefix_range("a\ud7ff") == ("a\ud7ff", "a\ue000")
+
+
+# PostgreSQL: what only a shared database server can show (several stores, one database).
+
+
+@pytest.fixture
+def pg(postgres_dsn: str, pg_schema: str) -> Callable[..., PostgresStore]:
+    """Makes stores (one per "hub") that share this test's schema."""
+    return lambda **options: PostgresStore(postgres_dsn, schema=pg_schema, **options)
+
+
+async def test_postgres_racing_hubs_get_exactly_one_winner(
+    pg: Callable[..., PostgresStore],
+) -> None:
+    """Eight hubs appending at one position: one lands, seven get LogMoved at its revision."""
+    hubs = [pg() for _ in range(8)]
+    async with contextlib.AsyncExitStack() as stack:
+        for hub in hubs:
+            await stack.enter_async_context(hub)
+        for revision in (0, 1):  # creating the log, then extending it
+            async with asyncio.timeout(TIMEOUT):
+                outcomes = await asyncio.gather(
+                    *(
+                        hub.append("c", L1, revision, [f"hub{i}".encode()])
+                        for i, hub in enumerate(hubs)
+                    ),
+                    return_exceptions=True,
+                )
+            won = [i for i, outcome in enumerate(outcomes) if outcome == revision + 1]
+            lost = [o for o in outcomes if isinstance(o, LogMoved)]
+            assert len(won) == 1, outcomes
+            assert len(lost) == 7
+            assert {(m.lineage, m.revision) for m in lost} == {(L1, revision + 1)}
+            assert (await hubs[0].read("c", L1, revision)) == [f"hub{won[0]}".encode()]
+        loaded = await hubs[3].load("c")
+        assert loaded is not None
+        assert loaded.revision == 2
+
+
+async def test_postgres_one_push_from_two_hubs_lands_once(
+    pg: Callable[..., PostgresStore],
+) -> None:
+    """The same client seq sent through two hubs at once: one append, the other SeqTaken."""
+    async with pg() as first, pg() as second:
+        await first.append("c", L1, 0, recs("r1"))
+        async with asyncio.timeout(TIMEOUT):
+            outcomes = await asyncio.gather(
+                first.append("c", L1, 1, recs("push"), client="a", mark=ClientMark(1, 2, 2)),
+                second.append("c", L1, 1, recs("push"), client="a", mark=ClientMark(1, 2, 2)),
+                return_exceptions=True,
+            )
+        assert sorted(map(type, outcomes), key=str) == sorted([int, SeqTaken], key=str)
+        assert await second.read("c", L1, 0) == recs("r1", "push")
+        assert await second.client_mark("c", "a") == ClientMark(1, 2, 2)
+
+
+async def test_postgres_lagging_rewrite_cannot_erase_an_acked_append(
+    pg: Callable[..., PostgresStore],
+) -> None:
+    """A hub compacting from the revision it knew loses to another hub's append in between."""
+    async with pg() as lagging, pg() as current:
+        await lagging.append("c", L1, 0, recs("r1"))
+        await current.append("c", L1, 1, recs("acked"))
+        with pytest.raises(LogMoved) as moved:
+            await lagging.rewrite("c", L2, recs("compacted"), base=(L1, 1))
+        assert (moved.value.lineage, moved.value.revision) == (L1, 2)
+        assert await lagging.read("c", L1, 0) == recs("r1", "acked")
+
+
+async def test_postgres_second_store_hears_an_append(pg: Callable[..., PostgresStore]) -> None:
+    """A watcher on another store hears each append's head after it commits, and a rewrite."""
+    async with pg() as writer, pg() as listener, listener.watch() as notices:
+        await writer.append("c", L1, 0, recs("r1", "r2"))
+        async with asyncio.timeout(TIMEOUT):
+            assert await anext(notices) == Notice("c", L1, 2)
+            assert await listener.read("c", L1, 0) == recs("r1", "r2")  # sent after commit
+            await writer.rewrite("c", L2, recs("new"))
+            assert await anext(notices) == Notice("c", L2, 1)
+            assert await listener.read("c", L2, 0) == recs("new")
+
+
+async def test_postgres_notices_are_coalesced_per_conversation(
+    pg: Callable[..., PostgresStore],
+) -> None:
+    """Fifty appends to one log heard by a busy watcher arrive as a few notices, in order."""
+    async with pg() as writer, pg() as listener, listener.watch() as notices:
+        for revision in range(50):
+            await writer.append("c", L1, revision, [b"r"])
+        await writer.append("z", L1, 0, [b"last"])
+        heard: list[Notice] = []
+        async with asyncio.timeout(TIMEOUT):
+            async for notice in notices:
+                heard.append(notice)
+                if notice.conversation == "z":
+                    break
+        revisions = [n.revision for n in heard if n.conversation == "c"]
+        assert revisions[-1] == 50
+        assert revisions == sorted(set(revisions))
+        assert len(revisions) < 25, revisions
+
+
+async def test_postgres_refused_writes_and_foreign_payloads_are_not_heard(
+    pg: Callable[..., PostgresStore], postgres_dsn: str
+) -> None:
+    """A refused append sends no notice; a payload that is not a notice is ignored."""
+    async with pg() as writer, pg() as listener, listener.watch() as notices:
+        await writer.append("c", L1, 0, recs("r1"))
+        with pytest.raises(LogMoved):
+            await writer.append("c", L1, 0, recs("late"))
+        other = await asyncpg.connect(postgres_dsn)
+        try:
+            await other.execute("SELECT pg_notify($1, 'not json')", writer.channel)
+        finally:
+            await other.close()
+        await writer.append("d", L1, 0, recs("r1"))
+        async with asyncio.timeout(TIMEOUT):
+            heard = [await anext(notices), await anext(notices)]
+        assert heard == [Notice("c", L1, 1), Notice("d", L1, 1)]
+
+
+def test_notices_coalesce_to_the_newest_head() -> None:
+    """Within a lineage a late, lower revision never replaces a higher one; a rewrite does."""
+    pending: dict[str, Notice] = {}
+    for notice in (Notice("c", L1, 6), Notice("c", L1, 5), Notice("d", L1, 1)):
+        _keep_newest(pending, notice)
+    assert list(pending.values()) == [Notice("c", L1, 6), Notice("d", L1, 1)]
+    _keep_newest(pending, Notice("c", L2, 1))
+    assert pending["c"] == Notice("c", L2, 1)
+
+
+async def test_postgres_watch_reports_a_lost_connection_and_ends_on_close(
+    pg: Callable[..., PostgresStore], postgres_dsn: str
+) -> None:
+    """A watch whose connection dies raises StoreError(unavailable); closing ends a watch."""
+    store = pg()
+    async with store, store.watch() as notices:
+        killer = await asyncpg.connect(postgres_dsn)
+        try:
+            # Only this test's listener: other test runs may share the server.
+            killed = await killer.fetchval(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE query = $1 AND application_name = 'convsync'",
+                f'LISTEN "{store.channel}"',
+            )
+            assert killed == 1
+        finally:
+            await killer.close()
+        with pytest.raises(StoreError) as lost:
+            async with asyncio.timeout(TIMEOUT):
+                await anext(notices)
+        assert lost.value.reason == "unavailable"
+
+    other = pg()
+    async with other.watch() as notices:
+        await other.close()
+        async with asyncio.timeout(TIMEOUT):
+            assert [n async for n in notices] == []
+
+
+async def test_postgres_unreachable_server_names_host_not_password() -> None:
+    """No server at the address: StoreError(unavailable) with host:port, never the password."""
+    store = PostgresStore("postgresql://convsync:s3cret-pw@127.0.0.1:1/db", connect_timeout=5)
+    with pytest.raises(StoreError) as unavailable:
+        async with asyncio.timeout(TIMEOUT), store:
+            pass
+    assert unavailable.value.reason == "unavailable"
+    assert "127.0.0.1:1" in str(unavailable.value)
+    assert "s3cret" not in str(unavailable.value)
+    assert "s3cret" not in repr(unavailable.value.__cause__)
+    with pytest.raises(UsageError):
+        await store.load("c")
+
+
+async def test_postgres_refuses_a_newer_schema(
+    pg: Callable[..., PostgresStore], postgres_dsn: str, pg_schema: str
+) -> None:
+    """A database written by a newer convsync is refused with reason `schema`, untouched."""
+    async with pg() as store:
+        await store.append("c", L1, 0, recs("r1"))
+    conn = await asyncpg.connect(postgres_dsn, server_settings={"search_path": pg_schema})
+    try:
+        await conn.execute("UPDATE convsync_meta SET value = '99' WHERE key = 'schema_version'")
+        with pytest.raises(StoreError) as newer:
+            async with pg():
+                pass
+        assert newer.value.reason == "schema"
+        assert "99" in str(newer.value)
+        assert await conn.fetchval("SELECT value FROM convsync_meta") == "99"
+        assert await conn.fetchval("SELECT count(*) FROM records") == 1
+    finally:
+        await conn.close()
+
+
+async def test_postgres_hubs_starting_together_share_one_schema(
+    pg: Callable[..., PostgresStore],
+) -> None:
+    """Four stores opening an empty schema at once all start, and see one another's logs."""
+    stores = [pg() for _ in range(4)]
+    async with asyncio.timeout(TIMEOUT):
+        await asyncio.gather(*(store.__aenter__() for store in stores))
+    try:
+        await stores[0].append("c", L1, 0, recs("r1"))
+        assert await stores[3].list_conversations() == ["c"]
+    finally:
+        for store in stores:
+            await store.close()
+
+
+def test_open_store_picks_postgres_for_its_urls() -> None:
+    """`postgresql://` and `postgres://` give a PostgresStore, without connecting yet."""
+    assert isinstance(open_store("postgresql://u@127.0.0.1:1/db"), PostgresStore)
+    assert isinstance(open_store("postgres://u@127.0.0.1:1/db"), PostgresStore)
+    with pytest.raises(UsageError):
+        PostgresStore("postgresql://u@127.0.0.1:1/db", schema="Bad Name")

@@ -36,11 +36,13 @@ __all__ = [
     "StoreLocked",
     "check_append_args",
     "check_base",
+    "check_list_args",
     "check_mark",
     "check_new_lineage",
     "check_read_args",
     "check_records",
     "check_rewrite",
+    "prefix_range",
 ]
 
 NO_LINEAGE = 0
@@ -133,10 +135,13 @@ class StoreError(ConvsyncError):
 
     The write was most likely not made, but a disk error during the commit can leave that
     uncertain: reload the conversation before trusting an in-memory copy of its log.
+
+    `reason` is `storage` by default; `unavailable` when a database server cannot be reached
+    (retry later), `schema` when the stored schema is one this code cannot use.
     """
 
-    def __init__(self, message: str) -> None:
-        super().__init__("storage", message)
+    def __init__(self, message: str, reason: str = "storage") -> None:
+        super().__init__(reason, message)
 
 
 class StoreLocked(StoreError):
@@ -274,8 +279,19 @@ class LogStore(Protocol):
         """
         ...
 
-    async def list_conversations(self) -> list[str]:
-        """Every conversation id that has a log, sorted."""
+    async def list_conversations(
+        self, prefix: str = "", *, after: str | None = None, limit: int | None = None
+    ) -> list[str]:
+        """The ids of conversations that have a log, sorted (by code point).
+
+        Args:
+            prefix: only ids that start with it (a range over the ids, see `prefix_range`).
+            after: only ids sorted after it (for paging: pass the last id of the page before).
+            limit: at most this many ids (all of them when None).
+
+        Raises:
+            UsageError: a negative limit.
+        """
         ...
 
     async def client_mark(self, conversation_id: str, client: str) -> ClientMark | None:
@@ -337,6 +353,30 @@ def check_read_args(from_revision: int, limit: int | None) -> None:
         raise UsageError("bad_revision", f"revision {from_revision} is negative")
     if limit is not None and limit < 0:
         raise UsageError("bad_limit", f"limit {limit} is negative")
+
+
+def check_list_args(limit: int | None) -> None:
+    """Validate `list_conversations`'s arguments."""
+    if limit is not None and limit < 0:
+        raise UsageError("bad_limit", f"limit {limit} is negative")
+
+
+def prefix_range(prefix: str) -> tuple[str, str | None]:
+    """The ids starting with `prefix` are exactly those `>= low` and `< high` (no bound if None).
+
+    Ids are compared by code point (Python's `str` order, SQLite's `BINARY`, PostgreSQL's
+    `COLLATE "C"` on UTF-8), so a store can list a prefix with an index range scan instead of a
+    pattern match. `high` is `prefix` with its last character moved up by one code point
+    (characters already at the top are dropped first); surrogates, which UTF-8 cannot hold,
+    are stepped over.
+    """
+    chars = list(prefix)
+    while chars:
+        last = ord(chars.pop())
+        if last < 0x10FFFF:
+            step = 0xE000 if 0xD800 <= last + 1 <= 0xDFFF else last + 1
+            return prefix, "".join(chars) + chr(step)
+    return prefix, None
 
 
 def check_base(

@@ -18,11 +18,13 @@ from .base import (
     Loaded,
     check_append_args,
     check_base,
+    check_list_args,
     check_mark,
     check_new_lineage,
     check_read_args,
     check_records,
     check_rewrite,
+    prefix_range,
 )
 
 __all__ = ["MemoryStore"]
@@ -165,10 +167,19 @@ class MemoryStore:
         self._logs[conversation_id] = fresh
         self._commits += 1
 
-    async def list_conversations(self) -> list[str]:
+    async def list_conversations(
+        self, prefix: str = "", *, after: str | None = None, limit: int | None = None
+    ) -> list[str]:
         """See `LogStore.list_conversations`."""
         self._check_open()
-        return sorted(self._logs)
+        check_list_args(limit)
+        low, high = prefix_range(prefix)
+        ids = sorted(
+            cid
+            for cid in self._logs
+            if cid >= low and (high is None or cid < high) and (after is None or cid > after)
+        )
+        return ids if limit is None else ids[:limit]
 
     async def client_mark(self, conversation_id: str, client: str) -> ClientMark | None:
         """See `LogStore.client_mark`."""

@@ -64,11 +64,13 @@ from .base import (
     StoreLocked,
     check_append_args,
     check_base,
+    check_list_args,
     check_mark,
     check_new_lineage,
     check_read_args,
     check_records,
     check_rewrite,
+    prefix_range,
 )
 
 __all__ = ["SqliteStore"]
@@ -366,8 +368,22 @@ def _read_in(
     return [data for _, data in rows]
 
 
-def _list_in(conn: sqlite3.Connection) -> list[str]:
-    return [cid for (cid,) in conn.execute("SELECT id FROM conversations ORDER BY id")]
+def _list_in(
+    conn: sqlite3.Connection, prefix: str, after: str | None, limit: int | None
+) -> list[str]:
+    # A range over the primary key (BINARY collation: code point order), never LIKE.
+    low, high = prefix_range(prefix)
+    sql = "SELECT id FROM conversations WHERE id >= ?"
+    args: list[object] = [low]
+    if high is not None:
+        sql += " AND id < ?"
+        args.append(high)
+    if after is not None:
+        sql += " AND id > ?"
+        args.append(after)
+    sql += " ORDER BY id LIMIT ?"
+    args.append(-1 if limit is None else limit)
+    return [cid for (cid,) in conn.execute(sql, args)]
 
 
 # The writer thread.
@@ -769,9 +785,15 @@ class SqliteStore:
         )
         await self._write(run, is_append=False)
 
-    async def list_conversations(self) -> list[str]:
+    async def list_conversations(
+        self, prefix: str = "", *, after: str | None = None, limit: int | None = None
+    ) -> list[str]:
         """See `LogStore.list_conversations`."""
-        return await self._read(_list_in)
+        self._check_open()
+        check_list_args(limit)
+        return await self._read(
+            functools.partial(_list_in, prefix=prefix, after=after, limit=limit)
+        )
 
     async def client_mark(self, conversation_id: str, client: str) -> ClientMark | None:
         """See `LogStore.client_mark`."""

@@ -1,0 +1,853 @@
+"""`PostgresStore`: the `LogStore` that several hubs share (asyncpg, one PostgreSQL database).
+
+How this works
+--------------
+- **Schema** (version 1, recorded in `convsync_meta`), created on first use inside one
+  transaction under an advisory lock, so hubs starting together do not race:
+  `conversations(id, lineage, revision)` is each log's *head row*;
+  `records(conversation_id, revision, data)` keyed by both, so a tail is one index range;
+  `snapshots(conversation_id, lineage, revision, data)`, the latest one per conversation;
+  `clients(conversation_id, client, seq, ack_from, ack_revision)`. Ids use `COLLATE "C"`
+  (code point order, the same as Python and SQLite). A database whose `convsync_meta` names a
+  newer version is refused with `StoreError` (reason `schema`); nothing is changed.
+- **Compare-and-append is decided by the head row**, in one statement (one round trip): the
+  schema's `convsync_append` function upserts the client's mark only when its seq is new (else
+  it raises `CV001`, read back as `SeqTaken`), then runs
+  `UPDATE conversations SET revision = new WHERE id = .. AND lineage = .. AND revision = ..`.
+  Two hubs racing at the same position both reach that row; PostgreSQL makes the second wait
+  for the first to commit and then re-checks its `WHERE` against the new row, which no longer
+  matches: it updates nothing and gets `LogMoved`. A log's first append inserts the head row
+  with `ON CONFLICT DO NOTHING`, which decides a race to create it the same way. A refusal
+  raises `CV002` (`LogMoved`, with the head's position), so the statement, and with it
+  everything it wrote, rolls back. Otherwise the records go in with the head row.
+- **Every other write is compare-and-set too.** `rewrite` locks the head row
+  (`SELECT .. FOR UPDATE`) and checks `base`; `write_snapshot` writes only while the head is
+  still at its lineage and never replaces a newer snapshot.
+- **Reads** run in a read-only `REPEATABLE READ` transaction (`load`) or as one statement
+  (`read`), so each sees one committed state.
+- **Connections** come from an asyncpg pool made on first use (`min_size`..`max_size`). A
+  server that cannot be reached gives `StoreError` with reason `unavailable`, naming
+  `host:port` (never the password). Any other database failure is `StoreError` (`storage`)
+  with the cause chained.
+
+Hearing that another hub moved a log
+------------------------------------
+After a write commits (never inside its transaction) the store sends `NOTIFY` on its channel
+(`convsync`, or `convsync:SCHEMA` with a schema) with a JSON payload
+`{"conversation": ID, "lineage": L, "revision": R}`: the log's head after the write. Sends are
+coalesced per conversation: while one batch is going out, later writes to a conversation
+overwrite its pending notice, and the next batch carries only the latest.
+
+`async with store.watch() as notices:` opens a dedicated connection (not from the pool, and
+not through a transaction-pooling proxy: LISTEN needs a session), returns once `LISTEN` is in
+effect, and `async for notice in notices:` yields `Notice` values, coalesced per conversation
+while the consumer is busy, so memory stays bounded by the number of conversations moving. A
+watcher hears its own store's writes too. A notice is a hint, not the record: read the log from
+the store by revision (`read` returning None means the lineage changed: reload). If the
+listening connection drops, the iteration raises `StoreError` (`unavailable`); notices may have
+been missed, so re-read the heads you hold before watching again. When the store closes, every
+watch ends.
+
+Cancelling a caller mid-write rolls the transaction back unless COMMIT was already sent; after
+a `StoreError` the write may or may not have landed: reload to find out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from types import TracebackType
+from typing import Any, Self, TypeAlias, TypeVar
+from urllib.parse import urlsplit
+
+import asyncpg
+import msgspec
+
+from sync.errors import UsageError
+
+from .base import (
+    NO_LINEAGE,
+    ClientMark,
+    Loaded,
+    LogMoved,
+    SeqTaken,
+    StoreError,
+    check_append_args,
+    check_base,
+    check_list_args,
+    check_mark,
+    check_new_lineage,
+    check_read_args,
+    check_records,
+    check_rewrite,
+    prefix_range,
+)
+
+__all__ = ["SCHEMA_VERSION", "Notice", "PostgresStore"]
+
+T = TypeVar("T")
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE convsync_meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE conversations (
+    id TEXT COLLATE "C" PRIMARY KEY,
+    lineage BIGINT NOT NULL,
+    revision BIGINT NOT NULL
+);
+CREATE TABLE records (
+    conversation_id TEXT COLLATE "C" NOT NULL,
+    revision BIGINT NOT NULL,
+    data BYTEA NOT NULL,
+    PRIMARY KEY (conversation_id, revision)
+);
+CREATE TABLE snapshots (
+    conversation_id TEXT COLLATE "C" PRIMARY KEY,
+    lineage BIGINT NOT NULL,
+    revision BIGINT NOT NULL,
+    data BYTEA NOT NULL
+);
+CREATE TABLE clients (
+    conversation_id TEXT COLLATE "C" NOT NULL,
+    client TEXT NOT NULL,
+    seq BIGINT NOT NULL,
+    ack_from BIGINT NOT NULL,
+    ack_revision BIGINT NOT NULL,
+    PRIMARY KEY (conversation_id, client)
+);
+CREATE FUNCTION convsync_append(
+    p_id TEXT, p_lineage BIGINT, p_revision BIGINT, p_records BYTEA[],
+    p_client TEXT, p_seq BIGINT, p_ack_from BIGINT, p_ack_revision BIGINT
+) RETURNS BIGINT LANGUAGE plpgsql AS $$
+DECLARE
+    new_revision BIGINT := p_revision + cardinality(p_records);
+    held clients%ROWTYPE;
+    head conversations%ROWTYPE;
+BEGIN
+    IF p_client IS NOT NULL THEN
+        -- Checked first: a resend is answered with its ack even when the log moved since.
+        INSERT INTO clients (conversation_id, client, seq, ack_from, ack_revision)
+        VALUES (p_id, p_client, p_seq, p_ack_from, p_ack_revision)
+        ON CONFLICT (conversation_id, client) DO UPDATE SET
+            seq = excluded.seq, ack_from = excluded.ack_from, ack_revision = excluded.ack_revision
+        WHERE excluded.seq > clients.seq;
+        IF NOT FOUND THEN
+            SELECT * INTO held FROM clients WHERE conversation_id = p_id AND client = p_client;
+            RAISE EXCEPTION USING ERRCODE = 'CV001', MESSAGE = 'seq taken',
+                DETAIL = held.seq || ' ' || held.ack_from || ' ' || held.ack_revision;
+        END IF;
+    END IF;
+    -- The race is decided here: a second writer at this position waits for the first to
+    -- commit, re-checks the WHERE against the committed row, and updates nothing.
+    UPDATE conversations SET revision = new_revision
+    WHERE id = p_id AND lineage = p_lineage AND revision = p_revision;
+    IF NOT FOUND THEN
+        IF p_revision = 0 THEN
+            INSERT INTO conversations (id, lineage, revision)
+            VALUES (p_id, p_lineage, new_revision) ON CONFLICT (id) DO NOTHING;
+        END IF;
+        IF p_revision <> 0 OR NOT FOUND THEN
+            SELECT * INTO head FROM conversations WHERE id = p_id;
+            RAISE EXCEPTION USING ERRCODE = 'CV002', MESSAGE = 'log moved',
+                DETAIL = coalesce(head.lineage || ' ' || head.revision, 'none');
+        END IF;
+    END IF;
+    INSERT INTO records (conversation_id, revision, data)
+    SELECT p_id, p_revision + n, data FROM unnest(p_records) WITH ORDINALITY AS r(data, n);
+    RETURN new_revision;
+END
+$$;
+"""
+
+# What `convsync_append` raises (the statement, and so everything it wrote, is rolled back).
+_SEQ_TAKEN = "CV001"
+_MOVED = "CV002"
+
+# Any constant works; it only keeps two hubs from creating the schema at the same moment.
+_SCHEMA_LOCK = 0x636F6E7673796E63  # "convsync"
+
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,39}")
+
+_NOTIFY_BATCH = 500
+
+
+class Notice(msgspec.Struct, frozen=True):
+    """A log moved: its head after a write another store (or this one) committed.
+
+    Attributes:
+        conversation: the conversation id.
+        lineage: the log's lineage after the write.
+        revision: the log's revision after the write.
+    """
+
+    conversation: str
+    lineage: int
+    revision: int
+
+
+_encode_notice = msgspec.json.Encoder().encode
+_decode_notice = msgspec.json.Decoder(Notice).decode
+
+# Errors that mean "the server is not there (now)", as opposed to "the server refused this".
+_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    OSError,
+    TimeoutError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.TooManyConnectionsError,
+    asyncpg.ConnectionDoesNotExistError,
+    asyncpg.InterfaceError,
+)
+_DB_ERRORS: tuple[type[BaseException], ...] = (asyncpg.PostgresError, *_UNAVAILABLE)
+
+_Conn: TypeAlias = (
+    "asyncpg.Connection[asyncpg.Record] | asyncpg.pool.PoolConnectionProxy[asyncpg.Record]"
+)
+
+
+def describe_dsn(dsn: str) -> str:
+    """`host:port/database` of a PostgreSQL URL, for messages; never the user or password."""
+    try:
+        parts = urlsplit(dsn)
+        host = parts.hostname or "localhost"
+        port = parts.port or 5432
+    except ValueError:
+        return "the configured server"
+    database = parts.path.lstrip("/")
+    return f"{host}:{port}/{database}" if database else f"{host}:{port}"
+
+
+def _keep_newest(pending: dict[str, Notice], notice: Notice) -> None:
+    """Coalesce `notice` into `pending`: one per conversation, never stepped back.
+
+    Writes (and the notices of different hubs) can finish out of order, so within a lineage
+    the higher revision wins; a notice of another lineage (a rewrite) replaces what is there.
+    """
+    queued = pending.get(notice.conversation)
+    if queued is None or queued.lineage != notice.lineage or queued.revision < notice.revision:
+        pending[notice.conversation] = notice
+
+
+class _Watcher:
+    """One `watch`: notices heard on its connection, coalesced until the consumer takes them."""
+
+    def __init__(self) -> None:
+        self.pending: dict[str, Notice] = {}
+        self.wake = asyncio.Event()
+        self.error: StoreError | None = None
+        self.ended = False
+
+    def heard(self, payload: str) -> None:
+        try:
+            notice = _decode_notice(payload)
+        except msgspec.DecodeError:
+            return  # not ours (someone else NOTIFYing on the channel): ignore
+        _keep_newest(self.pending, notice)
+        self.wake.set()
+
+    def fail(self, error: StoreError) -> None:
+        if not self.ended:
+            self.error = error
+        self.wake.set()
+
+    def end(self) -> None:
+        self.ended = True
+        self.wake.set()
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> Notice:
+        while True:
+            if self.pending:
+                # Oldest conversation first; a conversation heard again while waiting keeps
+                # its place and shows only its latest head.
+                conversation = next(iter(self.pending))
+                return self.pending.pop(conversation)
+            if self.error is not None:
+                raise self.error
+            if self.ended:
+                raise StopAsyncIteration
+            self.wake.clear()
+            await self.wake.wait()
+
+
+class PostgresStore:
+    """A `LogStore` in one PostgreSQL database, safe to share between any number of hubs.
+
+    Args:
+        dsn: a `postgresql://user[:password]@host[:port]/database` URL.
+        schema: keep the tables in this schema (made when missing; lower-case letters, digits
+            and `_`, at most 40) instead of the connection's default (`public`). Hubs that
+            share a schema share the logs and the notification channel.
+        min_size: connections the pool keeps open.
+        max_size: connections the pool opens at most (concurrent writes beyond it wait).
+        connect_timeout: seconds to wait for the server before `StoreError` (`unavailable`).
+        notify: send `NOTIFY` after each write (see the module docs); off when no hub watches.
+
+    Attributes:
+        channel: the `NOTIFY` channel of these tables (`convsync` or `convsync:SCHEMA`).
+
+    Raises:
+        UsageError: a bad schema name or pool size.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str | None = None,
+        min_size: int = 1,
+        max_size: int = 10,
+        connect_timeout: float = 10.0,
+        notify: bool = True,
+    ) -> None:
+        if schema is not None and not _SCHEMA_NAME.fullmatch(schema):
+            raise UsageError("bad_schema", f"schema name {schema!r} is not allowed")
+        if not 0 <= min_size <= max_size or max_size < 1:
+            raise UsageError("bad_pool", f"pool size {min_size}..{max_size} is not allowed")
+        self._dsn = dsn
+        self._where = describe_dsn(dsn)
+        self._schema = schema
+        self._min_size = min_size
+        self._max_size = max_size
+        self._connect_timeout = connect_timeout
+        self._notify = notify
+        self.channel = "convsync" if schema is None else f"convsync:{schema}"
+        self._settings = {"application_name": "convsync"}
+        if schema is not None:
+            self._settings["search_path"] = schema
+        self._pool: asyncpg.Pool[asyncpg.Record] | None = None
+        self._opening = asyncio.Lock()
+        self._closed = False
+        self._commits = 0
+        self._appends = 0
+        self._busy = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._to_notify: dict[str, Notice] = {}
+        self._notifier: asyncio.Task[None] | None = None
+        self._watchers: set[_Watcher] = set()
+
+    @property
+    def commits(self) -> int:
+        """How many write transactions the store has committed."""
+        return self._commits
+
+    @property
+    def appends(self) -> int:
+        """How many `append` calls the store has run to an outcome."""
+        return self._appends
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise UsageError("closed", "the store is closed")
+
+    # Connections and errors.
+
+    def _unavailable(self, exc: BaseException) -> StoreError:
+        detail = str(exc) or type(exc).__name__
+        error = StoreError(f"postgresql at {self._where} is unavailable: {detail}", "unavailable")
+        error.__cause__ = exc
+        return error
+
+    def _translate(self, exc: BaseException) -> StoreError:
+        if isinstance(exc, _UNAVAILABLE):
+            return self._unavailable(exc)
+        error = StoreError(f"postgresql at {self._where} failed: {exc}")
+        error.__cause__ = exc
+        return error
+
+    async def _connect_one(self) -> asyncpg.Connection[asyncpg.Record]:
+        try:
+            return await asyncpg.connect(
+                self._dsn, timeout=self._connect_timeout, server_settings=self._settings
+            )
+        except _DB_ERRORS as exc:
+            raise self._translate(exc) from exc
+
+    async def _open(self) -> asyncpg.Pool[asyncpg.Record]:
+        if self._pool is not None:
+            return self._pool
+        async with self._opening:
+            if self._pool is not None:
+                return self._pool
+            self._check_open()
+            conn = await self._connect_one()
+            try:
+                await self._create_schema(conn)
+            finally:
+                await conn.close()
+            try:
+                pool = await asyncpg.create_pool(
+                    self._dsn,
+                    min_size=self._min_size,
+                    max_size=self._max_size,
+                    timeout=self._connect_timeout,
+                    server_settings=self._settings,
+                )
+            except _DB_ERRORS as exc:
+                raise self._translate(exc) from exc
+            self._pool = pool
+            return pool
+
+    async def _create_schema(self, conn: _Conn) -> None:
+        try:
+            async with conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
+                if self._schema is not None:
+                    await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self._schema}"')
+                exists = await conn.fetchval("SELECT to_regclass('convsync_meta') IS NOT NULL")
+                if not exists:
+                    await conn.execute(_SCHEMA)
+                    await conn.execute(
+                        "INSERT INTO convsync_meta (key, value) VALUES ('schema_version', $1)",
+                        str(SCHEMA_VERSION),
+                    )
+                    return
+                found = await conn.fetchval(
+                    "SELECT value FROM convsync_meta WHERE key = 'schema_version'"
+                )
+        except _DB_ERRORS as exc:
+            raise self._translate(exc) from exc
+        version = int(found) if found is not None and str(found).isdigit() else None
+        if version != SCHEMA_VERSION:
+            newer = version is not None and version > SCHEMA_VERSION
+            raise StoreError(
+                f"postgresql at {self._where} holds convsync schema version {found}; this code"
+                f" knows version {SCHEMA_VERSION}" + (": upgrade convsync" if newer else ""),
+                "schema",
+            )
+
+    async def _run(self, work: Callable[[_Conn], Awaitable[T]]) -> T:
+        """Run `work` on a pooled connection, translating database failures to `StoreError`."""
+        self._check_open()
+        self._busy += 1
+        self._idle.clear()
+        try:
+            pool = await self._open()
+            try:
+                async with pool.acquire() as conn:
+                    return await work(conn)
+            except _DB_ERRORS as exc:
+                raise self._translate(exc) from exc
+        finally:
+            self._busy -= 1
+            if not self._busy:
+                self._idle.set()
+
+    # Notifications.
+
+    def _moved(self, conversation_id: str, lineage: int, revision: int) -> None:
+        """Queue a notice for a committed write; keeps only the newest per conversation."""
+        if not self._notify:
+            return
+        _keep_newest(self._to_notify, Notice(conversation_id, lineage, revision))
+        if self._notifier is None or self._notifier.done():
+            self._notifier = asyncio.get_running_loop().create_task(self._send_notices())
+
+    async def _send_notices(self) -> None:
+        # One task sends at a time; what is queued meanwhile goes in its next batch.
+        while self._to_notify and self._pool is not None:
+            batch = list(self._to_notify.values())[:_NOTIFY_BATCH]
+            for notice in batch:
+                del self._to_notify[notice.conversation]
+            payloads = [_encode_notice(notice).decode() for notice in batch]
+            try:
+                async with self._pool.acquire() as conn:
+                    await conn.execute(
+                        "SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS payload",
+                        self.channel,
+                        payloads,
+                    )
+            except _DB_ERRORS:
+                # A lost notice only delays other hubs until their periodic re-read.
+                return
+
+    def watch(self) -> contextlib.AbstractAsyncContextManager[AsyncIterator[Notice]]:
+        """Listen for logs that move; see the module docs.
+
+        Returns:
+            An async context manager; entering it returns once `LISTEN` is in effect and gives
+            an async iterator of `Notice`s that ends when the block or the store closes.
+
+        Raises:
+            StoreError: on enter, the server cannot be reached; while iterating, the
+                listening connection was lost (reason `unavailable`).
+        """
+        return self._watch()
+
+    @contextlib.asynccontextmanager
+    async def _watch(self) -> AsyncIterator[AsyncIterator[Notice]]:
+        self._check_open()
+        await self._open()
+        conn = await self._connect_one()
+        watcher = _Watcher()
+
+        def heard(_conn: object, _pid: int, _channel: str, payload: object) -> None:
+            watcher.heard(str(payload))
+
+        def lost(_conn: object) -> None:
+            watcher.fail(self._unavailable(ConnectionError("the listening connection closed")))
+
+        try:
+            conn.add_termination_listener(lost)
+            await conn.add_listener(self.channel, heard)
+        except _DB_ERRORS as exc:
+            await conn.close()
+            raise self._translate(exc) from exc
+        except BaseException:
+            await conn.close()
+            raise
+        self._watchers.add(watcher)
+        try:
+            yield watcher
+        finally:
+            self._watchers.discard(watcher)
+            watcher.end()
+            conn.remove_termination_listener(lost)
+            with contextlib.suppress(*_DB_ERRORS):
+                await conn.close(timeout=self._connect_timeout)
+
+    # The `LogStore` methods.
+
+    async def load(self, conversation_id: str) -> Loaded | None:
+        """See `LogStore.load`."""
+
+        async def work(conn: _Conn) -> Loaded | None:
+            async with conn.transaction(isolation="repeatable_read", readonly=True):
+                head = await conn.fetchrow(
+                    "SELECT lineage, revision FROM conversations WHERE id = $1", conversation_id
+                )
+                if head is None:
+                    return None
+                lineage, revision = head["lineage"], head["revision"]
+                snapshot: bytes | None = None
+                snapshot_revision = 0
+                row = await conn.fetchrow(
+                    "SELECT revision, data FROM snapshots"
+                    " WHERE conversation_id = $1 AND lineage = $2",
+                    conversation_id,
+                    lineage,
+                )
+                if row is not None:
+                    snapshot_revision, snapshot = row["revision"], row["data"]
+                records = [
+                    r["data"]
+                    for r in await conn.fetch(
+                        "SELECT data FROM records WHERE conversation_id = $1 AND revision > $2"
+                        " ORDER BY revision",
+                        conversation_id,
+                        snapshot_revision,
+                    )
+                ]
+                clients = {
+                    r["client"]: ClientMark(r["seq"], r["ack_from"], r["ack_revision"])
+                    for r in await conn.fetch(
+                        "SELECT client, seq, ack_from, ack_revision FROM clients"
+                        " WHERE conversation_id = $1",
+                        conversation_id,
+                    )
+                }
+            if len(records) != revision - snapshot_revision:
+                raise StoreError(
+                    f"{conversation_id!r} holds {len(records)} records after revision"
+                    f" {snapshot_revision}, expected {revision - snapshot_revision}"
+                )
+            return Loaded(
+                lineage=lineage,
+                revision=revision,
+                snapshot=snapshot,
+                snapshot_revision=snapshot_revision,
+                records=records,
+                clients=clients,
+            )
+
+        return await self._run(work)
+
+    async def append(
+        self,
+        conversation_id: str,
+        lineage: int,
+        revision: int,
+        records: Sequence[bytes],
+        client: str | None = None,
+        mark: ClientMark | None = None,
+    ) -> int:
+        """See `LogStore.append`."""
+        self._check_open()
+        frozen = list(check_append_args(lineage, revision, records, client, mark))
+
+        async def work(conn: _Conn) -> int:
+            # One statement, one round trip: the function runs the whole compare-and-append
+            # and raises (rolling all of it back) when the seq is taken or the log moved.
+            try:
+                result: int = await conn.fetchval(
+                    "SELECT convsync_append($1, $2, $3, $4, $5, $6, $7, $8)",
+                    conversation_id,
+                    lineage,
+                    revision,
+                    frozen,
+                    client,
+                    None if mark is None else mark.seq,
+                    None if mark is None else mark.ack_from,
+                    None if mark is None else mark.ack_revision,
+                )
+            except asyncpg.PostgresError as exc:
+                # The function only says where things are; the same checks as every other
+                # store turn that into the error.
+                if exc.sqlstate == _SEQ_TAKEN and client is not None and mark is not None:
+                    seq, ack_from, ack_revision = map(int, str(exc.detail).split())
+                    check_mark(
+                        conversation_id, client, ClientMark(seq, ack_from, ack_revision), mark
+                    )
+                if exc.sqlstate == _MOVED:
+                    head = str(exc.detail)
+                    current = None if head == "none" else _pair(head)
+                    check_base(conversation_id, current, lineage, revision)
+                    # Only a log created by a racing write at exactly our position gets here:
+                    # it was not there when we looked, so the log moved all the same.
+                    raise LogMoved(conversation_id, *(current or (NO_LINEAGE, 0))) from None
+                raise
+            return result
+
+        try:
+            result = await self._run(work)
+        except (LogMoved, SeqTaken):
+            self._appends += 1
+            raise
+        self._appends += 1
+        self._commits += 1
+        self._moved(conversation_id, lineage, result)
+        return result
+
+    async def read(
+        self, conversation_id: str, lineage: int, from_revision: int, limit: int | None = None
+    ) -> list[bytes] | None:
+        """See `LogStore.read`."""
+        self._check_open()
+        check_read_args(from_revision, limit)
+
+        async def work(conn: _Conn) -> list[bytes] | None:
+            # One statement: the head and the records come from one snapshot of the database.
+            rows = await conn.fetch(
+                "SELECT c.lineage, c.revision AS head, r.revision, r.data"
+                " FROM conversations c LEFT JOIN LATERAL ("
+                "  SELECT revision, data FROM records"
+                "  WHERE conversation_id = c.id AND revision > $2 ORDER BY revision LIMIT $3"
+                " ) r ON true WHERE c.id = $1",
+                conversation_id,
+                from_revision,
+                limit,
+            )
+            if not rows:
+                return None
+            head = rows[0]
+            if head["lineage"] != lineage or from_revision > head["head"]:
+                return None
+            found = [(r["revision"], r["data"]) for r in rows if r["revision"] is not None]
+            if from_revision < head["head"] and limit != 0:
+                if not found or found[0][0] != from_revision + 1:
+                    return None  # the first record asked for is no longer held
+            return [data for _, data in found]
+
+        return await self._run(work)
+
+    async def write_snapshot(
+        self, conversation_id: str, lineage: int, revision: int, state: bytes
+    ) -> None:
+        """See `LogStore.write_snapshot`."""
+        self._check_open()
+        check_records([state])
+
+        async def work(conn: _Conn) -> bool:
+            async with conn.transaction():
+                # FOR SHARE: a rewrite cannot slip in between the check and the write.
+                head = await conn.fetchrow(
+                    "SELECT lineage, revision FROM conversations WHERE id = $1 FOR SHARE",
+                    conversation_id,
+                )
+                if head is None or head["lineage"] != lineage:
+                    return False
+                if not 0 <= revision <= head["revision"]:
+                    raise UsageError(
+                        "bad_revision",
+                        f"no revision {revision} in a log of {head['revision']} records",
+                    )
+                written = await conn.fetchval(
+                    "INSERT INTO snapshots (conversation_id, lineage, revision, data)"
+                    " VALUES ($1, $2, $3, $4) ON CONFLICT (conversation_id) DO UPDATE SET"
+                    " lineage = excluded.lineage, revision = excluded.revision,"
+                    " data = excluded.data WHERE snapshots.lineage <> excluded.lineage"
+                    " OR snapshots.revision < excluded.revision RETURNING 1",
+                    conversation_id,
+                    lineage,
+                    revision,
+                    state,
+                )
+            return written is not None
+
+        if await self._run(work):
+            self._commits += 1
+
+    async def rewrite(
+        self,
+        conversation_id: str,
+        lineage: int,
+        records: Sequence[bytes],
+        *,
+        base: tuple[int, int] | None = None,
+    ) -> None:
+        """See `LogStore.rewrite`."""
+        self._check_open()
+        frozen = list(check_records(records))
+        check_new_lineage(lineage)
+
+        async def work(conn: _Conn) -> None:
+            async with conn.transaction():
+                current = await _position_in(conn, conversation_id, lock=True)
+                check_rewrite(conversation_id, current, lineage, base)
+                if current is None:
+                    created = await conn.fetchval(
+                        "INSERT INTO conversations (id, lineage, revision) VALUES ($1, $2, $3)"
+                        " ON CONFLICT (id) DO NOTHING RETURNING 1",
+                        conversation_id,
+                        lineage,
+                        len(frozen),
+                    )
+                    if created is None:  # another hub created the log meanwhile: check again
+                        current = await _position_in(conn, conversation_id, lock=True)
+                        check_rewrite(conversation_id, current, lineage, base)
+                if current is not None:
+                    await conn.execute(
+                        "UPDATE conversations SET lineage = $2, revision = $3 WHERE id = $1",
+                        conversation_id,
+                        lineage,
+                        len(frozen),
+                    )
+                await conn.execute(
+                    "DELETE FROM records WHERE conversation_id = $1", conversation_id
+                )
+                await conn.execute(
+                    "DELETE FROM snapshots WHERE conversation_id = $1", conversation_id
+                )
+                await _insert_records(conn, conversation_id, 0, frozen)
+
+        await self._run(work)
+        self._commits += 1
+        self._moved(conversation_id, lineage, len(frozen))
+
+    async def list_conversations(
+        self, prefix: str = "", *, after: str | None = None, limit: int | None = None
+    ) -> list[str]:
+        """See `LogStore.list_conversations`."""
+        self._check_open()
+        check_list_args(limit)
+        low, high = prefix_range(prefix)
+
+        async def work(conn: _Conn) -> list[str]:
+            # A range over the primary key (COLLATE "C"), never LIKE; NULL bounds drop out.
+            rows = await conn.fetch(
+                "SELECT id FROM conversations WHERE id >= $1"
+                " AND ($2::text IS NULL OR id < $2) AND ($3::text IS NULL OR id > $3)"
+                " ORDER BY id LIMIT $4",
+                low,
+                high,
+                after,
+                limit,
+            )
+            return [row["id"] for row in rows]
+
+        return await self._run(work)
+
+    async def client_mark(self, conversation_id: str, client: str) -> ClientMark | None:
+        """See `LogStore.client_mark`."""
+
+        async def work(conn: _Conn) -> ClientMark | None:
+            return await _mark_in(conn, conversation_id, client)
+
+        return await self._run(work)
+
+    async def close(self) -> None:
+        """Let writes already started finish, send their notices, end every watch, close the
+        pool. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._idle.wait()
+        if self._notifier is not None:
+            with contextlib.suppress(Exception):
+                await self._notifier
+        for watcher in list(self._watchers):
+            watcher.end()
+        if self._pool is not None:
+            await self._pool.close()
+
+    async def __aenter__(self) -> Self:
+        """Connect and make sure the schema is there.
+
+        Raises:
+            StoreError: the server cannot be reached (`unavailable`) or holds a schema this
+                code cannot use (`schema`); the store is closed again.
+        """
+        self._check_open()
+        try:
+            await self._open()
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+def _pair(text: str) -> tuple[int, int]:
+    first, second = text.split()
+    return int(first), int(second)
+
+
+async def _position_in(
+    conn: _Conn, conversation_id: str, *, lock: bool = False
+) -> tuple[int, int] | None:
+    row = await conn.fetchrow(
+        "SELECT lineage, revision FROM conversations WHERE id = $1"
+        + (" FOR UPDATE" if lock else ""),
+        conversation_id,
+    )
+    return None if row is None else (row["lineage"], row["revision"])
+
+
+async def _mark_in(conn: _Conn, conversation_id: str, client: str) -> ClientMark | None:
+    row = await conn.fetchrow(
+        "SELECT seq, ack_from, ack_revision FROM clients WHERE conversation_id = $1"
+        " AND client = $2",
+        conversation_id,
+        client,
+    )
+    return None if row is None else ClientMark(row["seq"], row["ack_from"], row["ack_revision"])
+
+
+async def _insert_records(
+    conn: _Conn, conversation_id: str, after: int, records: list[Any]
+) -> None:
+    if not records:
+        return
+    # One round trip for any number of records.
+    await conn.execute(
+        "INSERT INTO records (conversation_id, revision, data)"
+        " SELECT $1, $2 + n, data FROM unnest($3::bytea[]) WITH ORDINALITY AS r(data, n)",
+        conversation_id,
+        after,
+        records,
+    )
