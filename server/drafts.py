@@ -386,7 +386,11 @@ class DraftBoard(Generic[C]):
                 groups.setdefault(shape, []).append(conn)
                 owed.setdefault(shape, sub.pending)
                 sub.pending = {}
-                sub.last_flush = now
+                # On the grid of intervals, not at `now`: a tick that wakes late must not
+                # push the next flush later too (a producer throttling its own sends at the
+                # same interval would then land just before each flush and wait a whole
+                # interval more); a tick more than an interval late starts a new grid.
+                sub.last_flush = max(sub.last_flush + self.config.interval, due_at)
         for shape, to in groups.items():
             for key, pending in owed[shape].items():
                 text = "".join(pending.chunks)

@@ -398,3 +398,20 @@ def test_a_connection_without_the_features_gets_no_drafts_or_presence() -> None:
     d = _ids.message_id()
     actions = room.draft("worker", op(d, "open"), T0) + room.draft("worker", op(d, text="x"), T0)
     assert frames_to(actions + room.tick(T0 + 200), "plain") == []
+
+
+def test_a_late_tick_keeps_the_flush_grid() -> None:
+    """A flush that the timer runs late does not delay the next delta: deltas stay on a grid
+    of `draft_interval` (a producer throttling at the same interval is never held twice)."""
+    room = core(interval=50)
+    join(room, "worker")
+    join(room, "ui")
+    d = _ids.message_id()
+    room.draft("worker", op(d, "open"), T0)
+    room.draft("worker", op(d, text="a"), T0)  # at once
+    room.draft("worker", op(d, offset=1, text="b"), T0 + 40)  # held until T0 + 50
+    [late] = [m for m in frames_to(room.tick(T0 + 70), "ui") if isinstance(m, DraftUpdate)]
+    assert late.text == "b"
+    sent = frames_to(room.draft("worker", op(d, offset=2, text="c"), T0 + 100), "ui")
+    [next_] = [m for m in sent if isinstance(m, DraftUpdate)]
+    assert next_ == DraftUpdate(d, "append", "text", 2, "c")  # at once, not held to T0 + 120
