@@ -187,7 +187,8 @@ class Replica:
 
     async def events(self) -> AsyncIterator[Event]:
         """Every event, in order: `Connected`, `Disconnected`, `Applied`, `Rebased`, `Reset`,
-        `Conflict`. Events wait here until read."""
+        `Conflict`, and for live state `DraftChanged`, `DraftEnded`, `PresenceChanged`. Events
+        wait here until read."""
         while True:
             yield await self._events.get()
 

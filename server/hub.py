@@ -219,6 +219,8 @@ class Hub:
             moved.clear()
             soonest: int | None = None
             for room in list(self._rooms.values()):
+                if room.lock.locked():
+                    continue  # busy (maybe awaiting its store): its operation's end wakes us
                 deadline = room.next_deadline()
                 if deadline is not None and deadline <= now_ms():
                     try:
