@@ -38,7 +38,7 @@ from sync.frames import MAX_FRAME
 from sync.protocol import SUBPROTOCOL, decode_hub_message, encode_message
 
 from .drafting import DraftWriter
-from .live import FEATURES, Draft, DraftEnded, Presence
+from .live import FEATURES, Draft, DraftChanged, DraftEnded, Presence
 from .session import Connected, Event, ReplicaSession
 
 __all__ = ["Replica", "connect"]
@@ -114,6 +114,7 @@ class Replica:
         self._keep_every = keep_every
         self._live_wake = asyncio.Event()  # a draft op or a status may be sendable
         self._writers: dict[str, DraftWriter] = {}
+        self._changes_queued: set[str] = set()  # drafts with an unread DraftChanged
 
     # ------------------------------------------------------------------ reads
 
@@ -188,16 +189,22 @@ class Replica:
     async def events(self) -> AsyncIterator[Event]:
         """Every event, in order: `Connected`, `Disconnected`, `Applied`, `Rebased`, `Reset`,
         `Conflict`, and for live state `DraftChanged`, `DraftEnded`, `PresenceChanged`. Events
-        wait here until read."""
+        wait here until read; a `DraftChanged` is not queued again while one for the same draft
+        waits unread (read the text in `drafts`), so an unread queue stays small."""
         while True:
-            yield await self._events.get()
+            yield self._taken(await self._events.get())
 
     def events_nowait(self) -> list[Event]:
         """The events queued so far, without waiting."""
         events = []
         while not self._events.empty():
-            events.append(self._events.get_nowait())
+            events.append(self._taken(self._events.get_nowait()))
         return events
+
+    def _taken(self, event: Event) -> Event:
+        if isinstance(event, DraftChanged):
+            self._changes_queued.discard(event.id)
+        return event
 
     async def flush(self) -> None:
         """Wait until every edit made so far is acknowledged and applied. Bound the wait
@@ -275,6 +282,10 @@ class Replica:
 
     def _emit(self, events: list[Event]) -> None:
         for event in events:
+            if isinstance(event, DraftChanged):
+                if event.id in self._changes_queued:
+                    continue  # one unread DraftChanged per draft is enough
+                self._changes_queued.add(event.id)
             self._events.put_nowait(event)
             if (
                 isinstance(event, DraftEnded)

@@ -372,3 +372,20 @@ async def test_tail_draws_a_draft_growing_under_the_last_message_and_who_is_onli
                 await d.commit(Message.assistant("Hello there, friend"))
             await until(lambda: "#1   assistant  Hello there, friend" in out.getvalue())
             group.cancel_scope.cancel()
+
+
+async def test_an_unread_event_queue_holds_one_draft_change_per_draft(hub: Hub) -> None:
+    """A UI that reads no events while a draft streams gets one `DraftChanged` for it, not
+    one per delta; the text is in `drafts`."""
+    async with (
+        connect(hub.url, "quiet", client="worker", draft_interval=0) as worker,
+        connect(hub.url, "quiet", client="ui") as ui,
+    ):
+        ui.events_nowait()
+        async with worker.draft() as d:
+            for token in TOKENS:
+                d.append(token)
+                await anyio.sleep(0.001)
+            await until(lambda: d.id in ui.drafts and ui.drafts[d.id].text == FULL)
+            changes = [e for e in ui.events_nowait() if isinstance(e, DraftChanged)]
+            assert changes == [DraftChanged(d.id)]
