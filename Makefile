@@ -24,8 +24,14 @@ services: $(STAMP)
 	scripts/ensure-services $(PY)
 
 # CONVSYNC_REQUIRE_PG=1: the PostgreSQL tests fail rather than skip when no server can be had.
-unit: $(STAMP) services
+unit: $(STAMP) services js
 	CONVSYNC_REQUIRE_PG=1 $(PY) -m pytest -q
+
+# The JavaScript replica (client/web/convsync.js) against the shared vectors; node >= 20.
+.PHONY: js
+js:
+	scripts/ensure-node
+	node --test client/web/test/
 
 test: lint types unit
 

@@ -58,6 +58,9 @@ from sync.rebase import Conflict, needs_base, rebase
 
 from .live import DraftChanged, DraftEnded, LiveState, PresenceChanged
 
+HUB_REBASE = "hub_rebase"
+"""The feature this session lists: it takes a placed push's records as its batch."""
+
 __all__ = [
     "Applied",
     "Conflict",
@@ -122,12 +125,14 @@ Event = (
 
 
 class _Batch:
-    __slots__ = ("doomed", "records", "seq")
+    __slots__ = ("base", "doomed", "landed", "records", "seq")
 
     def __init__(self, seq: int, records: list[ChangeRecord]) -> None:
         self.seq = seq
         self.records = records
-        self.doomed = False  # the log moved under it: its records were re-pended by a rebase
+        self.doomed = False  # a state replaced the log under it: its records were re-pended
+        self.landed: list[ChangeRecord] | None = None  # what the hub placed, when it did
+        self.base: Conversation | None = None  # what it was made on, kept once it is placed
 
 
 class ReplicaSession:
@@ -170,6 +175,7 @@ class ReplicaSession:
         self.max_frame = max_frame
         self.max_batch = max_batch
         self._inflight: _Batch | None = None
+        self._held: list[ChangeRecord] = []  # log records that overtook the batch in flight
         self._landed: list[ChangeRecord] = []
         self._welcome: Welcome | None = None
         self._catching_up = False
@@ -238,8 +244,10 @@ class ReplicaSession:
         self._catching_up = False
         self._partial = None
         self._partial_entries = []
+        self._held = []  # the hub sends them again in the catch-up
         self.live.connecting()
-        return Hello(self.client, self.lineage, self.revision, token, self.features, self.kind)
+        features = [HUB_REBASE, *self.features]
+        return Hello(self.client, self.lineage, self.revision, token, features, self.kind)
 
     def next_push(self) -> tuple[bytes | None, list[Conflict]]:
         """The next push frame to send, if one may go now, and records refused locally.
@@ -379,7 +387,7 @@ class ReplicaSession:
         if self._welcome is None:
             raise ProtocolError("unexpected", "records before welcome")
         lag = self._lag
-        revision = self._confirmed.revision + len(lag)
+        revision = self._confirmed.revision + len(lag) + len(self._held)
         skip = revision - message.from_
         if skip < 0:
             raise ProtocolError("gap", f"records from {message.from_}, at {revision}")
@@ -406,19 +414,42 @@ class ReplicaSession:
             if len(lag) > self._lag_limit:
                 self._bound_lag()
             return [Applied(len(records), revision + len(records))]
+        if inflight is not None and not inflight.doomed:
+            origin = message.origin
+            if origin is not None and (origin.client, origin.seq) == (self.client, inflight.seq):
+                # The hub placed our stale batch (SPEC 2.4.6): these records are it, as it
+                # landed; its ack follows. Fold what overtook it, then these.
+                if inflight.landed is None:
+                    inflight.landed = []
+                    if needs_base(self.local.unsaved()):
+                        inflight.base = _folded(self.confirmed.copy(), inflight.records)
+                overtaken = self._fold_held()
+                self._fold(self.confirmed, records)
+                inflight.landed += records
+                return overtaken
+            # The log moved under the batch in flight, which the hub may still place: hold
+            # these records until its ack or reject says what became of it.
+            self._held.extend(records)
+            return []
         # The log moved under pending records: replay them on it.
         confirmed = self.confirmed
         base = None
         pending = self.local.take_unsaved()
-        if inflight is not None and not inflight.doomed:
-            inflight.doomed = True
-            pending = inflight.records + pending
         if needs_base(pending):
             base = confirmed.copy()
         self._fold(confirmed, records)
         self.local.return_unsaved(pending)
         events: list[Event] = [Applied(len(records), confirmed.revision)]
         return events + self._rebase_local(base)
+
+    def _fold_held(self) -> list[Event]:
+        """Fold the records that overtook the batch in flight into `confirmed`."""
+        held, self._held = self._held, []
+        if not held:
+            return []
+        confirmed = self.confirmed
+        self._fold(confirmed, held)
+        return [Applied(len(held), confirmed.revision)]
 
     def _bound_lag(self) -> None:
         """The lag passed its last limit: renew `confirmed` when it passes the current one,
@@ -491,6 +522,7 @@ class ReplicaSession:
                 "malformed", f"the hub sent a state that is not valid: {exc}"
             ) from exc
         confirmed.continue_log(message.lineage, message.revision)
+        self._held = []  # the state holds them
         if self._inflight is None and not self.local.unsaved():
             self._lag = []  # nothing pending: no rebase needs the old value as a base
         old, self._confirmed = self.confirmed, confirmed
@@ -510,6 +542,20 @@ class ReplicaSession:
         if batch.doomed:
             raise ProtocolError("unexpected", f"ack of push {ack.seq} after the log moved")
         confirmed = self.confirmed
+        landed = batch.landed
+        if landed is not None:
+            # Placed by the hub: `confirmed` holds it already, as it landed. Replay what was
+            # made on top of the batch as sent onto the log as it is.
+            if ack.revision != confirmed.revision or ack.from_ != ack.revision - len(landed):
+                raise ProtocolError(
+                    "gap",
+                    f"ack {ack.from_}..{ack.revision} for {len(landed)} placed records "
+                    f"at {confirmed.revision}",
+                )
+            self._inflight = None
+            self._report(batch.seq, landed)
+            events: list[Event] = [Applied(len(landed), confirmed.revision)]
+            return events + self._rebase_local(batch.base)
         if ack.from_ != confirmed.revision or ack.revision != ack.from_ + len(batch.records):
             raise ProtocolError(
                 "gap",
@@ -522,8 +568,11 @@ class ReplicaSession:
         return []
 
     def _report_landed(self, batch: _Batch) -> None:
+        self._report(batch.seq, batch.records)
+
+    def _report(self, seq: int, records: list[ChangeRecord]) -> None:
         if self.on_landed is not None:
-            self.on_landed(batch.seq, batch.records)
+            self.on_landed(seq, records)
 
     def _on_reject(self, reject: Reject) -> list[Event]:
         if reject.lineage == self.lineage and reject.revision < self.revision:
@@ -540,14 +589,21 @@ class ReplicaSession:
         self._inflight = None
         if batch.doomed:
             return []
+        # What the batch (and what was made on top of it) was made on: `confirmed` before the
+        # records that overtook it, copied only when a pure insertion needs it.
+        pending = batch.records + self.local.unsaved()
+        base = self.confirmed.copy() if needs_base(pending) or reject.reason == "invalid" else None
+        events = self._fold_held()
         if reject.reason != "invalid":
-            # The missing records (or a state) are on their way: send again after them.
+            # The hub could not place it: the records it missed came first (held, or on
+            # their way); replay the batch and what followed it on the log.
             self.local.return_unsaved(batch.records)
-            return []
-        events: list[Event] = [
-            Conflict(record, "invalid", reject.detail) for record in batch.records
-        ]
-        return events + self._rebase_local(_folded(self.confirmed.copy(), batch.records))
+            if not events:
+                return []  # nothing overtook it here yet: they are on their way
+            return events + self._rebase_local(base)
+        events += [Conflict(record, "invalid", reject.detail) for record in batch.records]
+        assert base is not None
+        return events + self._rebase_local(_folded(base, batch.records))
 
 
 def _folded(base: Conversation, records: Sequence[ChangeRecord]) -> Conversation | None:

@@ -62,6 +62,7 @@ from sync.protocol import (
     Welcome,
     encode_message,
 )
+from sync.rebase import place
 from sync.strict import strict_violation
 
 from .drafts import Delta, DraftBoard, DraftConfig, Frame, Out, Owner
@@ -87,6 +88,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("convsync.hub")
+
+HUB_REBASE = "hub_rebase"
+"""The feature a replica lists when it takes a placed push's records as its batch."""
 
 C = TypeVar("C", bound=Hashable)
 """A connection, as the shell names it (the core only compares and hashes it)."""
@@ -197,14 +201,15 @@ class CoreConfig:
     strict_pairing: bool = True
     recent_records: int = 1000
     snapshot_every: int = 1000
+    hub_rebase: bool = True
     drafts: DraftConfig = field(default_factory=DraftConfig)
     presence_throttle: int = 100
     """Least ms between two presence diffs."""
 
 
-HUB_FEATURES = ("drafts", "presence")
-"""The optional capabilities this core offers (SPEC 5); a welcome lists those the hello asked
-for, and the core uses only those with that connection."""
+LIVE_FEATURES = ("drafts", "presence")
+"""Live drafts and presence (SPEC 7): a welcome lists those the hello asked for, and the core
+uses them only with that connection."""
 
 
 # ---------------------------------------------------------------------- the core
@@ -235,6 +240,7 @@ class RoomCore(Generic[C]):
         self.exists = False
         self.marks: dict[str, ClientMark] = {}
         self.subscribers: dict[C, str] = {}  # connection -> its client id
+        self._placing: set[C] = set()  # connections whose stale pushes the hub may place
         self.closing = False
         self._recent: list[bytes] = []
         self._recent_from = 0
@@ -316,7 +322,10 @@ class RoomCore(Generic[C]):
         if self._stale:
             return [Close(conn, "unavailable", "the log cannot be read now; reconnect later")]
         mark = self.marks.get(hello.client)
-        features = [feature for feature in HUB_FEATURES if feature in hello.features]
+        features = [HUB_REBASE] if self.config.hub_rebase else []
+        if HUB_REBASE in features and HUB_REBASE in hello.features:
+            self._placing.add(conn)
+        features += [feature for feature in LIVE_FEATURES if feature in hello.features]
         welcome = Welcome(self.lineage, self.revision, mark.seq if mark else 0, features)
         actions: list[Action[C]] = [Send(conn, encode_message(welcome), True)]
         lineage, revision = hello.lineage, hello.revision
@@ -371,6 +380,7 @@ class RoomCore(Generic[C]):
         """`conn` is gone; it gets nothing more. Its presence entry goes at the next `tick`;
         drafts it produced wait `draft_grace` for their producer to come back."""
         self.subscribers.pop(conn, None)
+        self._placing.discard(conn)
         self._live_leave(conn, self._now if now is None else now)
 
     # ------------------------------------------------------------------ pushing
@@ -396,27 +406,42 @@ class RoomCore(Generic[C]):
         ):
             reject = self._reject(batch, "lineage", "the log was rewritten; a state follows")
             return [Send(conn, reject), *self._state_to(conn)]
-        if batch.revision != self.revision:
-            return [Send(conn, self._reject(batch, "behind", f"the log is at {self.revision}"))]
         clash = self._draft_clash(conn, batch.records)
         if clash is not None:
             return [Send(conn, self._reject(batch, "invalid", clash))]
         since = len(self.conversation)
-        try:
-            undo = self.conversation.apply_batch(batch.records)
-        except ApplyError as error:
-            rejected = Send(conn, self._reject(batch, "invalid", str(error)))
-            return [rejected, *self._drafts_refused(conn, batch.records)]
+        placed = batch.revision != self.revision
+        if placed:
+            # Made on an older revision: place it by intent when every record replays without
+            # conflict and the pusher understands a placed push (SPEC 2.4.6); else `behind`.
+            outcome = (
+                place(self.conversation, batch.records)
+                if batch.revision < self.revision and conn in self._placing
+                else None
+            )
+            if not isinstance(outcome, tuple) or not outcome[0]:
+                detail = f"the log is at {self.revision}"
+                return [Send(conn, self._reject(batch, "behind", detail))]
+            landed, undo = outcome
+        else:
+            try:
+                undo = self.conversation.apply_batch(batch.records)
+            except ApplyError as error:
+                rejected = Send(conn, self._reject(batch, "invalid", str(error)))
+                return [rejected, *self._drafts_refused(conn, batch.records)]
+            landed = batch.records
         if self.config.strict_pairing:
-            violation = _strict_check(self.conversation, batch.records, since)
+            violation = _strict_check(self.conversation, landed, since)
             if violation is not None:
                 undo()
+                if placed:  # judged at its own base, as before: the replica resends it there
+                    return [Send(conn, self._reject(batch, "behind", "the log moved"))]
                 detail = f"strict pairing: {violation}"
                 rejected = Send(conn, self._reject(batch, "invalid", detail))
                 return [rejected, *self._drafts_refused(conn, batch.records)]
         records = [
             record if record.at is not None else msgspec.structs.replace(record, at=now)
-            for record in batch.records
+            for record in landed
         ]
         encoded = [encode(record) for record in records]
         from_ = self.revision
@@ -424,7 +449,7 @@ class RoomCore(Generic[C]):
             self.lineage, from_, encoded, client, ClientMark(batch.seq, from_, from_ + len(encoded))
         )
         return self._call(
-            append, lambda outcome: self._appended(conn, batch, append, undo, outcome)
+            append, lambda outcome: self._appended(conn, batch, append, undo, placed, outcome)
         )
 
     def _appended(
@@ -433,6 +458,7 @@ class RoomCore(Generic[C]):
         batch: PushBatch,
         append: AppendRecords,
         undo: Callable[[], None],
+        placed: bool,
         outcome: object,
     ) -> list[Action[C]]:
         if isinstance(outcome, SeqTaken):
@@ -459,11 +485,13 @@ class RoomCore(Generic[C]):
         self.revision = append.mark.ack_revision
         self.marks[append.client] = append.mark
         self._remember(append.records)
+        origin = PushOrigin(append.client, batch.seq)
+        frames = records_frames(from_, append.records, origin, self.config.max_frame)
+        # A placed push may differ from what was sent: the pusher gets what landed, then the ack.
+        actions: list[Action[C]] = [Send(conn, frame) for frame in frames] if placed else []
+        actions.append(Send(conn, _ack(batch.seq, append.mark)))
         others = [other for other in self.subscribers if other != conn]
-        actions: list[Action[C]] = [Send(conn, _ack(batch.seq, append.mark))]
         if others:
-            origin = PushOrigin(append.client, batch.seq)
-            frames = records_frames(from_, append.records, origin, self.config.max_frame)
             actions += [Broadcast(others, frame) for frame in frames]
         actions += self._drafts_landed(batch.records)  # in the same step as the records
         metrics = self.metrics

@@ -14,12 +14,12 @@ last confirmed). The log has since become `onto`. `rebase` rereads the applicati
 - reset: replayed.
 
 A record that cannot be replayed comes back as a `Conflict`; nothing is dropped silently and no
-id changes. The hub may use the same function to rebase a stale push.
+id changes. The hub places a stale push with `place`, by the same rules (SPEC 2.4.6).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import msgspec
 
@@ -28,7 +28,7 @@ from .conversation import Conversation
 from .errors import ApplyError
 from .ids import MessageId
 
-__all__ = ["Conflict", "needs_base", "rebase"]
+__all__ = ["Conflict", "needs_base", "place", "rebase"]
 
 
 class Conflict(msgspec.Struct, frozen=True):
@@ -69,6 +69,15 @@ def rebase(
         ApplyError: `mismatch` when `local` still has unsaved records.
     """
     walk = base.copy() if base is not None and needs_base(pending) else None
+    # An unsaved aside may stand where the log still has a saved one that a pending record
+    # removes (a saved aside replaced by an unsaved one): set it aside over the reread.
+    shadowing = [
+        (id_, aside)
+        for id_, aside in local.asides()
+        if not aside.saved and (held := onto.aside(id_)) is not None and held.saved
+    ]
+    for id_, _ in shadowing:
+        local.remove_aside(id_)  # unsaved: records nothing
     local.reread(onto)  # reread copies what it takes
     conflicts: list[Conflict] = []
     for record in pending:
@@ -88,10 +97,50 @@ def rebase(
                 local.replay(replayed)
             except ApplyError as error:
                 conflicts.append(Conflict(record, error.reason, error.message))
+    for id_, aside in shadowing:
+        if local.aside(id_) is None:  # its saved twin is gone again: it stands once more
+            local._put_aside(id_, aside, aside.author)
     return conflicts
 
 
 _NO_ANCHOR = ""
+
+
+def place(
+    log: Conversation, records: Sequence[ChangeRecord]
+) -> tuple[list[ChangeRecord], Callable[[], None]] | Conflict:
+    """Replay `records`, made on an earlier revision of `log`, by intent onto `log` as it is
+    now, with the rules of `rebase` (the hub's rebase of a stale push, SPEC 2.4.6).
+
+    There is no base: a pure insertion (placed by its neighbour in the base) cannot be placed
+    and is a conflict. All or nothing: on a conflict `log` is unchanged.
+
+    Returns:
+        The records that landed (entries the log already holds dropped, splices re-targeted,
+        moot records left out; possibly none) and a function that undoes them, or the first
+        record's `Conflict`.
+    """
+    landed: list[ChangeRecord] = []
+    undos: list[Callable[[], None]] = []
+
+    def undo_all() -> None:
+        for undo in reversed(undos):
+            undo()
+
+    for record in records:
+        replayed = _retarget(log, record, _NO_ANCHOR)
+        if replayed is None:
+            continue
+        if not isinstance(replayed, Conflict):
+            try:
+                undos.append(log.apply_batch([replayed]))
+                landed.append(replayed)
+                continue
+            except ApplyError as error:
+                replayed = Conflict(record, error.reason, error.message)
+        undo_all()
+        return replayed
+    return landed, undo_all
 
 
 def _anchor(walk: Conversation, record: ChangeRecord) -> MessageId | None:

@@ -112,10 +112,13 @@ class FakeHub:
         *,
         max_frame: int = MAX_FRAME,
         strict_pairing: bool = True,
+        hub_rebase: bool = True,
         drafts: DraftConfig | None = None,
     ) -> None:
         self.store = MemoryStore()
-        config = CoreConfig(max_frame=max_frame, strict_pairing=strict_pairing)
+        config = CoreConfig(
+            max_frame=max_frame, strict_pairing=strict_pairing, hub_rebase=hub_rebase
+        )
         if drafts is not None:
             config = dataclasses.replace(config, drafts=drafts)
         self.core: RoomCore[Link] = RoomCore(CONVERSATION, config)

@@ -243,3 +243,32 @@ def test_a_rewrite_from_a_stale_room_erases_nothing_and_raises() -> None:
     assert isinstance(frames_to(after, "a")[0], Records)
     assert isinstance(after[-1], Raise) and isinstance(after[-1].error, LogMoved)
     assert room.revision == 2 and len(room.conversation) == 2
+
+
+def test_a_stale_push_is_placed_for_a_replica_that_understands_it() -> None:
+    """A push made on an older revision is placed by intent for a connection that listed
+    `hub_rebase`: the pusher gets the landed records with its own origin, then the ack; a
+    pure insertion (it needs its base) or a connection without the feature gets `behind`."""
+    room = core()
+    room.join("a", Hello("a", room.lineage, 0, features=["hub_rebase"]))
+    room.join("b", Hello("b", room.lineage, 0))
+    land(room, "b", 1, "from b")
+    actions = room.push("a", PushBatch(1, room.lineage, 0, [record("from a")]), NOW)
+    call = actions[-1]
+    assert isinstance(call, AppendRecords) and call.from_ == 1
+    placed = frames_to(room.resume(2), "a")
+    assert [type(m) for m in placed] == [Records, Ack]
+    records, ack = placed
+    assert isinstance(records, Records) and records.origin is not None
+    assert (records.from_, records.origin.client, records.origin.seq) == (1, "a", 1)
+    assert ack == Ack(1, 1, 2)
+    stale = room.push("b", PushBatch(2, room.lineage, 0, [record("late b")]), NOW)
+    [reject] = frames_to(stale, "b")
+    assert isinstance(reject, Reject) and reject.reason == "behind"
+    maker = Conversation()
+    maker.splice(range(0, 0), [Message.user("insert")], None)
+    [insertion] = maker.take_unsaved()
+    refused = room.push("a", PushBatch(2, room.lineage, 0, [insertion]), NOW)
+    [reject] = frames_to(refused, "a")
+    assert isinstance(reject, Reject) and reject.reason == "behind"
+    assert len(room.conversation) == 2

@@ -45,8 +45,9 @@ def test_fresh_replica_catches_up_and_mirrors() -> None:
 
 
 def test_concurrent_pushes_rebase_without_conflict() -> None:
-    """Two replicas pushing at once both land: the loser is rejected `behind` and rebases."""
-    hub = FakeHub()
+    """Two replicas pushing at once both land: the loser is rejected `behind` and rebases
+    (a hub that does not place stale pushes)."""
+    hub = FakeHub(hub_rebase=False)
     a, alink = replica(hub, "a")
     b, blink = replica(hub, "b")
     settle([alink, blink])
@@ -59,6 +60,50 @@ def test_concurrent_pushes_rebase_without_conflict() -> None:
     assert len(hub.conversation) == 2
     assert "behind" in hub.rejected
     assert any(isinstance(event, Rebased) for event in alink.events + blink.events)
+    assert not [e for e in alink.events + blink.events if isinstance(e, Conflict)]
+
+
+def test_a_stale_push_is_placed_by_the_hub_and_taken_as_landed() -> None:
+    """Two replicas pushing at once on a hub that places stale pushes: no reject, no
+    resend; the second pusher takes the records the hub placed as its batch, confirmed."""
+    hub = FakeHub()
+    a, alink = replica(hub, "a")
+    b, blink = replica(hub, "b")
+    settle([alink, blink])
+    a.local.push(Message.user("from a"))
+    b.local.push(Message.user("from b"))
+    alink.pump()
+    blink.pump()
+    assert a.seq == b.seq == 1
+    settle([alink, blink])
+    assert a.local == b.local == hub.conversation
+    assert len(hub.conversation) == 2 and hub.rejected == []
+    assert a.seq == b.seq == 1  # each sent once
+    assert a.pending == b.pending == 0
+    assert a.confirmed == b.confirmed == hub.conversation
+    assert not [e for e in alink.events + blink.events if isinstance(e, Conflict)]
+
+
+def test_a_placed_push_keeps_what_was_made_on_top_of_it() -> None:
+    """Edits made while a batch is in flight, a pure insertion among them, are replayed on
+    the log once the hub placed the batch, after the records that overtook it."""
+    hub = FakeHub()
+    a, alink = replica(hub, "a")
+    b, blink = replica(hub, "b")
+    a.local.push(Message.user("first"))
+    settle([alink, blink])
+    b.local.push(Message.user("from b"))
+    blink.pump()
+    blink.deliver_to_hub()
+    a.local.push(Message.user("from a"))
+    alink.pump()  # made on revision 1; the log is at 2 when it arrives
+    a.local.splice(range(1, 1), [Message.user("inserted after first")], None)
+    while alink.deliver_to_hub():
+        pass
+    settle([alink, blink])
+    texts = [m.content[0].text for m in hub.conversation.messages()]  # type: ignore[union-attr]
+    assert texts == ["first", "inserted after first", "from b", "from a"]
+    assert a.local == b.local == hub.conversation and hub.rejected == []
     assert not [e for e in alink.events + blink.events if isinstance(e, Conflict)]
 
 
@@ -287,7 +332,7 @@ def test_subscriber_folds_each_record_once(monkeypatch: pytest.MonkeyPatch) -> N
     assert counter.total == len(records)
     assert counter.calls == {id(session.local): len(records)}
     assert session.lineage == 7
-    assert session.hello() == Hello("sub", 7, 1000)  # reconnecting folds nothing either
+    assert session.hello() == Hello("sub", 7, 1000, features=["hub_rebase"])  # folds nothing
     assert counter.total == len(records)
     expected = refold(records)
     counter.reset()

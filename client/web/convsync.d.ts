@@ -1,0 +1,339 @@
+// Types of convsync.js, kept by hand (the module has no build step). Field names are the wire's.
+
+export const SUBPROTOCOL: 'convsync.v1';
+export const STOPPED: 'STOPPED';
+
+// ---------------------------------------------------------------- wire values
+
+export type Halt = 'stopped' | 'kept';
+export type AuthorKind = 'user' | 'agent' | 'plugin' | 'rig';
+
+export interface AuthorValue {
+  kind: AuthorKind;
+  name: string | null;
+  request: string | null;
+  title: string | null;
+}
+
+export interface Stop {
+  reason: 'stop' | 'length' | 'tool_use' | 'error' | 'aborted';
+  detail: string | null;
+}
+
+export interface Origin {
+  provider: string;
+  model: string;
+  response_id: string | null;
+}
+
+export type Part =
+  | { type: 'text'; text: string }
+  | { type: 'tool_call'; id: string; name: string; arguments: Record<string, unknown> }
+  | { type: 'tool_result'; call_id: string; name: string; content: Part[]; is_error: boolean }
+  | { type: 'json'; value: unknown }
+  | { type: 'reasoning'; text: string; redacted: boolean }
+  | { type: 'image'; media_type: string; data: string | null; url: string | null }
+  | {
+      type: 'document';
+      media_type: string;
+      data: string | null;
+      url: string | null;
+      name: string | null;
+    };
+
+export type MessageValue =
+  | { role: 'system'; content: string }
+  | { role: 'user'; content: Part[] }
+  | { role: 'assistant'; content: Part[]; stop: Stop | null; origin: Origin | null };
+
+export interface Entry {
+  message: MessageValue;
+  id: string | null;
+  author: AuthorValue | null;
+  source_id: string | null;
+}
+
+export interface AsideValue {
+  kind: string;
+  after: string | null;
+  author: AuthorValue;
+  value: unknown;
+  saved: boolean;
+}
+
+export type TurnEnd =
+  | { how: 'answered'; answer: string | null }
+  | { how: 'failed'; why: string }
+  | { how: 'stopped'; why: string | null };
+
+export interface TurnRecord {
+  index: number;
+  start: string;
+  end: TurnEnd | null;
+}
+
+export interface ConversationState {
+  entries: Entry[];
+  asides: ({ id: string } & AsideValue)[];
+  halt: Halt | null;
+  retired: string[];
+}
+
+export type Change =
+  | { type: 'push'; entries: Entry[] }
+  | { type: 'splice'; start: number; stop: number; removed: string[]; entries: Entry[] }
+  | { type: 'halt'; halt: Halt | null }
+  | { type: 'aside'; id: string; aside: AsideValue | null }
+  | { type: 'reset'; state: ConversationState };
+
+export interface ChangeRecord {
+  change: Change;
+  by: AuthorValue | null;
+  at: number | null;
+}
+
+// ---------------------------------------------------------------- errors
+
+export class ConvsyncError extends Error {
+  constructor(reason: string, message: string);
+  /** Machine-readable, the same strings as Python's. */
+  reason: string;
+  detail: string;
+}
+export class ApplyError extends ConvsyncError {}
+export class ProtocolError extends ConvsyncError {
+  constructor(reason: string, message: string, fromHub?: boolean);
+  /** The hub sent this error itself (an `error` message before it closes). */
+  fromHub: boolean;
+}
+export class DecodeError extends ProtocolError {
+  constructor(message: string);
+}
+export class UsageError extends ConvsyncError {}
+export class Refused extends ConvsyncError {
+  constructor(code: string, detail: string, closeCode?: number | null);
+  code: string;
+  closeCode: number | null;
+}
+
+// ---------------------------------------------------------------- ids, helpers
+
+export function codePoints(text: string): number;
+export function sliceCodePoints(text: string, start: number): string;
+export function isMessageId(value: unknown): value is string;
+export function isAsideId(value: unknown): value is string;
+export function madeMs(id: string): number;
+export function isFailedReply(message: MessageValue): boolean;
+export function isStopMarker(entry: Entry): boolean;
+export function jsonEqual(a: unknown, b: unknown): boolean;
+export function readRecord(record: unknown): ChangeRecord;
+
+export class IdMinter {
+  constructor(options?: { clock?: () => number; random?: () => bigint });
+  messageId(at?: number | null): string;
+  asideId(at?: number | null): string;
+}
+export const defaultMinter: IdMinter;
+
+export const Lineage: Readonly<{ EMPTY: 0; DETACHED: number; fresh(): number }>;
+
+export const Message: Readonly<{
+  system(text: string): MessageValue;
+  user(text: string): MessageValue;
+  assistant(text: string, stop?: Stop | null): MessageValue;
+  toolResult(callId: string, name: string, text: string, isError?: boolean): MessageValue;
+}>;
+
+export const Author: Readonly<{
+  user(title?: string | null): AuthorValue;
+  agent(name: string, request?: string | null): AuthorValue;
+  plugin(name: string): AuthorValue;
+  rig(): AuthorValue;
+}>;
+
+// ---------------------------------------------------------------- the model
+
+export type EntryLike = MessageValue | (Partial<Entry> & { message: MessageValue });
+
+export interface Spliced {
+  removed: string[];
+  kept: string[];
+  restored: string[];
+  added: string[];
+}
+
+export class Conversation {
+  constructor(options?: { ids?: IdMinter });
+  static fromState(state: unknown, options?: { ids?: IdMinter }): Conversation;
+  ids: IdMinter;
+  revision: number;
+  lineage: number;
+  readonly length: number;
+  copy(): Conversation;
+  messages(): MessageValue[];
+  entries(): Entry[];
+  entry(at: number): Entry | null;
+  id(at: number): string | null;
+  indexOf(id: string): number | null;
+  holds(id: string): boolean;
+  isRetired(id: string): boolean;
+  startOf(id: string): number;
+  halted(): Halt | null;
+  awaitsModel(): boolean;
+  asides(): [string, AsideValue][];
+  aside(id: string): AsideValue | null;
+  turns(): [string, TurnRecord][];
+  unsaved(): ChangeRecord[];
+  state(): ConversationState;
+  toJSON(): ConversationState;
+  equals(other: unknown): boolean;
+  continues(lineage: number, changes: number): boolean;
+  /** Throws ApplyError (a fit rule) or DecodeError (`malformed`); changes nothing then. */
+  apply(record: unknown): void;
+  replay(record: unknown): void;
+  onEdit(listener: (() => void) | null): void;
+  takeUnsaved(): ChangeRecord[];
+  returnUnsaved(records: ChangeRecord[]): void;
+  continueLog(lineage: number, changes: number): void;
+  reread(fromLog: Conversation): void;
+  push(item: EntryLike): string;
+  extend(items: Iterable<EntryLike>): string[];
+  splice(
+    start: number,
+    stop: number,
+    items: Iterable<EntryLike>,
+    by?: AuthorValue | null,
+    options?: { restore?: boolean },
+  ): Spliced;
+  halt(halt: Halt): boolean;
+  resume(): boolean;
+  reset(to: Conversation | ConversationState, by?: AuthorValue | null): void;
+  addAside(aside: Omit<AsideValue, 'saved'> & { saved?: boolean }): string;
+  replaceAside(id: string, aside: Omit<AsideValue, 'saved'> & { saved?: boolean }): boolean;
+  removeAside(id: string): AsideValue | null;
+}
+
+export interface Conflict {
+  type: 'conflict';
+  record: ChangeRecord;
+  reason: string;
+  detail: string;
+}
+
+export function needsBase(pending: ChangeRecord[]): boolean;
+export function rebase(
+  local: Conversation,
+  onto: Conversation,
+  pending: ChangeRecord[],
+  base?: Conversation | null,
+): Conflict[];
+
+// ---------------------------------------------------------------- the session
+
+export type SessionEvent =
+  | { type: 'connected'; lineage: number; revision: number }
+  | { type: 'disconnected'; reason: string }
+  | { type: 'applied'; count: number; revision: number }
+  | { type: 'rebased'; replayed: number; revision: number }
+  | { type: 'reset'; lineage: number; revision: number }
+  | Conflict;
+
+export interface Hello {
+  type: 'hello';
+  client: string;
+  lineage: number;
+  revision: number;
+  token: string | null;
+}
+
+export class ReplicaSession {
+  constructor(
+    client: string,
+    options?: { local?: Conversation; maxFrame?: number; maxBatch?: number; seq?: number },
+  );
+  client: string;
+  local: Conversation;
+  confirmed: Conversation;
+  seq: number;
+  maxFrame: number;
+  maxBatch: number;
+  readonly pending: number;
+  readonly ready: boolean;
+  readonly settled: boolean;
+  hello(token?: string | null): Hello;
+  nextPush(): { frame: string | null; conflicts: Conflict[] };
+  /** A decoded hub message; unknown types are ignored. Throws ProtocolError. */
+  receive(message: unknown): SessionEvent[];
+  disconnected(reason: string): SessionEvent[];
+}
+
+// ---------------------------------------------------------------- the socket shell
+
+export type ConnectionState = 'connecting' | 'connected' | 'disconnected' | 'closed';
+
+export type Retry = 'never' | 'new_token' | 'backoff' | 'at_once';
+/** The one table of error codes (SPEC §5): close code and retry rule per code. */
+export const CODES: Readonly<Record<string, { close: number; retry: Retry }>>;
+export function retryOf(code: string): Retry;
+export function closeCodeOf(code: string): number;
+export function codeOfClose(close: number | null, reason: string): string | null;
+export function retryRule(
+  code: string | null,
+  closeCode: number | null,
+  canRefreshToken: boolean,
+  closeReason?: string,
+): 'refused' | 'at_once' | 'backoff';
+export function backoffDelay(
+  failures: number,
+  base: number,
+  max: number,
+  random?: () => number,
+): number;
+
+export interface ConnectOptions {
+  /** This replica's client id, kept across reconnects (random when omitted). */
+  client?: string;
+  /** Called on every (re)connect; its token goes in `hello.token`. */
+  getToken?: () => string | null | Promise<string | null>;
+  /** A value to start from (its unsaved records are pushed). */
+  conversation?: Conversation;
+  /** The WebSocket constructor (default: globalThis.WebSocket). */
+  WebSocket?: new (url: string, protocol: string) => unknown;
+  maxFrame?: number;
+  /** First reconnect delay cap in ms (default 50); doubles per failure... */
+  backoff?: number;
+  /** ...up to this (default 5000). Each delay is uniform below the cap. */
+  maxBackoff?: number;
+  random?: () => number;
+  setTimeout?: (fn: () => void, ms: number) => unknown;
+  clearTimeout?: (handle: unknown) => void;
+}
+
+export interface StateEvent {
+  type: 'state';
+  state: ConnectionState;
+  code: string | null;
+  reason: string;
+}
+
+export class Replica {
+  constructor(url: string, conversationId: string, options?: ConnectOptions);
+  readonly url: string;
+  readonly session: ReplicaSession;
+  readonly conversation: Conversation;
+  readonly client: string;
+  readonly pending: number;
+  readonly revision: number;
+  state: ConnectionState;
+  refused: Refused | null;
+  /** Resolves after the first catch-up; rejects with Refused when refused first. */
+  ready: Promise<Replica>;
+  on(type: 'state', listener: (event: StateEvent) => void): () => void;
+  on(type: 'refused', listener: (error: Refused) => void): () => void;
+  on(type: SessionEvent['type'] | '*', listener: (event: SessionEvent) => void): () => void;
+  start(): Promise<void>;
+  flush(): Promise<void>;
+  close(): void;
+}
+
+export function connect(url: string, conversationId: string, options?: ConnectOptions): Replica;

@@ -1,0 +1,2059 @@
+// @ts-check
+/**
+ * convsync for browsers and Node: the conversation model, rebase, the replica session and a
+ * websocket shell, in one dependency-free ES module (no build step).
+ *
+ * How this works. It is the JavaScript twin of the Python packages, rule for rule:
+ * - `Conversation` folds change records exactly as `sync/conversation.py` does: a record is
+ *   read (its shape checked, defaults filled, like msgspec's decoder), then checked against
+ *   every fit rule, and only then applied; a misfit throws `ApplyError` with the same `reason`
+ *   as Python and changes nothing.
+ * - `rebase` replays pending records by intent, as `sync/rebase.py`.
+ * - `ReplicaSession` is `client/session.py`: frames in, frames and events out, no socket.
+ * - `connect` is the thin shell: a `WebSocket`, reconnects with capped exponential backoff and
+ *   full jitter, and the refusal rule of SPEC §5 (codes that mean "refused for good" are never
+ *   retried).
+ * The vectors in `tests/vectors/` (generated from the Python model) are the shared spec; both
+ * languages run them.
+ *
+ * Offsets into text (drafts) count Unicode code points: use `codePoints(text)`, never
+ * `text.length`.
+ *
+ * Use:
+ *   import { connect, Message } from './convsync.js';
+ *   const replica = connect('ws://127.0.0.1:8765', 'demo', { getToken: () => token });
+ *   replica.on('state', ({ state }) => show(state));       // connecting, connected, ...
+ *   replica.on('*', (event) => render(replica.conversation)); // applied, rebased, conflict...
+ *   await replica.ready;
+ *   replica.conversation.push(Message.user('hello'));       // pushed by itself
+ *   await replica.flush();                                   // acknowledged by the hub
+ */
+
+export const SUBPROTOCOL = 'convsync.v1';
+
+/** The feature a session lists: it takes a placed push's records as its batch (SPEC 2.4.6). */
+const HUB_REBASE = 'hub_rebase';
+
+// ------------------------------------------------------------------ errors
+
+/** Base of every convsync error: a machine-readable `reason` and a short message. */
+export class ConvsyncError extends Error {
+  /** @param {string} reason @param {string} message */
+  constructor(reason, message) {
+    super(`${reason}: ${message}`);
+    this.name = new.target.name;
+    /** @type {string} */
+    this.reason = reason;
+    /** @type {string} */
+    this.detail = message;
+  }
+}
+
+/** A change record does not fit the conversation; the conversation is unchanged. */
+export class ApplyError extends ConvsyncError {}
+
+/** A peer sent something the protocol does not allow. `fromHub`: the hub said so itself. */
+export class ProtocolError extends ConvsyncError {
+  /** @param {string} reason @param {string} message @param {boolean} [fromHub] */
+  constructor(reason, message, fromHub = false) {
+    super(reason, message);
+    /** @type {boolean} */
+    this.fromHub = fromHub;
+  }
+}
+
+/** A value that does not decode to the wire type expected (reason `malformed`). */
+export class DecodeError extends ProtocolError {
+  /** @param {string} message */
+  constructor(message) {
+    super('malformed', message);
+  }
+}
+
+/** The calling code misused the API; nothing was changed. */
+export class UsageError extends ConvsyncError {}
+
+/** The hub refused this replica for good (SPEC §5): never retried. `code` is the error code. */
+export class Refused extends ConvsyncError {
+  /** @param {string} code @param {string} detail @param {number | null} [closeCode] */
+  constructor(code, detail, closeCode = null) {
+    super(code, detail);
+    this.code = code;
+    /** @type {number | null} */
+    this.closeCode = closeCode;
+  }
+}
+
+// ------------------------------------------------------------------ code points
+
+/** The number of Unicode code points in `text` (what draft offsets count). */
+export function codePoints(text) {
+  let count = 0;
+  // eslint-disable-next-line no-unused-vars
+  for (const _ of text) count += 1;
+  return count;
+}
+
+/** `text` from code point `start` on (`start` counts code points, not UTF-16 units). */
+export function sliceCodePoints(text, start) {
+  return Array.from(text).slice(start).join('');
+}
+
+// ------------------------------------------------------------------ ids and lineages
+
+const UUID7_HEX = '[0-9a-f]{12}7[0-9a-f]{3}[89ab][0-9a-f]{15}';
+const MESSAGE_ID = new RegExp(`^msg_${UUID7_HEX}$`);
+const ASIDE_ID = new RegExp(`^aside_${UUID7_HEX}$`);
+
+/** Whether `value` is a well-formed message id (`msg_` + UUIDv7 hex). */
+export function isMessageId(value) {
+  return typeof value === 'string' && MESSAGE_ID.test(value);
+}
+
+/** Whether `value` is a well-formed aside id (`aside_` + UUIDv7 hex). */
+export function isAsideId(value) {
+  return typeof value === 'string' && ASIDE_ID.test(value);
+}
+
+/** The millisecond timestamp a message or aside id carries. */
+export function madeMs(id) {
+  const hex = id.slice(id.indexOf('_') + 1);
+  return parseInt(hex.slice(0, 12), 16);
+}
+
+const RAND_BITS = 74n;
+const RAND_MASK = (1n << RAND_BITS) - 1n;
+const MASK_48 = (1n << 48n) - 1n;
+const MASK_62 = (1n << 62n) - 1n;
+
+/** @param {(bytes: Uint8Array) => Uint8Array} fill */
+function defaultRandom(fill) {
+  return () => {
+    const bytes = fill(new Uint8Array(10));
+    let value = 0n;
+    for (const byte of bytes) value = (value << 8n) | BigInt(byte);
+    return value & RAND_MASK;
+  };
+}
+
+/**
+ * Mints UUIDv7-based ids that rise strictly for this minter: within one millisecond it counts
+ * the 74 random bits up instead of drawing new ones (as `sync/ids.py`).
+ */
+export class IdMinter {
+  /**
+   * @param {{clock?: () => number, random?: () => bigint}} [options]
+   *   `clock`: ms since the epoch; `random`: 74 random bits (defaults: `crypto.getRandomValues`).
+   */
+  constructor(options = {}) {
+    this.clock = options.clock ?? (() => Date.now());
+    this.random =
+      options.random ?? defaultRandom((bytes) => globalThis.crypto.getRandomValues(bytes));
+    this.lastMs = -1;
+    this.lastRand = 0n;
+  }
+
+  /** @param {number | null} at */
+  #next(at) {
+    if (at !== null && at !== undefined) return format(at, this.random());
+    let ms = this.clock();
+    let rand;
+    if (ms > this.lastMs) {
+      rand = this.random() >> 1n; // headroom for counting up within this millisecond
+    } else {
+      ms = this.lastMs;
+      rand = this.lastRand + 1n;
+      if (rand > RAND_MASK) {
+        ms += 1;
+        rand = this.random() >> 1n;
+      }
+    }
+    this.lastMs = ms;
+    this.lastRand = rand;
+    return format(ms, rand);
+  }
+
+  /** A new message id, made now or at `at` ms. @param {number | null} [at] */
+  messageId(at = null) {
+    return 'msg_' + this.#next(at);
+  }
+
+  /** A new aside id, made now or at `at` ms. @param {number | null} [at] */
+  asideId(at = null) {
+    return 'aside_' + this.#next(at);
+  }
+}
+
+/** @param {number} ms @param {bigint} rand */
+function format(ms, rand) {
+  const value =
+    ((BigInt(ms) & MASK_48) << 80n) |
+    (7n << 76n) |
+    ((rand >> 62n) << 64n) |
+    (2n << 62n) |
+    (rand & MASK_62);
+  return value.toString(16).padStart(32, '0');
+}
+
+/** The minter every `Conversation` uses unless given its own. */
+export const defaultMinter = new IdMinter();
+
+/** Lineages: which saved log a value continues (plain ints, JSON-safe). */
+export const Lineage = Object.freeze({
+  EMPTY: 0,
+  DETACHED: Number.MAX_SAFE_INTEGER,
+  /** A random lineage strictly between `EMPTY` and `DETACHED`. */
+  fresh() {
+    for (;;) {
+      const bytes = globalThis.crypto.getRandomValues(new Uint8Array(7));
+      let value = 0;
+      for (const byte of bytes) value = value * 256 + byte;
+      value %= 2 ** 53;
+      if (value > 0 && value < Number.MAX_SAFE_INTEGER) return value;
+    }
+  },
+});
+
+// ------------------------------------------------------------------ messages and authors
+
+export const STOPPED = 'STOPPED';
+
+/** Message constructors, as `sync.Message`. */
+export const Message = Object.freeze({
+  /** @param {string} text */
+  system: (text) => ({ role: 'system', content: text }),
+  /** @param {string} text */
+  user: (text) => ({ role: 'user', content: [{ type: 'text', text }] }),
+  /** @param {string} text @param {any} [stop] */
+  assistant: (text, stop = null) => ({
+    role: 'assistant',
+    content: [{ type: 'text', text }],
+    stop,
+    origin: null,
+  }),
+  /** @param {string} callId @param {string} name @param {string} text @param {boolean} [isError] */
+  toolResult: (callId, name, text, isError = false) => ({
+    role: 'user',
+    content: [
+      {
+        type: 'tool_result',
+        call_id: callId,
+        name,
+        content: [{ type: 'text', text }],
+        is_error: isError,
+      },
+    ],
+  }),
+});
+
+/** Author constructors, as `sync.Author`. */
+export const Author = Object.freeze({
+  /** @param {string | null} [title] */
+  user: (title = null) => ({ kind: 'user', name: null, request: null, title }),
+  /** @param {string} name @param {string | null} [request] */
+  agent: (name, request = null) => ({ kind: 'agent', name, request, title: null }),
+  /** @param {string} name */
+  plugin: (name) => ({ kind: 'plugin', name, request: null, title: null }),
+  rig: () => ({ kind: 'rig', name: null, request: null, title: null }),
+});
+
+/** @param {any} author */
+function isRig(author) {
+  return (
+    author != null &&
+    author.kind === 'rig' &&
+    author.name == null &&
+    author.request == null &&
+    author.title == null
+  );
+}
+
+/** Whether a message is an assistant reply cut short (its stop is `error` or `aborted`). */
+export function isFailedReply(message) {
+  const reason = message.role === 'assistant' && message.stop ? message.stop.reason : null;
+  return reason === 'error' || reason === 'aborted';
+}
+
+/** Whether `entry` is the STOPPED note: a user message of only `Text("STOPPED")`, by the rig. */
+export function isStopMarker(entry) {
+  const content = entry.message.content;
+  return (
+    isRig(entry.author) &&
+    entry.message.role === 'user' &&
+    content.length === 1 &&
+    content[0].type === 'text' &&
+    content[0].text === STOPPED
+  );
+}
+
+// ------------------------------------------------------------------ reading records
+// What msgspec's typed decoder does for Python: check the shape, fill the defaults. Message
+// parts are checked only as far as their container (the hub's decoder checked them fully).
+
+const HALTS = new Set(['stopped', 'kept']);
+const AUTHOR_KINDS = new Set(['user', 'agent', 'plugin', 'rig']);
+const ROLES = new Set(['system', 'user', 'assistant']);
+
+/** @param {unknown} value @returns {value is any} */
+function isObject(value) {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/** @param {unknown} value */
+function isOptionalString(value) {
+  return value === undefined || value === null || typeof value === 'string';
+}
+
+/** @param {string} what */
+function malformed(what) {
+  return new DecodeError(what);
+}
+
+/** @param {any} author @param {string} where @returns {AuthorValue} */
+function readAuthor(author, where) {
+  if (!isObject(author) || !AUTHOR_KINDS.has(author.kind)) throw malformed(`${where}: bad author`);
+  const { name, request, title } = author;
+  if (!isOptionalString(name) || !isOptionalString(request) || !isOptionalString(title)) {
+    throw malformed(`${where}: bad author field`);
+  }
+  if (name !== undefined && request !== undefined && title !== undefined) return author;
+  return { ...author, name: name ?? null, request: request ?? null, title: title ?? null };
+}
+
+/** @param {any} message @param {string} where @returns {MessageValue} */
+function readMessage(message, where) {
+  if (!isObject(message) || !ROLES.has(message.role)) throw malformed(`${where}: bad message`);
+  if (message.role === 'system') {
+    if (typeof message.content !== 'string') throw malformed(`${where}: bad system content`);
+    return message;
+  }
+  if (!Array.isArray(message.content)) throw malformed(`${where}: content is not a list`);
+  if (
+    message.role === 'assistant' &&
+    (message.stop === undefined || message.origin === undefined)
+  ) {
+    return { ...message, stop: message.stop ?? null, origin: message.origin ?? null };
+  }
+  return message;
+}
+
+/** @param {any} entry @param {string} where @returns {Entry} */
+function readEntry(entry, where) {
+  if (!isObject(entry)) throw malformed(`${where}: an entry is not an object`);
+  const message = readMessage(entry.message, where);
+  const { id, author, source_id: sourceId } = entry;
+  if (!isOptionalString(id) || !isOptionalString(sourceId)) throw malformed(`${where}: bad entry`);
+  const who = author === undefined || author === null ? null : readAuthor(author, where);
+  if (message === entry.message && id !== undefined && who === author && sourceId !== undefined) {
+    return entry;
+  }
+  return { ...entry, message, id: id ?? null, author: who, source_id: sourceId ?? null };
+}
+
+/** @param {any} entries @param {string} where */
+function readEntries(entries, where) {
+  if (!Array.isArray(entries)) throw malformed(`${where}: entries is not a list`);
+  let copy = null;
+  for (let at = 0; at < entries.length; at += 1) {
+    const read = readEntry(entries[at], where);
+    if (read !== entries[at]) {
+      copy ??= entries.slice();
+      copy[at] = read;
+    }
+  }
+  return copy ?? entries;
+}
+
+/** @param {any} aside @param {string} where @returns {AsideValue} */
+function readAside(aside, where) {
+  if (!isObject(aside) || typeof aside.kind !== 'string') throw malformed(`${where}: bad aside`);
+  if (!('after' in aside) || !isOptionalString(aside.after) || !('value' in aside)) {
+    throw malformed(`${where}: aside field missing`);
+  }
+  if (aside.saved !== undefined && typeof aside.saved !== 'boolean') {
+    throw malformed(`${where}: bad aside saved`);
+  }
+  const author = readAuthor(aside.author, where);
+  return {
+    kind: aside.kind,
+    after: aside.after,
+    author,
+    value: aside.value,
+    saved: aside.saved ?? true,
+  };
+}
+
+/** @param {any} halt */
+function isHalt(halt) {
+  return halt === null || HALTS.has(halt);
+}
+
+/** @param {any} state @param {string} where @returns {ConversationState} */
+function readState(state, where) {
+  if (!isObject(state)) throw malformed(`${where}: the state is not an object`);
+  const entries = state.entries === undefined ? [] : readEntries(state.entries, where);
+  const asides = [];
+  if (state.asides !== undefined) {
+    if (!Array.isArray(state.asides)) throw malformed(`${where}: asides is not a list`);
+    for (const saved of state.asides) {
+      if (!isObject(saved) || typeof saved.id !== 'string') throw malformed(`${where}: bad aside`);
+      asides.push({ id: saved.id, ...readAside(saved, where) });
+    }
+  }
+  const halt = state.halt === undefined ? null : state.halt;
+  if (!isHalt(halt)) throw malformed(`${where}: bad halt`);
+  const retired = state.retired === undefined ? [] : state.retired;
+  if (!Array.isArray(retired) || !retired.every((id) => typeof id === 'string')) {
+    throw malformed(`${where}: retired is not a list of ids`);
+  }
+  return { entries, asides, halt, retired };
+}
+
+/**
+ * Check a change record's shape and fill its defaults, as Python's decoder does.
+ * @param {any} record
+ * @returns {ChangeRecord}
+ * @throws {DecodeError} reason `malformed`
+ */
+export function readRecord(record) {
+  if (!isObject(record) || !isObject(record.change)) throw malformed('a record needs a change');
+  const { change, by, at } = record;
+  if (!(by === undefined || by === null || isObject(by))) throw malformed('bad by');
+  if (!(at === undefined || at === null || Number.isInteger(at))) throw malformed('bad at');
+  const author = by === undefined || by === null ? null : readAuthor(by, 'by');
+  let read;
+  switch (change.type) {
+    case 'push': {
+      const entries = readEntries(change.entries, 'push');
+      read = entries === change.entries ? change : { type: 'push', entries };
+      break;
+    }
+    case 'splice': {
+      const { start, stop, removed } = change;
+      if (!Number.isInteger(start) || !Number.isInteger(stop)) throw malformed('splice: bad range');
+      if (!Array.isArray(removed) || !removed.every((id) => typeof id === 'string')) {
+        throw malformed('splice: removed is not a list of ids');
+      }
+      const entries = readEntries(change.entries, 'splice');
+      read =
+        entries === change.entries ? change : { type: 'splice', start, stop, removed, entries };
+      break;
+    }
+    case 'halt':
+      if (!('halt' in change) || !isHalt(change.halt)) throw malformed('halt: bad halt');
+      read = change;
+      break;
+    case 'aside':
+      if (typeof change.id !== 'string' || !('aside' in change))
+        throw malformed('aside: bad change');
+      read = {
+        type: 'aside',
+        id: change.id,
+        aside: change.aside === null ? null : readAside(change.aside, 'aside'),
+      };
+      break;
+    case 'reset':
+      read = { type: 'reset', state: readState(change.state, 'reset') };
+      break;
+    default:
+      throw malformed(`unknown change type ${JSON.stringify(change.type)}`);
+  }
+  if (read === change && author === by && at !== undefined) return record;
+  return { ...record, change: read, by: author, at: at ?? null };
+}
+
+// ------------------------------------------------------------------ Conversation
+
+/**
+ * @typedef {{kind: string, name: string | null, request: string | null, title: string | null}} AuthorValue
+ * @typedef {{role: string, content: any, [field: string]: any}} MessageValue
+ * @typedef {{message: MessageValue, id: string | null, author: AuthorValue | null, source_id: string | null}} Entry
+ * @typedef {{kind: string, after: string | null, author: AuthorValue, value: any, saved: boolean}} AsideValue
+ * @typedef {{entries: Entry[], asides: ({id: string} & AsideValue)[], halt: 'stopped' | 'kept' | null, retired: string[]}} ConversationState
+ * @typedef {{type: 'push', entries: Entry[]}
+ *   | {type: 'splice', start: number, stop: number, removed: string[], entries: Entry[]}
+ *   | {type: 'halt', halt: 'stopped' | 'kept' | null}
+ *   | {type: 'aside', id: string, aside: AsideValue | null}
+ *   | {type: 'reset', state: ConversationState}} Change
+ * @typedef {{change: Change, by: AuthorValue | null, at: number | null}} ChangeRecord
+ * @typedef {{client?: string, getToken?: () => (string | null | Promise<string | null>),
+ *   conversation?: Conversation, WebSocket?: any, maxFrame?: number, backoff?: number,
+ *   maxBackoff?: number, random?: () => number, setTimeout?: (fn: () => void, ms: number) => any,
+ *   clearTimeout?: (handle: any) => void}} ConnectOptions
+ */
+
+/** Deep equality of JSON values (messages, authors, aside values). */
+export function jsonEqual(a, b) {
+  if (a === b) return true;
+  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return false;
+  if (Array.isArray(a)) {
+    if (!Array.isArray(b) || a.length !== b.length) return false;
+    for (let i = 0; i < a.length; i += 1) if (!jsonEqual(a[i], b[i])) return false;
+    return true;
+  }
+  if (Array.isArray(b)) return false;
+  const keys = Object.keys(a).filter((k) => a[k] !== undefined);
+  const other = Object.keys(b).filter((k) => b[k] !== undefined);
+  if (keys.length !== other.length) return false;
+  for (const key of keys) if (!jsonEqual(a[key], b[key])) return false;
+  return true;
+}
+
+/** @param {any} item @returns {Entry} */
+function asEntry(item) {
+  if (isObject(item) && 'message' in item) return readEntry(item, 'entry');
+  if (isObject(item) && 'role' in item) {
+    return { message: readMessage(item, 'message'), id: null, author: null, source_id: null };
+  }
+  throw new UsageError('not_an_entry', 'expected an entry or a message');
+}
+
+/** @param {string[]} ids */
+function repeatedId(ids) {
+  const seen = new Set();
+  for (const id of ids) {
+    if (seen.has(id)) return id;
+    seen.add(id);
+  }
+  return null;
+}
+
+/**
+ * A conversation: entries, asides, a halt, retired ids, and the outbox of unsaved records.
+ * The same value and the same fold as Python's `sync.Conversation`.
+ */
+export class Conversation {
+  /** @type {Entry[]} */ #entries = [];
+  /** @type {Map<string, number>} id → position; positions from `#freshUpto` on may be stale */
+  #index = new Map();
+  #freshUpto = 0;
+  /** @type {Set<string>} */ #retired = new Set();
+  /** @type {Map<string, any>} */ #asides = new Map();
+  /** @type {string | null} */ #halt = null;
+  /** @type {ChangeRecord[]} */ #outbox = [];
+  /** @type {(() => void) | null} */ #listener = null;
+  /** The records behind this value. */
+  revision = 0;
+  /** The saved log this value continues. @type {number} */
+  lineage = Lineage.EMPTY;
+
+  /** @param {{ids?: IdMinter}} [options] */
+  constructor(options = {}) {
+    this.ids = options.ids ?? defaultMinter;
+  }
+
+  /**
+   * A conversation holding `state` (the serde form), with lineage `DETACHED` and revision 0.
+   * @throws {ApplyError | DecodeError}
+   */
+  static fromState(state, options = {}) {
+    const conversation = new Conversation(options);
+    conversation.#foldReset(readState(state, 'state'));
+    conversation.lineage = Lineage.DETACHED;
+    return conversation;
+  }
+
+  /** A full copy: entries, asides, halt, outbox, revision, lineage (messages shared). */
+  copy() {
+    const other = new Conversation({ ids: this.ids });
+    other.#entries = this.#entries.slice();
+    other.#index = new Map(this.#index);
+    other.#freshUpto = this.#freshUpto;
+    other.#retired = new Set(this.#retired);
+    other.#asides = new Map(this.#asides);
+    other.#halt = this.#halt;
+    other.#outbox = this.#outbox.slice();
+    other.revision = this.revision;
+    other.lineage = this.lineage;
+    return other;
+  }
+
+  // ---------------------------------------------------------------- reads
+
+  get length() {
+    return this.#entries.length;
+  }
+
+  /** The messages, oldest first: what a model request sends. */
+  messages() {
+    return this.#entries.map((entry) => entry.message);
+  }
+
+  /** The entries, oldest first (a copy of the list; the entries themselves are shared). */
+  entries() {
+    return this.#entries.slice();
+  }
+
+  /** Entry `at`, or `null` out of range. @param {number} at */
+  entry(at) {
+    return at >= 0 && at < this.#entries.length ? this.#entries[at] : null;
+  }
+
+  /** The id of entry `at`, or `null`. @param {number} at */
+  id(at) {
+    const entry = this.entry(at);
+    return entry === null ? null : entry.id;
+  }
+
+  /** Where entry `id` is now, or `null`. @param {string} id */
+  indexOf(id) {
+    return this.#position(id);
+  }
+
+  /** Whether entry `id` is held now. @param {string} id */
+  holds(id) {
+    return this.#index.has(id);
+  }
+
+  /** Whether an edit took entry `id` out. @param {string} id */
+  isRetired(id) {
+    return this.#retired.has(id);
+  }
+
+  /** Its index while held; 0 once retired; the end for an id not made yet. @param {string} id */
+  startOf(id) {
+    const at = this.#position(id);
+    if (at !== null) return at;
+    return this.#retired.has(id) ? 0 : this.#entries.length;
+  }
+
+  /** Why the user's last message is left unanswered (`'stopped'`, `'kept'`), or `null`. */
+  halted() {
+    return this.#halt;
+  }
+
+  #readEnd() {
+    let at = this.#entries.length;
+    while (at > 0 && isFailedReply(this.#entries[at - 1].message)) at -= 1;
+    return at;
+  }
+
+  /** Whether the model owes an answer: the last message it reads is the user's, unhalted. */
+  awaitsModel() {
+    const end = this.#readEnd();
+    return end > 0 && this.#entries[end - 1].message.role === 'user' && this.#halt === null;
+  }
+
+  /** The asides, saved and unsaved, in the order put, as `[id, aside]` pairs. */
+  asides() {
+    return Array.from(this.#asides.entries());
+  }
+
+  /** Aside `id`, or `null`. @param {string} id */
+  aside(id) {
+    return this.#asides.get(id) ?? null;
+  }
+
+  /**
+   * The turn records (asides of kind `rig.turn`), oldest first, as `[asideId, {index, start,
+   * end}]`; malformed ones are skipped.
+   */
+  turns() {
+    const turns = [];
+    for (const [id, aside] of this.#asides) {
+      const value = aside.value;
+      if (
+        aside.kind === 'rig.turn' &&
+        isObject(value) &&
+        Number.isInteger(value.index) &&
+        typeof value.start === 'string' &&
+        (value.end == null || (isObject(value.end) && typeof value.end.how === 'string'))
+      ) {
+        turns.push([id, { index: value.index, start: value.start, end: value.end ?? null }]);
+      }
+    }
+    return turns;
+  }
+
+  /** The records made here that nobody saved yet, oldest first. */
+  unsaved() {
+    return this.#outbox.slice();
+  }
+
+  /** The serde form: `{entries, asides, halt, retired}` (saved asides only, in order put). */
+  state() {
+    const asides = [];
+    for (const [id, aside] of this.#asides) {
+      if (aside.saved) asides.push({ id, ...aside });
+    }
+    return {
+      entries: this.#entries.slice(),
+      asides,
+      halt: this.#halt,
+      retired: Array.from(this.#retired),
+    };
+  }
+
+  toJSON() {
+    return this.state();
+  }
+
+  /** Equality of entries, saved asides and halt (not outbox, revision or lineage). */
+  equals(other) {
+    return (
+      other instanceof Conversation &&
+      jsonEqual(this.state().entries, other.state().entries) &&
+      this.#halt === other.#halt &&
+      jsonEqual(this.state().asides, other.state().asides)
+    );
+  }
+
+  /**
+   * Whether this value's unsaved records, appended to log `lineage` of `changes` records,
+   * give this value. @param {number} lineage @param {number} changes
+   */
+  continues(lineage, changes) {
+    const unsaved = this.#outbox.length;
+    if (this.lineage === lineage && this.revision - unsaved === changes) return true;
+    return this.lineage === Lineage.EMPTY && this.revision === unsaved && changes === 0;
+  }
+
+  // ---------------------------------------------------------------- sync
+
+  /**
+   * Fold `record` (from a log or the hub) verbatim: not put in the outbox; one revision.
+   * @throws {ApplyError | DecodeError} the record does not fit (or does not decode); nothing
+   *   changed.
+   */
+  apply(record) {
+    const read = readRecord(record);
+    this.#fold(read.change, read.change.type);
+    this.revision += 1;
+  }
+
+  /**
+   * Fold `record` as an edit made here: it goes into the outbox (a rebase replays this way).
+   * @throws {ApplyError | DecodeError}
+   */
+  replay(record) {
+    const read = readRecord(record);
+    this.#fold(read.change, read.change.type);
+    this.revision += 1;
+    this.#outbox.push(read);
+    if (this.#listener !== null) this.#listener();
+  }
+
+  /** Call `listener` after each record this value makes (not after `apply`); `null` removes. */
+  onEdit(listener) {
+    this.#listener = listener;
+  }
+
+  /** Take the unsaved records, to save them; the revision stays. */
+  takeUnsaved() {
+    const outbox = this.#outbox;
+    this.#outbox = [];
+    return outbox;
+  }
+
+  /** Put records taken with `takeUnsaved` back at the front of the outbox. */
+  returnUnsaved(records) {
+    this.#outbox.unshift(...records);
+  }
+
+  /** Mark this value as holding the `changes` records of log `lineage`, then its unsaved ones. */
+  continueLog(lineage, changes) {
+    this.lineage = lineage;
+    this.revision = changes + this.#outbox.length;
+  }
+
+  /**
+   * Take everything a log holds from `fromLog`; this value's unsaved asides stay.
+   * @param {Conversation} fromLog
+   * @throws {ApplyError} `mismatch` while either value has unsaved records, or an unsaved
+   *   aside's id is saved in `fromLog`.
+   */
+  reread(fromLog) {
+    if (this.#outbox.length > 0 || fromLog.#outbox.length > 0) {
+      throw new ApplyError('mismatch', 'cannot reread while records are unsaved');
+    }
+    const unsaved = new Map();
+    for (const [id, aside] of this.#asides) if (!aside.saved) unsaved.set(id, aside);
+    for (const id of unsaved.keys()) {
+      if (fromLog.#asides.has(id)) {
+        throw new ApplyError('mismatch', "an unsaved aside's id is saved in the log");
+      }
+    }
+    this.#entries = fromLog.#entries.slice();
+    this.#index = new Map(fromLog.#index);
+    this.#freshUpto = fromLog.#freshUpto;
+    this.#retired = new Set(fromLog.#retired);
+    const asides = new Map();
+    for (const [id, aside] of fromLog.#asides) if (aside.saved) asides.set(id, aside);
+    for (const [id, aside] of unsaved) asides.set(id, aside);
+    this.#asides = asides;
+    this.#halt = fromLog.#halt;
+    this.lineage = fromLog.lineage;
+    this.revision = fromLog.revision;
+  }
+
+  // ---------------------------------------------------------------- edits
+
+  /** @param {ChangeRecord['change']} change @param {any} by */
+  #record(change, by) {
+    this.replay({ change, by: by ?? null, at: null });
+  }
+
+  /** @param {string | null | undefined} wanted @param {Set<string>} taken */
+  #freshId(wanted, taken) {
+    if (
+      wanted != null &&
+      !taken.has(wanted) &&
+      !this.#index.has(wanted) &&
+      !this.#retired.has(wanted) &&
+      isMessageId(wanted)
+    ) {
+      return wanted;
+    }
+    return this.ids.messageId();
+  }
+
+  /** @param {any[]} items */
+  #pushed(items) {
+    const entries = [];
+    const taken = new Set();
+    if (this.#halt === 'stopped') {
+      entries.push({
+        message: { role: 'user', content: [{ type: 'text', text: STOPPED }] },
+        id: this.ids.messageId(),
+        author: Author.rig(),
+        source_id: null,
+      });
+    }
+    for (const item of items) {
+      const entry = asEntry(item);
+      const id = this.#freshId(entry.id, taken);
+      taken.add(id);
+      entries.push(id === entry.id ? entry : { ...entry, id });
+    }
+    return entries;
+  }
+
+  /**
+   * Push an entry or a message (after a STOPPED note when the user stopped the last request);
+   * the halt is cleared. Returns the entry's id.
+   */
+  push(item) {
+    const entries = this.#pushed([item]);
+    this.#record({ type: 'push', entries }, entries[entries.length - 1].author);
+    return /** @type {string} */ (entries[entries.length - 1].id);
+  }
+
+  /** Push each item as its own entry, in one record; returns their ids. */
+  extend(items) {
+    const list = Array.from(items);
+    if (list.length === 0) return [];
+    const entries = this.#pushed(list);
+    this.#record({ type: 'push', entries }, entries[entries.length - 1].author);
+    return entries.slice(entries.length - list.length).map((entry) => entry.id);
+  }
+
+  /**
+   * Replace entries `start..stop` (clamped) with `items`, as made by `by` (Python's `splice`;
+   * `restore: true` also takes back retired ids). Returns `{removed, kept, restored, added}`.
+   */
+  splice(start, stop, items, by = null, { restore = false } = {}) {
+    const length = this.#entries.length;
+    const clamp = (at) => Math.min(Math.max(at < 0 ? at + length : at, 0), length);
+    start = clamp(start);
+    stop = Math.max(start, clamp(stop));
+    const old = this.#entries.slice(start, stop);
+    const inRange = new Map(old.map((entry) => [entry.id, entry]));
+    const taken = new Set();
+    const done = { removed: [], kept: [], restored: [], added: [] };
+    const fresh = [];
+    for (const item of items) {
+      let entry = asEntry(item);
+      let id = entry.id;
+      let author = entry.author;
+      if (id != null && !taken.has(id) && inRange.has(id)) {
+        if (!jsonEqual(entry.message, inRange.get(id).message)) author = by;
+        done.kept.push(id);
+      } else if (restore && id != null && !taken.has(id) && this.#retired.has(id)) {
+        done.restored.push(id);
+      } else {
+        id = this.ids.messageId();
+        author = entry.author ?? by;
+        done.added.push(id);
+      }
+      taken.add(id);
+      if (id !== entry.id || author !== entry.author) entry = { ...entry, id, author };
+      fresh.push(entry);
+    }
+    if (start === stop && fresh.length === 0) return done;
+    const removed = old.map((entry) => entry.id);
+    done.removed.push(...removed.filter((id) => !taken.has(id)));
+    this.#record({ type: 'splice', start, stop, removed, entries: fresh }, by);
+    return done;
+  }
+
+  /** Leave the user's last message unanswered; whether it was halted now. @param {'stopped' | 'kept'} halt */
+  halt(halt) {
+    if (!HALTS.has(halt)) throw new UsageError('bad_halt', `unknown halt ${halt}`);
+    if (!this.awaitsModel()) return false;
+    this.#record({ type: 'halt', halt }, null);
+    return true;
+  }
+
+  /** Clear the halt; whether the last message a model reads is the user's. */
+  resume() {
+    if (this.#halt !== null) this.#record({ type: 'halt', halt: null }, null);
+    const end = this.#readEnd();
+    return end > 0 && this.#entries[end - 1].message.role === 'user';
+  }
+
+  /** Replace the whole value with `state` (or another conversation's), in one record. */
+  reset(to, by = null) {
+    const state = to instanceof Conversation ? to.state() : to;
+    this.#record({ type: 'reset', state }, by);
+  }
+
+  /** Put `aside` after the asides already put; returns its new id (unsaved: not recorded). */
+  addAside(aside) {
+    const id = this.ids.asideId();
+    this.#putAside(id, aside);
+    return id;
+  }
+
+  /** Replace aside `id` in its place; whether there was one. */
+  replaceAside(id, aside) {
+    if (!this.#asides.has(id)) return false;
+    this.#putAside(id, aside);
+    return true;
+  }
+
+  /** Remove aside `id` and return it, or `null`. */
+  removeAside(id) {
+    const aside = this.#asides.get(id);
+    if (aside === undefined) return null;
+    if (aside.saved) this.#record({ type: 'aside', id, aside: null }, aside.author);
+    else this.#asides.delete(id);
+    return aside;
+  }
+
+  #putAside(id, given) {
+    const aside = readAside({ saved: true, ...given }, 'aside');
+    const old = this.#asides.get(id);
+    if (aside.saved) {
+      if (old !== undefined && !old.saved) this.#asides.delete(id); // the log puts it at the end
+      this.#record({ type: 'aside', id, aside }, aside.author);
+      return;
+    }
+    if (old !== undefined && old.saved) {
+      const order = Array.from(this.#asides.keys());
+      this.#record({ type: 'aside', id, aside: null }, aside.author);
+      this.#asides.set(id, aside);
+      this.#asides = new Map(order.map((key) => [key, this.#asides.get(key)]));
+    } else {
+      this.#asides.set(id, aside);
+    }
+  }
+
+  // ---------------------------------------------------------------- the fold
+
+  /** Check `change` completely, then apply it; throws `ApplyError` changing nothing. */
+  #fold(change, type) {
+    switch (type) {
+      case 'push':
+        return this.#foldPush(change.entries);
+      case 'splice':
+        return this.#foldSplice(change.start, change.stop, change.removed, change.entries);
+      case 'halt':
+        this.#halt = change.halt;
+        return undefined;
+      case 'aside':
+        return this.#foldAside(change.id, change.aside);
+      case 'reset':
+        return this.#foldReset(change.state);
+      default:
+        throw new ApplyError('unknown_change', `unknown change ${type}`);
+    }
+  }
+
+  /** @param {Entry[]} entries @param {Set<string> | null} removed @param {boolean} allowRetired */
+  #checkNew(entries, removed, allowRetired) {
+    for (const entry of entries) {
+      if (!isMessageId(entry.id)) {
+        throw new ApplyError('bad_id', `entry id ${JSON.stringify(entry.id)} is not a message id`);
+      }
+    }
+    if (entries.length > 1) {
+      const ids = entries.map((entry) => /** @type {string} */ (entry.id));
+      const again = repeatedId(ids);
+      if (again !== null) throw new ApplyError('repeated', `entry id ${again} appears twice`);
+    }
+    for (const entry of entries) {
+      const id = /** @type {string} */ (entry.id);
+      if (this.#index.has(id) && (removed === null || !removed.has(id))) {
+        throw new ApplyError('held', `entry id ${id} is already held`);
+      }
+      if (!allowRetired && this.#retired.has(id)) {
+        throw new ApplyError('retired', `entry id ${id} was taken out and cannot be pushed`);
+      }
+    }
+  }
+
+  /** @param {Entry[]} entries */
+  #foldPush(entries) {
+    this.#checkNew(entries, null, false);
+    const held = this.#entries;
+    const length = held.length;
+    for (let k = 0; k < entries.length; k += 1) {
+      this.#index.set(/** @type {string} */ (entries[k].id), length + k);
+      held.push(entries[k]);
+    }
+    if (this.#freshUpto === length) this.#freshUpto = held.length;
+    this.#halt = null;
+  }
+
+  #foldSplice(start, stop, removed, entries) {
+    const held = this.#entries;
+    if (!(start >= 0 && start <= stop && stop <= held.length)) {
+      throw new ApplyError(
+        'range',
+        `range ${start}:${stop} is outside a conversation of ${held.length}`,
+      );
+    }
+    let same = removed.length === stop - start;
+    for (let k = 0; same && k < removed.length; k += 1) same = held[start + k].id === removed[k];
+    if (!same)
+      throw new ApplyError('removed', `the ids at ${start}:${stop} are not the ones removed`);
+    const removedSet = new Set(removed);
+    this.#checkNew(entries, removedSet, true);
+    const put = new Set(entries.map((entry) => entry.id));
+    const reachesEnd = stop === held.length;
+    const index = this.#index;
+    for (const id of removed) index.delete(id);
+    for (let k = 0; k < entries.length; k += 1)
+      index.set(/** @type {string} */ (entries[k].id), start + k);
+    held.splice(start, stop - start, ...entries);
+    if (entries.length !== stop - start)
+      this.#freshUpto = Math.min(this.#freshUpto, start + entries.length);
+    for (const id of removed) if (!put.has(id)) this.#retired.add(id);
+    for (const id of put) this.#retired.delete(/** @type {string} */ (id));
+    if (reachesEnd) this.#halt = null;
+  }
+
+  /** Where entry `id` is, refreshing positions a splice left stale (O(1) amortised). */
+  #position(id) {
+    const at = this.#index.get(id);
+    if (at === undefined) return null;
+    const held = this.#entries;
+    if (at < held.length && held[at].id === id) return at;
+    for (let k = this.#freshUpto; k < held.length; k += 1)
+      this.#index.set(/** @type {string} */ (held[k].id), k);
+    this.#freshUpto = held.length;
+    return /** @type {number} */ (this.#index.get(id));
+  }
+
+  #foldAside(id, aside) {
+    if (!isAsideId(id))
+      throw new ApplyError('bad_id', `aside id ${JSON.stringify(id)} is not an aside id`);
+    const old = this.#asides.get(id);
+    if (aside === null) {
+      if (old === undefined || !old.saved)
+        throw new ApplyError('no_aside', `aside ${id} is not here to remove`);
+      this.#asides.delete(id);
+      return;
+    }
+    if (!aside.saved)
+      throw new ApplyError('unsaved', `aside ${id} is unsaved and cannot be recorded`);
+    this.#asides.set(id, aside);
+  }
+
+  /** @param {ConversationState} state (read: defaults filled) */
+  #foldReset(state) {
+    const entries = state.entries;
+    for (const entry of entries) {
+      if (!isMessageId(entry.id)) {
+        throw new ApplyError('bad_id', `entry id ${JSON.stringify(entry.id)} is not a message id`);
+      }
+    }
+    const index = new Map();
+    for (let k = 0; k < entries.length; k += 1) index.set(/** @type {string} */ (entries[k].id), k);
+    if (index.size !== entries.length) {
+      const again = repeatedId(entries.map((entry) => /** @type {string} */ (entry.id)));
+      throw new ApplyError('repeated', `entry id ${again} appears twice`);
+    }
+    const retired = new Set(state.retired);
+    for (const id of retired) {
+      if (index.has(id))
+        throw new ApplyError('retired', 'a held entry id is also listed as retired');
+    }
+    const asides = new Map();
+    for (const { id, ...aside } of state.asides) {
+      if (!isAsideId(id) || asides.has(id) || !aside.saved) {
+        throw new ApplyError(
+          'bad_id',
+          `aside ${JSON.stringify(id)} is malformed, repeated or unsaved`,
+        );
+      }
+      asides.set(id, aside);
+    }
+    for (const [id, aside] of this.#asides)
+      if (!aside.saved && !asides.has(id)) asides.set(id, aside);
+    this.#entries = entries.slice();
+    this.#index = index;
+    this.#freshUpto = entries.length;
+    this.#retired = retired;
+    this.#asides = asides;
+    this.#halt = state.halt;
+  }
+}
+
+// ------------------------------------------------------------------ rebase
+
+/**
+ * Whether `rebase` needs the base `pending` was made on: only for a pure insertion.
+ * @param {ChangeRecord[]} pending
+ */
+export function needsBase(pending) {
+  return pending.some(
+    (record) => record.change.type === 'splice' && record.change.removed.length === 0,
+  );
+}
+
+const NO_ANCHOR = '';
+
+/**
+ * Make `local` hold `onto` plus `pending` replayed by intent (as `sync/rebase.py`); return the
+ * conflicts `{record, reason, detail}`. `local`'s outbox must be empty; afterwards it holds the
+ * replayed records. `base` (the value `pending` was made on) is needed only when `needsBase`.
+ * @param {Conversation} local @param {Conversation} onto @param {ChangeRecord[]} pending
+ * @param {Conversation | null} [base]
+ */
+export function rebase(local, onto, pending, base = null) {
+  const walk = base !== null && needsBase(pending) ? base.copy() : null;
+  local.reread(onto);
+  /** @type {Conflict[]} */
+  const conflicts = [];
+  for (const record of pending) {
+    /** @type {string | null} */
+    let anchor = NO_ANCHOR;
+    if (walk !== null) {
+      anchor = anchorOf(walk, record);
+      try {
+        walk.apply(record);
+      } catch (error) {
+        if (!(error instanceof ConvsyncError)) throw error;
+        conflicts.push({
+          type: 'conflict',
+          record,
+          reason: error.reason,
+          detail: 'does not fit the base',
+        });
+        continue;
+      }
+    }
+    const replayed = retarget(local, record, anchor);
+    if (replayed === null) continue;
+    if ('reason' in replayed) {
+      conflicts.push(replayed);
+      continue;
+    }
+    try {
+      local.replay(replayed);
+    } catch (error) {
+      if (!(error instanceof ConvsyncError)) throw error;
+      conflicts.push({ type: 'conflict', record, reason: error.reason, detail: error.detail });
+    }
+  }
+  return conflicts;
+}
+
+/** For a pure insertion, the id of the entry it went after in `walk` (null: first). */
+function anchorOf(walk, record) {
+  const change = record.change;
+  if (change.type === 'splice' && change.start === change.stop) {
+    return change.start > 0 ? walk.id(change.start - 1) : null;
+  }
+  return NO_ANCHOR;
+}
+
+/** @param {ChangeRecord} record @param {string} reason @param {string} detail @returns {Conflict} */
+function conflict(record, reason, detail) {
+  return { type: 'conflict', record, reason, detail };
+}
+
+/**
+ * The record to replay on `local` now, a conflict, or null when it is moot.
+ * @param {Conversation} local @param {ChangeRecord} record @param {string | null} anchor
+ * @returns {ChangeRecord | Conflict | null}
+ */
+function retarget(local, record, anchor) {
+  const change = record.change;
+  switch (change.type) {
+    case 'push': {
+      const fresh = change.entries.filter((e) => !(local.holds(e.id) || local.isRetired(e.id)));
+      if (fresh.length === 0) return null;
+      if (fresh.length === change.entries.length) return record;
+      return { ...record, change: { type: 'push', entries: fresh } };
+    }
+    case 'splice': {
+      const { start, stop, removed, entries } = change;
+      let at;
+      if (removed.length > 0) {
+        at = local.indexOf(removed[0]);
+        let together = at !== null;
+        for (let k = 0; together && k < removed.length; k += 1)
+          together = local.id(/** @type {number} */ (at) + k) === removed[k];
+        if (!together) return conflict(record, 'removed_moved', 'the entries it replaced changed');
+      } else if (anchor === null) {
+        at = 0;
+      } else if (anchor === NO_ANCHOR) {
+        return conflict(record, 'anchor_unknown', 'no base to place the insertion');
+      } else {
+        const held = local.indexOf(anchor);
+        if (held === null) return conflict(record, 'anchor_gone', 'the entry it followed is gone');
+        at = held + 1;
+      }
+      at = /** @type {number} */ (at);
+      if (at === start && (removed.length === 0 || stop - start === removed.length)) return record;
+      return {
+        ...record,
+        change: { type: 'splice', start: at, stop: at + removed.length, removed, entries },
+      };
+    }
+    case 'halt':
+      if (change.halt === null) return local.halted() !== null ? record : null;
+      if (!local.awaitsModel())
+        return conflict(record, 'answered', 'the model no longer owes an answer');
+      return record;
+    case 'aside': {
+      if (change.aside === null) {
+        const current = local.aside(change.id);
+        return current !== null && current.saved ? record : null;
+      }
+      return record;
+    }
+    case 'reset':
+      return record;
+    default:
+      return conflict(record, 'unknown_change', String(/** @type {any} */ (change).type));
+  }
+}
+
+/** @typedef {{type: 'conflict', record: ChangeRecord, reason: string, detail: string}} Conflict */
+
+// ------------------------------------------------------------------ the replica session
+
+/** @param {string} text */
+function utf8Length(text) {
+  let bytes = 0;
+  for (let i = 0; i < text.length; i += 1) {
+    const code = text.charCodeAt(i);
+    if (code < 0x80) bytes += 1;
+    else if (code < 0x800) bytes += 2;
+    else if (code >= 0xd800 && code < 0xdc00 && i + 1 < text.length) {
+      bytes += 4;
+      i += 1;
+    } else bytes += 3;
+  }
+  return bytes;
+}
+
+/** @param {any} message @param {string[]} fields */
+function needInts(message, fields) {
+  for (const field of fields) {
+    if (!Number.isInteger(message[field])) {
+      throw new DecodeError(`${message.type}: ${field} is not an integer`);
+    }
+  }
+}
+
+/**
+ * One replica of one conversation across any number of connections: messages from the hub
+ * in, frames and events out, no socket (as `client/session.py`).
+ *
+ * `confirmed` is the log's value at the last revision seen; `local` is what the application
+ * edits (`confirmed` plus pending records: the batch in flight, then `local`'s outbox).
+ */
+export class ReplicaSession {
+  /**
+   * @param {string} client this replica's client id (push seqs rise under it)
+   * @param {{local?: Conversation, maxFrame?: number, maxBatch?: number, seq?: number}} [options]
+   */
+  constructor(client, options = {}) {
+    const local = options.local ?? new Conversation();
+    if (local.revision !== local.unsaved().length) {
+      throw new UsageError('saved_value', 'a replica starts from a value with no saved records');
+    }
+    this.client = client;
+    this.local = local;
+    this.confirmed = new Conversation();
+    this.seq = options.seq ?? 0;
+    this.maxFrame = options.maxFrame ?? 1 << 20;
+    this.maxBatch = options.maxBatch ?? 1000;
+    /** @type {{seq: number, records: ChangeRecord[], doomed: boolean, landed: ChangeRecord[] | null, base: Conversation | null} | null} */
+    this.inflight = null;
+    /** Log records that overtook the batch in flight (held until its ack or reject). */
+    /** @type {ChangeRecord[]} */
+    this.held = [];
+    /** @type {ChangeRecord[]} */
+    this.landed = [];
+    /** @type {any} */
+    this.welcome = null;
+    this.catchingUp = false;
+    /** @type {Conversation | null} */
+    this.beforeCatchUp = null;
+    /** @type {any} */
+    this.partial = null;
+    /** @type {Entry[]} */
+    this.partialEntries = [];
+  }
+
+  /** Records made here that the hub has not acknowledged yet. */
+  get pending() {
+    const inflight = this.inflight;
+    const sent = inflight !== null && !inflight.doomed ? inflight.records.length : 0;
+    return sent + this.local.unsaved().length;
+  }
+
+  /** Welcomed and caught up: pushes can go. */
+  get ready() {
+    return this.welcome !== null && !this.catchingUp;
+  }
+
+  /** Caught up with nothing pending and nothing in flight. */
+  get settled() {
+    return this.ready && this.inflight === null && this.local.unsaved().length === 0;
+  }
+
+  /** The first message of a new connection; forgets the previous connection's state. */
+  hello(token = null) {
+    this.welcome = null;
+    this.catchingUp = false;
+    this.partial = null;
+    this.partialEntries = [];
+    this.held = []; // the hub sends them again in the catch-up
+    return {
+      type: 'hello',
+      client: this.client,
+      lineage: this.confirmed.lineage,
+      revision: this.confirmed.revision,
+      token,
+      features: [HUB_REBASE],
+    };
+  }
+
+  /**
+   * The next push frame (JSON text) if one may go now, and records refused locally (a record
+   * whose push alone would exceed `maxFrame`: taken out of `local`, reported `too_large`).
+   * @returns {{frame: string | null, conflicts: Conflict[]}}
+   */
+  nextPush() {
+    if (!this.ready || this.inflight !== null || this.local.unsaved().length === 0) {
+      return { frame: null, conflicts: [] };
+    }
+    const records = this.local.unsaved();
+    const overhead = 128;
+    const encoded = [];
+    let size = overhead;
+    for (let at = 0; at < records.length; at += 1) {
+      if (encoded.length === this.maxBatch) break;
+      const data = JSON.stringify(records[at]);
+      const bytes = utf8Length(data);
+      if (bytes + overhead > this.maxFrame) return this.#refuse(at, bytes);
+      if (size + bytes + 1 > this.maxFrame) break;
+      encoded.push(data);
+      size += bytes + 1;
+    }
+    const taken = this.local.takeUnsaved();
+    this.local.returnUnsaved(taken.slice(encoded.length));
+    this.seq += 1;
+    this.inflight = {
+      seq: this.seq,
+      records: taken.slice(0, encoded.length),
+      doomed: false,
+      landed: null,
+      base: null,
+    };
+    const frame =
+      `{"type":"push","seq":${this.seq},"lineage":${this.confirmed.lineage},` +
+      `"revision":${this.confirmed.revision},"records":[${encoded.join(',')}]}`;
+    return { frame, conflicts: [] };
+  }
+
+  #refuse(at, size) {
+    const records = this.local.takeUnsaved();
+    const conflicts = [conflict(records[at], 'too_large', `${size} bytes over the frame limit`)];
+    const keep = records.slice(0, at).concat(records.slice(at + 1));
+    conflicts.push(...rebase(this.local, this.confirmed, keep, this.confirmed));
+    const next = this.nextPush();
+    return { frame: next.frame, conflicts: conflicts.concat(next.conflicts) };
+  }
+
+  /**
+   * Handle one decoded message from the hub; returns the events for the application. Message
+   * types this version does not know are ignored.
+   * @throws {ProtocolError} the message breaks the protocol; drop the connection.
+   */
+  receive(message) {
+    if (!isObject(message)) throw new DecodeError('a hub message is not an object');
+    switch (message.type) {
+      case 'welcome':
+        needInts(message, ['lineage', 'revision', 'acked']);
+        return this.#onWelcome(message);
+      case 'records':
+        needInts(message, ['from']);
+        if (!Array.isArray(message.records)) throw new DecodeError('records: not a list');
+        return this.#onRecords(message);
+      case 'state':
+        needInts(message, ['lineage', 'revision']);
+        return this.#onState(message);
+      case 'entries':
+        if (!Array.isArray(message.entries)) throw new DecodeError('entries: not a list');
+        return this.#onEntries(message);
+      case 'ack':
+        needInts(message, ['seq', 'from', 'revision']);
+        return this.#onAck(message);
+      case 'reject':
+        needInts(message, ['seq', 'lineage', 'revision']);
+        return this.#onReject(message);
+      case 'error':
+        throw new ProtocolError(
+          String(message.code),
+          `the hub closed the session: ${message.detail}`,
+          true,
+        );
+      default:
+        return []; // a newer hub's message: not ours to understand
+    }
+  }
+
+  /** The connection is gone; the session waits for the next `hello()`. */
+  disconnected(reason) {
+    this.welcome = null;
+    return [{ type: 'disconnected', reason }];
+  }
+
+  #onWelcome(welcome) {
+    if (this.welcome !== null) throw new ProtocolError('unexpected', 'a second welcome');
+    this.welcome = welcome;
+    this.seq = Math.max(this.seq, welcome.acked);
+    const batch = this.inflight;
+    this.inflight = null;
+    if (batch !== null) {
+      if (batch.seq <= welcome.acked)
+        this.landed = batch.records; // they come in the catch-up
+      else if (!batch.doomed) this.local.returnUnsaved(batch.records);
+    }
+    const confirmed = this.confirmed;
+    if (confirmed.lineage === Lineage.EMPTY && confirmed.revision === 0) {
+      confirmed.continueLog(welcome.lineage, 0); // a value begun here continues any log
+    }
+    this.catchingUp = true;
+    if (this.beforeCatchUp === null) this.beforeCatchUp = confirmed.copy();
+    return [
+      { type: 'connected', lineage: welcome.lineage, revision: welcome.revision },
+      ...this.#maybeCaughtUp(),
+    ];
+  }
+
+  #maybeCaughtUp() {
+    const welcome = this.welcome;
+    const confirmed = this.confirmed;
+    if (
+      this.partial !== null ||
+      !(confirmed.lineage === welcome.lineage && confirmed.revision >= welcome.revision)
+    ) {
+      return [];
+    }
+    this.catchingUp = false;
+    let base = this.beforeCatchUp;
+    this.beforeCatchUp = null;
+    const landed = this.landed;
+    this.landed = [];
+    base = base !== null ? folded(base, landed) : null;
+    const unmoved =
+      base !== null && base.lineage === confirmed.lineage && base.revision === confirmed.revision;
+    if (unmoved && landed.length === 0 && this.local.unsaved().length === 0) return [];
+    return this.#rebaseLocal(base);
+  }
+
+  /** @param {Conversation | null} base */
+  #rebaseLocal(base) {
+    const pending = this.local.takeUnsaved();
+    const conflicts = rebase(this.local, this.confirmed, pending, base);
+    /** @type {any[]} */
+    const events = conflicts.slice();
+    if (pending.length > 0) {
+      events.push({
+        type: 'rebased',
+        replayed: pending.length - conflicts.length,
+        revision: this.confirmed.revision,
+      });
+    }
+    return events;
+  }
+
+  #onRecords(message) {
+    if (this.welcome === null) throw new ProtocolError('unexpected', 'records before welcome');
+    const confirmed = this.confirmed;
+    const revision = confirmed.revision + this.held.length;
+    const skip = revision - message.from;
+    if (skip < 0) throw new ProtocolError('gap', `records from ${message.from}, at ${revision}`);
+    const records = message.records.slice(skip);
+    if (records.length === 0) return [];
+    if (this.catchingUp) {
+      foldAll(confirmed, records);
+      return [
+        { type: 'applied', count: records.length, revision: confirmed.revision },
+        ...this.#maybeCaughtUp(),
+      ];
+    }
+    const inflight = this.inflight;
+    if (inflight === null && this.local.unsaved().length === 0) {
+      foldAll(confirmed, records);
+      for (const record of records) this.local.apply(record);
+      return [{ type: 'applied', count: records.length, revision: confirmed.revision }];
+    }
+    if (inflight !== null && !inflight.doomed) {
+      const origin = message.origin;
+      if (isObject(origin) && origin.client === this.client && origin.seq === inflight.seq) {
+        // The hub placed our stale batch (SPEC 2.4.6): these records are it, as it landed;
+        // its ack follows. Fold what overtook it, then these.
+        if (inflight.landed === null) {
+          inflight.landed = [];
+          if (needsBase(this.local.unsaved()))
+            inflight.base = folded(confirmed.copy(), inflight.records);
+        }
+        const overtaken = this.#foldHeld();
+        foldAll(confirmed, records);
+        inflight.landed.push(...records);
+        return overtaken;
+      }
+      // The log moved under the batch in flight, which the hub may still place: hold these
+      // records until its ack or reject says what became of it.
+      this.held.push(...records);
+      return [];
+    }
+    // The log moved under pending records: replay them on it.
+    let base = null;
+    const pending = this.local.takeUnsaved();
+    if (needsBase(pending)) base = confirmed.copy();
+    foldAll(confirmed, records);
+    this.local.returnUnsaved(pending);
+    return [
+      { type: 'applied', count: records.length, revision: confirmed.revision },
+      ...this.#rebaseLocal(base),
+    ];
+  }
+
+  /** Fold the records that overtook the batch in flight into `confirmed`. */
+  #foldHeld() {
+    const held = this.held;
+    this.held = [];
+    if (held.length === 0) return [];
+    foldAll(this.confirmed, held);
+    return [{ type: 'applied', count: held.length, revision: this.confirmed.revision }];
+  }
+
+  #onState(message) {
+    if (this.welcome === null) throw new ProtocolError('unexpected', 'state before welcome');
+    this.partial = message;
+    this.partialEntries = [];
+    return message.more ? [] : this.#takeState();
+  }
+
+  #onEntries(message) {
+    if (this.partial === null) throw new ProtocolError('unexpected', 'entries without a state');
+    for (const entry of message.entries) this.partialEntries.push(entry);
+    return message.more ? [] : this.#takeState();
+  }
+
+  #takeState() {
+    const message = this.partial;
+    this.partial = null;
+    let state = message.state;
+    if (this.partialEntries.length > 0) {
+      state = { ...state, entries: (state.entries ?? []).concat(this.partialEntries) };
+      this.partialEntries = [];
+    }
+    let confirmed;
+    try {
+      confirmed = Conversation.fromState(state);
+    } catch (error) {
+      if (!(error instanceof ConvsyncError)) throw error;
+      throw new ProtocolError(
+        'malformed',
+        `the hub sent a state that is not valid: ${error.message}`,
+      );
+    }
+    confirmed.continueLog(message.lineage, message.revision);
+    this.held = []; // the state holds them
+    const old = this.confirmed;
+    this.confirmed = confirmed;
+    const events = [{ type: 'reset', lineage: message.lineage, revision: message.revision }];
+    if (this.catchingUp) return [...events, ...this.#maybeCaughtUp()];
+    const inflight = this.inflight;
+    if (inflight !== null && !inflight.doomed) {
+      inflight.doomed = true;
+      this.local.returnUnsaved(inflight.records);
+    }
+    return [...events, ...this.#rebaseLocal(old)];
+  }
+
+  #onAck(ack) {
+    const batch = this.inflight;
+    if (batch === null || batch.seq !== ack.seq) return []; // a resend's duplicate answer
+    if (batch.doomed)
+      throw new ProtocolError('unexpected', `ack of push ${ack.seq} after the log moved`);
+    const confirmed = this.confirmed;
+    const landed = batch.landed;
+    if (landed !== null) {
+      // Placed by the hub: `confirmed` holds it already, as it landed. Replay what was made on
+      // top of the batch as sent onto the log as it is.
+      if (ack.revision !== confirmed.revision || ack.from !== ack.revision - landed.length) {
+        throw new ProtocolError(
+          'gap',
+          `ack ${ack.from}..${ack.revision} for ${landed.length} placed records at ${confirmed.revision}`,
+        );
+      }
+      this.inflight = null;
+      return [
+        { type: 'applied', count: landed.length, revision: confirmed.revision },
+        ...this.#rebaseLocal(batch.base),
+      ];
+    }
+    if (ack.from !== confirmed.revision || ack.revision !== ack.from + batch.records.length) {
+      throw new ProtocolError(
+        'gap',
+        `ack ${ack.from}..${ack.revision} for ${batch.records.length} records at ${confirmed.revision}`,
+      );
+    }
+    this.inflight = null;
+    foldAll(confirmed, batch.records);
+    return [];
+  }
+
+  #onReject(reject) {
+    const confirmed = this.confirmed;
+    if (reject.lineage === confirmed.lineage && reject.revision < confirmed.revision) {
+      // The hub's log is behind this replica's (a stale hub): resending would spin. Drop the
+      // connection; the next hello, ahead of the log, gets the log's state.
+      throw new ProtocolError(
+        'ahead',
+        `the hub's log is at ${reject.revision}, this replica at ${confirmed.revision}`,
+      );
+    }
+    const batch = this.inflight;
+    if (batch === null || batch.seq !== reject.seq) return [];
+    this.inflight = null;
+    if (batch.doomed) return [];
+    // What the batch (and what was made on top of it) was made on: `confirmed` before the
+    // records that overtook it, copied only when needed.
+    const pending = batch.records.concat(this.local.unsaved());
+    const invalid = reject.reason === 'invalid';
+    const base = needsBase(pending) || invalid ? confirmed.copy() : null;
+    const events = this.#foldHeld();
+    if (!invalid) {
+      // The hub could not place it: the records it missed came first (held, or on their way);
+      // replay the batch and what followed it on the log.
+      this.local.returnUnsaved(batch.records);
+      if (events.length === 0) return [];
+      return [...events, ...this.#rebaseLocal(base)];
+    }
+    for (const record of batch.records) {
+      events.push(conflict(record, 'invalid', String(reject.detail ?? '')));
+    }
+    return [...events, ...this.#rebaseLocal(folded(/** @type {Conversation} */ (base), batch.records))];
+  }
+}
+
+/** @param {Conversation} conversation @param {ChangeRecord[]} records */
+function foldAll(conversation, records) {
+  try {
+    for (const record of records) conversation.apply(record);
+  } catch (error) {
+    if (!(error instanceof ConvsyncError)) throw error;
+    throw new ProtocolError('diverged', `a record from the hub does not fit: ${error.message}`);
+  }
+}
+
+/** `base` with `records` applied, or null when they do not fit. */
+function folded(base, records) {
+  try {
+    for (const record of records) base.apply(record);
+  } catch (error) {
+    if (error instanceof ConvsyncError) return null;
+    throw error;
+  }
+  return base;
+}
+
+// ------------------------------------------------------------------ the socket shell
+
+/**
+ * The one table of error codes (SPEC §5, `sync/errors.py` `CODES`): the close code the hub
+ * uses after `error {code}` and what a replica does then: `never` (refused for good),
+ * `new_token` (retry only with a new token), `backoff`, or `at_once`.
+ * @type {Readonly<Record<string, {close: number, retry: 'never' | 'new_token' | 'backoff' | 'at_once'}>>}
+ */
+export const CODES = Object.freeze({
+  malformed_json: { close: 1008, retry: 'never' },
+  unknown_type: { close: 1008, retry: 'never' },
+  bad_message: { close: 1008, retry: 'never' },
+  no_hello: { close: 1008, retry: 'never' },
+  unexpected: { close: 1008, retry: 'never' },
+  too_big: { close: 1009, retry: 'never' },
+  bad_client: { close: 1008, retry: 'never' },
+  bad_conversation_id: { close: 1008, retry: 'never' },
+  unauthorized: { close: 4001, retry: 'new_token' },
+  forbidden: { close: 4003, retry: 'never' },
+  replaced: { close: 4009, retry: 'never' },
+  rate_limited: { close: 4008, retry: 'backoff' },
+  lagging: { close: 4000, retry: 'at_once' },
+  unavailable: { close: 1011, retry: 'backoff' },
+  shutting_down: { close: 1001, retry: 'backoff' },
+  internal: { close: 1011, retry: 'backoff' },
+});
+
+/** @type {Readonly<Record<number, string>>} the close codes that name one code alone */
+const CODE_OF_CLOSE = Object.freeze({
+  4000: 'lagging',
+  4001: 'unauthorized',
+  4003: 'forbidden',
+  4008: 'rate_limited',
+  4009: 'replaced',
+});
+
+/**
+ * The retry rule for an error code; an unknown code (a newer hub) is retried with backoff.
+ * @param {string} code @returns {'never' | 'new_token' | 'backoff' | 'at_once'}
+ */
+export function retryOf(code) {
+  return Object.hasOwn(CODES, code) ? CODES[code].retry : 'backoff';
+}
+
+/** The close code the hub uses after `error {code}` (1011 for an unknown code). */
+export function closeCodeOf(code) {
+  return Object.hasOwn(CODES, code) ? CODES[code].close : 1011;
+}
+
+/**
+ * The error code a close stands for: its reason when that is a known code (the hub closes
+ * with the code as the reason), else the one code a close code names alone, else null.
+ * @param {number | null} close @param {string} reason @returns {string | null}
+ */
+export function codeOfClose(close, reason) {
+  if (Object.hasOwn(CODES, reason)) return reason;
+  return close !== null && Object.hasOwn(CODE_OF_CLOSE, close) ? CODE_OF_CLOSE[close] : null;
+}
+
+/**
+ * What to do after a connection ended: `'refused'` (never again), `'at_once'` or `'backoff'`.
+ * `code` is the error code the hub sent (null if none came), `closeCode`/`closeReason` the
+ * websocket close, `canRefreshToken`: a `getToken` hook can fetch a new token.
+ * @param {string | null} code @param {number | null} closeCode @param {boolean} canRefreshToken
+ * @param {string} [closeReason]
+ * @returns {'refused' | 'at_once' | 'backoff'}
+ */
+export function retryRule(code, closeCode, canRefreshToken, closeReason = '') {
+  const known = code ?? codeOfClose(closeCode, closeReason);
+  if (known === null) return 'backoff'; // a network failure, or a close that says nothing
+  const retry = retryOf(known);
+  if (retry === 'never') return 'refused';
+  if (retry === 'new_token') return canRefreshToken ? 'backoff' : 'refused';
+  return retry;
+}
+
+/**
+ * The delay before reconnect attempt `failures` (1, 2, ...): uniform in [0, cap) where the cap
+ * doubles from `base` up to `max` (full jitter). @param {number} failures @param {number} base
+ * @param {number} max @param {() => number} [random]
+ */
+export function backoffDelay(failures, base, max, random = Math.random) {
+  const cap = Math.min(max, base * 2 ** Math.max(failures - 1, 0));
+  return random() * cap;
+}
+
+/**
+ * A live replica of one conversation over a websocket: the application edits `conversation`,
+ * the replica pushes, applies, rebases and reconnects by itself.
+ */
+export class Replica {
+  /**
+   * @param {string} url the hub's base url (`ws://host:port`)
+   * @param {string} conversationId
+   * @param {ConnectOptions} [options]
+   */
+  constructor(url, conversationId, options = {}) {
+    this.url = `${url.replace(/\/+$/, '')}/v1/conversations/${encodeURIComponent(conversationId)}`;
+    this.conversationId = conversationId;
+    const client = options.client ?? `web-${Lineage.fresh().toString(16)}`;
+    this.session = new ReplicaSession(client, {
+      local: options.conversation,
+      maxFrame: options.maxFrame,
+    });
+    this.getToken = options.getToken ?? null;
+    this.WebSocket = options.WebSocket ?? globalThis.WebSocket;
+    if (typeof this.WebSocket !== 'function') {
+      throw new UsageError('no_websocket', 'no WebSocket here: pass options.WebSocket');
+    }
+    this.backoff = options.backoff ?? 50;
+    this.maxBackoff = options.maxBackoff ?? 5000;
+    this.random = options.random ?? Math.random;
+    this.setTimer = options.setTimeout ?? ((fn, ms) => setTimeout(fn, ms));
+    this.clearTimer = options.clearTimeout ?? ((handle) => clearTimeout(handle));
+    /** @type {'connecting' | 'connected' | 'disconnected' | 'closed'} */
+    this.state = 'disconnected';
+    /** @type {Refused | null} */
+    this.refused = null;
+    this.failures = 0;
+    this.connects = 0;
+    /** @type {Map<string, Set<(event: any) => void>>} */
+    this.listeners = new Map();
+    /** @type {any} */
+    this.ws = null;
+    this.timer = null;
+    this.refreshTimer = null;
+    this.closing = false;
+    /** @type {Set<() => void>} called after every message handled and every state change */
+    this.progress = new Set();
+    this.session.local.onEdit(() => this.#pump());
+    /** Resolves once the first catch-up is done; rejects with `Refused` if refused first. */
+    this.ready = new Promise((resolve, reject) => {
+      this.resolveReady = resolve;
+      this.rejectReady = reject;
+    });
+    this.ready.catch(() => {}); // an application that never awaits it is not an error
+  }
+
+  /** The local value: edit it; it holds your pending edits. */
+  get conversation() {
+    return this.session.local;
+  }
+
+  get client() {
+    return this.session.client;
+  }
+
+  /** Edits made here that the hub has not acknowledged yet. */
+  get pending() {
+    return this.session.pending;
+  }
+
+  /** The log's revision as last seen. */
+  get revision() {
+    return this.session.confirmed.revision;
+  }
+
+  /**
+   * Listen to `type`: a session event (`connected`, `disconnected`, `applied`, `rebased`,
+   * `reset`, `conflict`), `state` (`{state, code, reason}`), `refused` (a `Refused`), or `*`
+   * (every session event). Returns a function that stops listening.
+   */
+  on(type, listener) {
+    let set = this.listeners.get(type);
+    if (set === undefined) this.listeners.set(type, (set = new Set()));
+    set.add(listener);
+    return () => set.delete(listener);
+  }
+
+  #emit(type, event) {
+    for (const key of [type, '*']) {
+      if (key === '*' && (type === 'state' || type === 'refused')) continue;
+      const set = this.listeners.get(key);
+      if (set !== undefined) for (const listener of Array.from(set)) listener(event);
+    }
+  }
+
+  #setState(state, code = null, reason = '') {
+    if (this.state === state) return;
+    this.state = state;
+    this.#emit('state', { type: 'state', state, code, reason });
+    this.#progressed();
+  }
+
+  #events(events) {
+    for (const event of events) this.#emit(event.type, event);
+  }
+
+  /** Open the first connection (called by `connect`). */
+  async start() {
+    if (this.closing || this.state === 'connecting' || this.state === 'connected') return;
+    this.#setState('connecting');
+    let token = null;
+    try {
+      token = this.getToken !== null ? await this.getToken() : null;
+    } catch (error) {
+      this.#ended(null, null, `getToken failed: ${error}`);
+      return;
+    }
+    if (this.closing) {
+      this.#setState('closed');
+      return;
+    }
+    let ws;
+    try {
+      ws = new this.WebSocket(this.url, SUBPROTOCOL);
+    } catch (error) {
+      this.#ended(null, null, `${error}`);
+      return;
+    }
+    this.ws = ws;
+    let errorCode = null;
+    let done = false;
+    const finish = (closeCode, reason) => {
+      if (done) return;
+      done = true;
+      if (this.ws === ws) this.ws = null;
+      this.#ended(errorCode, closeCode, reason);
+    };
+    ws.onopen = () => {
+      const hello = /** @type {any} */ (this.session.hello(token));
+      if (this.getToken !== null) hello.features = ['auth'];
+      ws.send(JSON.stringify(hello));
+    };
+    ws.onmessage = (message) => {
+      if (done) return;
+      try {
+        const data = typeof message.data === 'string' ? message.data : String(message.data);
+        const decoded = JSON.parse(data);
+        this.#maybeRefresh(ws, decoded);
+        const events = this.session.receive(decoded);
+        if (events.length > 0 && events[0].type === 'connected') {
+          this.failures = 0;
+          this.connects += 1;
+          this.#setState('connected');
+        }
+        this.#events(events);
+        if (this.session.ready) this.resolveReady(this);
+        this.#pump();
+        this.#progressed();
+      } catch (error) {
+        if (error instanceof ProtocolError && error.fromHub) errorCode = error.reason;
+        else if (!(error instanceof ConvsyncError) && !(error instanceof SyntaxError)) throw error;
+        const reason = error instanceof Error ? error.message : String(error);
+        try {
+          ws.close(error instanceof ProtocolError && error.fromHub ? 1000 : 4002, 'protocol error');
+        } catch {
+          // already closing
+        }
+        finish(null, reason);
+      }
+    };
+    ws.onclose = (event) => finish(event.code ?? null, event.reason ?? '');
+    ws.onerror = () => {}; // a close always follows
+  }
+
+  /**
+   * After a `welcome` or `auth_ok` that says when the token expires, fetch a new token with
+   * `getToken` at 80% of that time and send it as `auth` (SPEC §6 live refresh).
+   */
+  #maybeRefresh(ws, message) {
+    if (this.getToken === null || !isObject(message)) return;
+    if (message.type !== 'welcome' && message.type !== 'auth_ok') return;
+    const expiresIn = message.expires_in;
+    if (typeof expiresIn !== 'number' || !Number.isFinite(expiresIn)) return;
+    if (Array.isArray(message.features) && !message.features.includes('auth')) return;
+    if (this.refreshTimer !== null) this.clearTimer(this.refreshTimer);
+    const getToken = this.getToken;
+    this.refreshTimer = this.setTimer(
+      async () => {
+        this.refreshTimer = null;
+        if (this.ws !== ws || ws.readyState !== 1) return;
+        try {
+          const token = await getToken();
+          if (this.ws === ws && ws.readyState === 1 && token)
+            ws.send(JSON.stringify({ type: 'auth', token }));
+        } catch {
+          // the hub closes with `unauthorized` at expiry; the reconnect asks again
+        }
+      },
+      Math.max(0, expiresIn * 800),
+    );
+  }
+
+  #pump() {
+    const ws = this.ws;
+    if (ws === null || ws.readyState !== 1) return;
+    const { frame, conflicts } = this.session.nextPush();
+    this.#events(conflicts);
+    if (frame !== null) ws.send(frame);
+  }
+
+  #ended(code, closeCode, reason) {
+    if (this.refreshTimer !== null) {
+      this.clearTimer(this.refreshTimer);
+      this.refreshTimer = null;
+    }
+    this.#events(this.session.disconnected(reason || `closed ${closeCode ?? ''}`.trim()));
+    if (this.closing) {
+      this.#setState('closed', code, reason);
+      return;
+    }
+    const rule = retryRule(code, closeCode, this.getToken !== null, reason);
+    if (rule === 'refused') {
+      const known = code ?? codeOfClose(closeCode, reason) ?? `close_${closeCode}`;
+      this.refused = new Refused(known, reason, closeCode);
+      this.#setState('closed', this.refused.code, reason);
+      this.#emit('refused', this.refused);
+      this.rejectReady(this.refused);
+      return;
+    }
+    this.#setState('disconnected', code, reason);
+    this.failures += 1;
+    const delay =
+      rule === 'at_once'
+        ? 0
+        : backoffDelay(this.failures, this.backoff, this.maxBackoff, this.random);
+    this.timer = this.setTimer(() => {
+      this.timer = null;
+      this.start();
+    }, delay);
+  }
+
+  /** Resolves once every edit made so far is acknowledged (waits across reconnects); rejects
+   * when the replica is closed or refused first. */
+  flush() {
+    return new Promise((resolve, reject) => {
+      const check = () => {
+        if (this.session.settled && this.ws !== null) {
+          this.progress.delete(check);
+          resolve(undefined);
+        } else if (this.state === 'closed') {
+          this.progress.delete(check);
+          reject(this.refused ?? new UsageError('closed', 'the replica is closed'));
+        }
+      };
+      this.progress.add(check);
+      this.#pump();
+      check();
+    });
+  }
+
+  #progressed() {
+    for (const check of Array.from(this.progress)) check();
+  }
+
+  /** Disconnect and stop reconnecting. Unacknowledged edits stay in `conversation.unsaved()`. */
+  close() {
+    this.closing = true;
+    if (this.timer !== null) {
+      this.clearTimer(this.timer);
+      this.timer = null;
+    }
+    const ws = this.ws;
+    if (ws !== null) {
+      try {
+        ws.close(1000, '');
+      } catch {
+        // already closed
+      }
+    } else {
+      this.#setState('closed');
+    }
+  }
+}
+
+/**
+ * Connect a replica of `conversationId` on the hub at `url`; it starts at once.
+ * @param {string} url @param {string} conversationId
+ * @param {ConnectOptions} [options]
+ */
+export function connect(url, conversationId, options = {}) {
+  const replica = new Replica(url, conversationId, options);
+  void replica.start();
+  return replica;
+}

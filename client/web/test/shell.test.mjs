@@ -1,0 +1,257 @@
+// The socket shell over a fake WebSocket: connection states, reconnect, the refusal rule.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+
+import { Message, Refused, backoffDelay, connect, retryRule } from '../convsync.js';
+
+/** A WebSocket stand-in: records what is sent; the test plays the hub. */
+class FakeSocket {
+  static made = [];
+  constructor(url, protocol) {
+    this.url = url;
+    this.protocol = protocol;
+    this.readyState = 0;
+    this.sent = [];
+    FakeSocket.made.push(this);
+  }
+  open() {
+    this.readyState = 1;
+    this.onopen?.({});
+  }
+  send(data) {
+    this.sent.push(JSON.parse(data));
+  }
+  deliver(message) {
+    this.onmessage?.({ data: JSON.stringify(message) });
+  }
+  close(code = 1005, reason = '') {
+    if (this.readyState === 3) return;
+    this.readyState = 3;
+    this.onclose?.({ code, reason });
+  }
+}
+
+/** Timers the test fires by hand. */
+function manualTimers() {
+  const pending = [];
+  return {
+    pending,
+    setTimeout: (fn, ms) => {
+      const timer = { fn, ms };
+      pending.push(timer);
+      return timer;
+    },
+    clearTimeout: (timer) => pending.splice(pending.indexOf(timer), 1),
+    fire() {
+      const timer = pending.shift();
+      timer.fn();
+      return timer.ms;
+    },
+  };
+}
+
+async function settle() {
+  for (let i = 0; i < 5; i += 1) await Promise.resolve();
+}
+
+function replica(options = {}) {
+  FakeSocket.made = [];
+  const timers = manualTimers();
+  const states = [];
+  const r = connect('ws://hub:1/', 'conv.1', {
+    client: 'ui-1',
+    WebSocket: FakeSocket,
+    random: () => 0.5,
+    setTimeout: timers.setTimeout,
+    clearTimeout: timers.clearTimeout,
+    ...options,
+  });
+  r.on('state', (event) => states.push(event.state));
+  return { r, timers, states };
+}
+
+test('connects, says hello with the token, and reaches connected after the welcome', async () => {
+  const { r, states } = replica({ getToken: async () => 'jwt' });
+  await settle();
+  const ws = FakeSocket.made[0];
+  assert.equal(ws.url, 'ws://hub:1/v1/conversations/conv.1');
+  assert.equal(ws.protocol, 'convsync.v1');
+  ws.open();
+  assert.deepEqual(ws.sent[0], {
+    type: 'hello',
+    client: 'ui-1',
+    lineage: 0,
+    revision: 0,
+    token: 'jwt',
+    features: ['auth'],
+  });
+  ws.deliver({ type: 'welcome', lineage: 5, revision: 0, acked: 0 });
+  assert.equal(r.state, 'connected');
+  assert.deepEqual(states, ['connected']); // 'connecting' was set before the listener
+  await r.ready;
+  // An edit is pushed at once; the ack settles flush().
+  r.conversation.push(Message.user('hi'));
+  assert.equal(ws.sent[1].type, 'push');
+  const flushed = r.flush();
+  ws.deliver({ type: 'ack', seq: 1, from: 0, revision: 1 });
+  await flushed;
+  assert.equal(r.pending, 0);
+  r.close();
+  assert.equal(r.state, 'closed');
+});
+
+test('a transient close reconnects with capped, jittered backoff and resumes', async () => {
+  const { r, timers, states } = replica({ backoff: 100, maxBackoff: 300 });
+  await settle();
+  FakeSocket.made[0].open();
+  FakeSocket.made[0].deliver({ type: 'welcome', lineage: 5, revision: 0, acked: 0 });
+  r.conversation.push(Message.user('hi')); // in flight when the hub goes away
+  FakeSocket.made[0].close(1011, 'unavailable');
+  assert.equal(r.state, 'disconnected');
+  assert.equal(timers.fire(), 50); // 0.5 * 100
+  await settle();
+  FakeSocket.made[1].close(1006, '');
+  assert.equal(timers.fire(), 100); // 0.5 * 200
+  await settle();
+  FakeSocket.made[2].close(1006, '');
+  assert.equal(timers.fire(), 150); // 0.5 * min(300, 400)
+  await settle();
+  const ws = FakeSocket.made[3];
+  ws.open();
+  assert.deepEqual(ws.sent[0].type, 'hello');
+  ws.deliver({ type: 'welcome', lineage: 5, revision: 0, acked: 0 });
+  assert.equal(ws.sent[1].type, 'push', 'the batch goes again after the welcome');
+  assert.equal(ws.sent[1].seq, 2);
+  assert.deepEqual(states.slice(0, 3), ['connected', 'disconnected', 'connecting']);
+  assert.equal(r.state, 'connected');
+  r.close();
+});
+
+test('lagging reconnects at once', async () => {
+  const { r, timers } = replica();
+  await settle();
+  FakeSocket.made[0].open();
+  FakeSocket.made[0].deliver({ type: 'welcome', lineage: 5, revision: 0, acked: 0 });
+  FakeSocket.made[0].close(4000, 'lagging');
+  assert.equal(timers.fire(), 0);
+  r.close();
+});
+
+for (const [code, close] of [
+  ['bad_conversation_id', 1008],
+  ['bad_client', 1008],
+  ['too_big', 1009],
+  ['forbidden', 4003],
+  ['malformed_json', 1008],
+  ['replaced', 4009],
+]) {
+  test(`refused for good: ${code} is never retried`, async () => {
+    const { r, timers, states } = replica();
+    let refused = null;
+    r.on('refused', (error) => (refused = error));
+    await settle();
+    const ws = FakeSocket.made[0];
+    ws.open();
+    ws.deliver({ type: 'error', code, detail: 'no' });
+    ws.close(close, code);
+    assert.equal(r.state, 'closed');
+    assert.deepEqual(states, ['closed']);
+    assert.equal(timers.pending.length, 0, 'no reconnect scheduled');
+    assert.ok(refused instanceof Refused);
+    assert.equal(refused.code, code);
+    await assert.rejects(r.ready, Refused);
+  });
+}
+
+test('unauthorized is retried only with a getToken hook', async () => {
+  const without = replica();
+  await settle();
+  FakeSocket.made[0].open();
+  FakeSocket.made[0].close(4001, 'token expired');
+  assert.equal(without.r.state, 'closed');
+  let calls = 0;
+  const withHook = replica({ getToken: () => `t${(calls += 1)}` });
+  await settle();
+  FakeSocket.made[0].open();
+  FakeSocket.made[0].deliver({ type: 'error', code: 'unauthorized', detail: 'expired' });
+  assert.equal(withHook.r.state, 'disconnected');
+  withHook.timers.fire();
+  await settle();
+  FakeSocket.made[1].open();
+  assert.equal(FakeSocket.made[1].sent[0].token, 't2');
+  withHook.r.close();
+});
+
+test('a token that expires is refreshed with getToken and sent as auth', async () => {
+  let calls = 0;
+  const { r, timers } = replica({ getToken: async () => `t${(calls += 1)}` });
+  await settle();
+  const ws = FakeSocket.made[0];
+  ws.open();
+  assert.deepEqual(ws.sent[0].features, ['auth']);
+  ws.deliver({
+    type: 'welcome',
+    lineage: 5,
+    revision: 0,
+    acked: 0,
+    features: ['auth'],
+    expires_in: 60,
+  });
+  assert.equal(timers.pending.length, 1);
+  assert.equal(timers.pending[0].ms, 48_000);
+  timers.fire();
+  await settle();
+  assert.deepEqual(ws.sent[1], { type: 'auth', token: 't2' });
+  ws.deliver({ type: 'auth_ok', expires_in: 10 });
+  assert.equal(timers.pending[0].ms, 8000);
+  ws.close(1011, 'unavailable');
+  assert.equal(timers.pending.length, 1, 'the refresh is dropped with its connection');
+  r.close();
+});
+
+test('the retry table and the backoff law', () => {
+  assert.equal(retryRule('rate_limited', 4008, false), 'backoff');
+  assert.equal(retryRule('internal', 1011, false), 'backoff');
+  assert.equal(retryRule('shutting_down', 1001, false), 'backoff');
+  assert.equal(retryRule(null, 1008, false), 'backoff', 'a bare 1008 names no code');
+  assert.equal(retryRule(null, 1008, false, 'bad_client'), 'refused', 'the reason names it');
+  assert.equal(retryRule(null, 4003, false), 'refused');
+  assert.equal(retryRule(null, 4009, false), 'refused');
+  assert.equal(retryRule(null, 4000, false), 'at_once');
+  assert.equal(retryRule(null, 4001, true), 'backoff');
+  assert.equal(retryRule(null, 4001, false), 'refused');
+  assert.equal(retryRule(null, 1006, false), 'backoff');
+  assert.equal(retryRule(null, null, false), 'backoff');
+  assert.equal(retryRule('some_new_code', 4999, false), 'backoff');
+  for (let failures = 1; failures < 20; failures += 1) {
+    const cap = Math.min(5000, 50 * 2 ** (failures - 1));
+    assert.ok(backoffDelay(failures, 50, 5000, () => 0.999999) < cap);
+    assert.equal(
+      backoffDelay(failures, 50, 5000, () => 0),
+      0,
+    );
+  }
+});
+
+test('a close whose reason is a refusing code is final even without an error message', async () => {
+  const { r, timers } = replica();
+  await settle();
+  FakeSocket.made[0].open();
+  FakeSocket.made[0].close(1008, 'bad_conversation_id');
+  assert.equal(r.state, 'closed');
+  assert.equal(r.refused.code, 'bad_conversation_id');
+  assert.equal(timers.pending.length, 0);
+});
+
+test('a message the session cannot take drops the connection and reconnects', async () => {
+  const { r, timers } = replica();
+  await settle();
+  const ws = FakeSocket.made[0];
+  ws.open();
+  ws.deliver({ type: 'welcome', lineage: 5, revision: 0, acked: 0 });
+  ws.onmessage({ data: '{not json' });
+  assert.equal(r.state, 'disconnected');
+  assert.equal(timers.pending.length, 1);
+  r.close();
+  assert.equal(r.state, 'closed');
+});

@@ -1,0 +1,62 @@
+// A JavaScript replica for tests/test_js_replica.py: node --experimental-websocket js_peer.mjs
+// URL ID MODE [N] [TOTAL]. Prints one JSON line with what it saw, then exits.
+//   mirror N TOTAL: push N user messages ("js 0".."js N-1"), flush, wait until the conversation
+//                   holds TOTAL entries, print {state, revision, events}.
+//   refused:        expect the hub to refuse the connection; print {refused, state, sockets}.
+import { connect, Message } from '../client/web/convsync.js';
+
+const [url, id, mode, n = '0', total = '0'] = process.argv.slice(2);
+const out = (value) => process.stdout.write(`${JSON.stringify(value)}\n`);
+let replica = null;
+const seen = [];
+const deadline = setTimeout(() => {
+  const session = replica?.session;
+  out({
+    error: 'timed out',
+    state: replica?.state,
+    length: replica?.conversation.length,
+    revision: replica?.revision,
+    pending: session?.pending,
+    inflight: session?.inflight && { seq: session.inflight.seq, doomed: session.inflight.doomed },
+    events: seen,
+  });
+  process.exit(2);
+}, 20_000);
+
+async function until(check) {
+  while (!check()) await new Promise((resolve) => setTimeout(resolve, 5));
+}
+
+if (mode === 'refused') {
+  let sockets = 0;
+  class Counting extends WebSocket {
+    constructor(...args) {
+      super(...args);
+      sockets += 1;
+    }
+  }
+  const replica = connect(url, id, { client: 'js-peer', WebSocket: Counting });
+  try {
+    await replica.ready;
+    out({ error: 'not refused' });
+  } catch (error) {
+    await new Promise((resolve) => setTimeout(resolve, 300)); // a retry would show here
+    out({ refused: error.code, state: replica.state, sockets });
+  }
+} else {
+  replica = connect(url, id, { client: 'js-peer' });
+  const events = seen;
+  replica.on('*', (event) =>
+    events.push(event.type === 'conflict' ? `conflict ${event.reason}` : event.type),
+  );
+  await replica.ready;
+  for (let i = 0; i < Number(n); i += 1) {
+    replica.conversation.push(Message.user(`js ${i}`));
+    if (i % 3 === 0) await new Promise((resolve) => setTimeout(resolve, 1));
+  }
+  await replica.flush();
+  await until(() => replica.conversation.length >= Number(total) && replica.session.settled);
+  out({ state: replica.conversation.state(), revision: replica.revision, events });
+  replica.close();
+}
+clearTimeout(deadline);

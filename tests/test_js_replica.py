@@ -1,0 +1,75 @@
+"""The JavaScript replica (client/web/convsync.js, run by node) against a real hub."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from conftest import bound, hub_config
+
+from client import connect
+from server import Hub, MemoryStore
+from sync import Message, encode
+
+PEER = Path(__file__).parent / "js_peer.mjs"
+NODE = shutil.which("node")
+
+pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed")
+
+
+async def run_peer(*args: str) -> Any:
+    """Run the JS peer to its end (bounded); return the JSON line it printed."""
+    assert NODE is not None
+    with anyio.fail_after(bound(30)):
+        result = await anyio.run_process(
+            [NODE, "--no-warnings", "--experimental-websocket", str(PEER), *args],
+            check=False,
+            stderr=subprocess.PIPE,
+        )
+    assert result.returncode == 0, result.stderr.decode()
+    return json.loads(result.stdout.decode().strip().splitlines()[-1])
+
+
+async def test_js_replica_catches_up_pushes_and_converges_with_python() -> None:
+    """A JS replica takes the log by state (in chunks), pushes concurrently with a Python
+    replica, and both end equal to the hub."""
+    config = hub_config(max_frame=4096)  # the catch-up state comes in several frames
+    async with Hub(MemoryStore(), host="127.0.0.1", port=0, config=config) as hub:
+        url = f"ws://127.0.0.1:{hub.port}"
+        async with connect(url, "web.1", client="py", max_frame=4096) as py:
+            for n in range(30):
+                py.conversation.push(Message.user(f"py {n} " + "x" * 200))
+            with anyio.fail_after(bound(30)):
+                await py.flush()
+                async with anyio.create_task_group() as group:
+                    found: list[Any] = []
+
+                    async def peer() -> None:
+                        found.append(await run_peer(url, "web.1", "mirror", "20", "70"))
+
+                    group.start_soon(peer)
+                    for n in range(20):
+                        py.conversation.push(Message.user(f"py late {n}"))
+                        await anyio.sleep(0.05)  # spread over the JS replica's run
+                    await py.flush()
+                result = found[0]
+                assert "error" not in result, result
+                await py.wait_for(result["revision"])
+                await py.flush()
+            assert json.loads(encode(py.conversation.state())) == result["state"]
+            room = await hub.room_for_read("web.1")
+            assert room is not None and room.conversation == py.conversation
+            texts = [m.content[0].text for m in py.conversation.messages()]  # type: ignore[union-attr]
+            assert [t for t in texts if t.startswith("js")] == [f"js {n}" for n in range(20)]
+            assert "reset" in result["events"] and "conflict" not in result["events"]
+
+
+async def test_js_replica_refused_for_good_is_not_retried(hub: Hub) -> None:
+    """A conversation id the hub refuses closes the JS replica for good, after one socket."""
+    result = await run_peer(f"ws://127.0.0.1:{hub.port}", "bad id", "refused")
+    assert result == {"refused": "bad_conversation_id", "state": "closed", "sockets": 1}
