@@ -6,9 +6,10 @@ replica session. A connection reads frames one at a time: the pure `HubSession` 
 checks each (bad input: `error`, then close); a `hello` and every `push` go to the
 conversation's `Room`, whose pure `RoomCore` holds every rule. Rooms load on first use and
 unload when nobody has used them for `idle_unload` seconds. Every long-lived task (the server,
-the unloader, each connection's writer) lives in one anyio task group. On a store other hubs
-share (PostgreSQL), two more tasks there keep loaded rooms up to the store: a watcher on the
-store's notices and a periodic head check (see "other hubs" below).
+the unloader, the timer that wakes each room's core at its next deadline, each connection's
+writer) lives in one anyio task group. On a store other hubs share (PostgreSQL), two more tasks
+there keep loaded rooms up to the store: a watcher on the store's notices and a periodic head
+check (see "other hubs" below).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from websockets.http11 import Request, Response
 
 from sync import Conversation
 from sync.errors import ProtocolError
-from sync.protocol import SUBPROTOCOL, Hello, PushBatch
+from sync.ids import now_ms
+from sync.protocol import SUBPROTOCOL, DraftOp, Hello, PushBatch, StatusUpdate
 
 from .config import HubConfig
 from .metrics import Metrics
@@ -80,6 +82,7 @@ class Hub:
         self._closing = False
         self._group: anyio.abc.TaskGroup | None = None
         self._following: dict[Room, bool] = {}  # room -> check again once this one ends
+        self._deadline_moved = asyncio.Event()  # a room's next deadline may be sooner
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -136,6 +139,7 @@ class Hub:
             if is_shared(self._store):
                 group.start_soon(self._watch_store)
                 group.start_soon(self._check_heads)
+            group.start_soon(self._tick_rooms)
             ready.set()
             await self._stop.wait()
             await self._shutdown(server)
@@ -178,7 +182,13 @@ class Hub:
                 loading = asyncio.get_running_loop().create_future()
                 self._loading[conversation_id] = loading
                 try:
-                    room = Room(conversation_id, self._store, self.config, self.metrics)
+                    room = Room(
+                        conversation_id,
+                        self._store,
+                        self.config,
+                        self.metrics,
+                        self._deadline_moved.set,
+                    )
                     await room.load()
                     self._rooms[conversation_id] = room
                     self.metrics.conversations_loaded = len(self._rooms)
@@ -206,9 +216,37 @@ class Hub:
             now = time.monotonic()
             for conversation_id, room in list(self._rooms.items()):
                 if room.users == 0 and now - room.idle_since >= self.config.idle_unload:
-                    if not room.lock.locked():
+                    # A room keeps its open drafts until they end (grace, timeout).
+                    if not room.lock.locked() and not room.core.drafts.drafts:
                         del self._rooms[conversation_id]
             self.metrics.conversations_loaded = len(self._rooms)
+
+    async def _tick_rooms(self) -> None:
+        """Sleep until the soonest room deadline (draft coalescing and expiry, presence
+        diffs), tick the rooms that are due, repeat; a room whose deadline may have moved
+        wakes this early."""
+        moved = self._deadline_moved
+        while True:
+            moved.clear()
+            soonest: int | None = None
+            for room in list(self._rooms.values()):
+                if room.lock.locked():
+                    continue  # busy (maybe awaiting its store): its operation's end wakes us
+                deadline = room.next_deadline()
+                if deadline is not None and deadline <= now_ms():
+                    try:
+                        await room.tick()
+                    except Exception:  # a bug of ours: log it; the timer keeps serving others
+                        log.exception("tick of %s failed", room.id)
+                        continue
+                    deadline = room.next_deadline()
+                if deadline is not None:
+                    soonest = deadline if soonest is None else min(soonest, deadline)
+            if soonest is None:
+                await moved.wait()
+                continue
+            with anyio.move_on_after(max(soonest - now_ms(), 0) / 1000):
+                await moved.wait()
 
     async def rewrite(self, conversation_id: str, conversation: Conversation) -> None:
         """Rewrite the log of `conversation_id` under a fresh lineage, holding `conversation`
@@ -384,6 +422,12 @@ class Hub:
                     case PushBatch():
                         assert room is not None
                         await room.push(sub, message)
+                    case DraftOp():
+                        assert room is not None
+                        await room.draft(sub, message)
+                    case StatusUpdate():
+                        assert room is not None
+                        await room.status(sub, message)
             except ProtocolError as error:
                 self._fail(sub, error)
                 break
