@@ -156,10 +156,6 @@ class ReplicaSession:
         return self._welcome is not None and not self._catching_up
 
     @property
-    def in_flight(self) -> bool:
-        return self._inflight is not None
-
-    @property
     def settled(self) -> bool:
         """Caught up with nothing pending and nothing in flight."""
         return self.ready and self._inflight is None and not self.local.unsaved()

@@ -5,8 +5,8 @@ How this works: one `websockets` server on one port. Plain HTTP requests get `/h
 replica session. A connection reads frames one at a time: the pure `HubSession` decodes and
 checks each (bad input: `error`, then close), a `hello` joins the conversation's `Room`, a `push`
 goes through the room's pipeline. Rooms load on first use and unload when nobody has used them
-for `idle_unload` seconds. Every long-lived task (the server, the unloader, each connection's
-writer) lives in one anyio task group.
+for `idle_unload` seconds. The server and the unloader live in one anyio task group; each
+connection's writer lives in a task group of that connection's handler, which ends with it.
 """
 
 from __future__ import annotations

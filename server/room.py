@@ -3,11 +3,12 @@
 How this works: a `Room` holds the conversation folded from the store's log and the encoded
 tail of that log. Pushes and joins take the room's lock, so per conversation they run one at a
 time, in log order. A push is checked against the log's position, folded into the conversation
-(validate-then-mutate per record; a later record that fails, or a strict-pairing breach, rolls
-the whole batch back by reloading from the store), stamped, appended durably with the client's
-new seq in one transaction, and only then acked to its pusher and broadcast, encoded once, to
-every other subscriber. Each subscriber has a bounded queue and one writer task; one that falls
-behind is closed with code 4000 (`lagging`) and catches up when it reconnects.
+with `apply_batch` (a record that fails undoes those before it; a strict-pairing breach runs the
+batch's undo, no reload), stamped, appended durably with the client's new seq in one transaction
+(a failed append undoes the batch and then reloads, since the write may have landed), and only
+then acked to its pusher and broadcast, encoded once, to every other subscriber. Each subscriber
+has a bounded queue and one writer task; one that falls behind is closed with code 4000
+(`lagging`) and catches up when it reconnects.
 """
 
 from __future__ import annotations

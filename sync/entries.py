@@ -217,7 +217,6 @@ class TurnRecord(msgspec.Struct, frozen=True, gc=False):
 
 
 TURN_KIND = "rig.turn"
-NOTE_KIND = "note"
 PINS_KIND = "pins"
 
 

@@ -14,7 +14,7 @@ last confirmed). The log has since become `onto`. `rebase` rereads the applicati
 - reset: replayed.
 
 A record that cannot be replayed comes back as a `Conflict`; nothing is dropped silently and no
-id changes. The hub may use the same function to rebase a stale push.
+id changes. The hub does not rebase: it rejects a stale push `behind` (docs/design.md).
 """
 
 from __future__ import annotations
