@@ -9,6 +9,7 @@ import msgspec
 
 from .ids import AsideId, MessageId, made_ms
 from .messages import AnyMessage, Assistant, Message, Text, User
+from .untrack import untrack_tree
 
 __all__ = [
     "STOPPED",
@@ -163,6 +164,9 @@ class Aside(msgspec.Struct, frozen=True, gc=False):
     author: Author
     value: Any
     saved: bool = True
+
+    def __post_init__(self) -> None:
+        untrack_tree(self.value)  # a turn record's nested dicts: see `sync/untrack.py`
 
     @staticmethod
     def note(title: str, text: str, after: MessageId | None, author: Author | None = None) -> Aside:
