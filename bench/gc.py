@@ -72,15 +72,18 @@ def _text(rng: random.Random, i: int, length: int) -> str:
 
 def _records(messages: int) -> list[bytes]:
     """The encoded records of a rig's conversation of about `messages` messages."""
-    from sync import Assistant, Conversation, Stop, Text, ToolCall, TurnEnd, User, encode
+    from sync import Aside, Assistant, Author, Conversation, Stop, Text, ToolCall, User, encode
     from sync.messages import ToolResult
 
     rng = random.Random(8)
     writer = Conversation()
-    made = 0
+    made = turns = 0
     while made < messages:
-        writer.open_turn()
-        writer.push(User([Text(_text(rng, made, 200))]))
+        # What `open_turn` and `end_turn` record, without their scan of every earlier turn.
+        after = writer.id(len(writer) - 1)
+        start = writer.push(User([Text(_text(rng, made, 200))]))
+        turn = {"index": turns, "start": start, "end": None}
+        aside = writer.add_aside(Aside("rig.turn", after, Author.rig(), turn))
         made += 1
         for _ in range(rng.randint(1, 8)):
             call = f"call_{made}"
@@ -97,7 +100,9 @@ def _records(messages: int) -> list[bytes]:
             made += 2
         answer = writer.push(Assistant([Text(_text(rng, made, 300))], stop=Stop("stop")))
         made += 1
-        writer.end_turn(TurnEnd.answered(answer))
+        ended = {**turn, "end": {"how": "answered", "answer": answer}}
+        writer.replace_aside(aside, Aside("rig.turn", after, Author.rig(), ended))
+        turns += 1
     return [encode(record) for record in writer.take_unsaved()]
 
 
@@ -118,17 +123,22 @@ def child(messages: int, collections: int) -> dict[str, Any]:
     gc.collect()
     before = collections_by_type()
     gc.callbacks.append(on_gc)
+    decode = sync.decode_record
     begin = time.perf_counter()
-    decoded = [sync.decode_record(data) for data in wire]
+    for data in wire:
+        decode(data)
     decode_s = time.perf_counter() - begin
+    pauses.clear()
+    begin = time.perf_counter()
     confirmed, local = sync.Conversation(), sync.Conversation()
-    for one in decoded:
-        confirmed.apply(one)
-        local.apply(one)
+    for data in wire:  # one record at a time, as a replica folds what the hub sends
+        record = decode(data)
+        confirmed.apply(record)
+        local.apply(record)
     build_s = time.perf_counter() - begin
     during_build = list(pauses)
     records = len(wire)
-    del wire, decoded
+    del wire
     gc.collect()
     gc.collect()
     after = collections_by_type()

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from .untrack import is_tracked, untrack, untrack_tree
+from .untrack import is_tracked, untrack_at, untrack_tree
 
 __all__ = [
     "Assistant",
@@ -191,7 +191,7 @@ def _settle(message: User | Assistant | ToolResult) -> None:
     for part in content:
         if is_tracked(part):
             return
-    untrack(content)
+    untrack_at(id(content))
 
 
 AnyMessage = System | User | Assistant

@@ -9,7 +9,7 @@ itself, but storing them would change what `message.content` is (`content == [..
 false), so the lists stay and are untracked where they are made: in `__post_init__`, which
 msgspec also runs when it decodes, converts or replaces a struct.
 
-`untrack` is `PyObject_GC_UnTrack` of the C API (idempotent; a list or dict works the same
+`untrack_at` calls `PyObject_GC_UnTrack` of the C API (idempotent; a list or dict works the same
 untracked, the collector just no longer visits it). On another interpreter it does nothing.
 """
 
@@ -20,31 +20,36 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["is_tracked", "untrack", "untrack_tree"]
+__all__ = ["is_tracked", "untrack_at", "untrack_tree"]
 
 is_tracked = gc.is_tracked
 
 
-def _keep(container: object) -> None:
+def _keep(address: int) -> None:
     """No collector lists to leave on this interpreter."""
 
 
-def _c_untrack() -> Callable[[object], None]:
+def _c_untrack() -> Callable[[int], None]:
     if sys.implementation.name != "cpython":
         return _keep
     try:
         import ctypes
 
-        function = ctypes.pythonapi.PyObject_GC_UnTrack
+        address = ctypes.cast(ctypes.pythonapi.PyObject_GC_UnTrack, ctypes.c_void_p).value
     except (ImportError, AttributeError):  # a CPython built without ctypes
         return _keep
-    function.argtypes = (ctypes.py_object,)
-    function.restype = None
-    return function
+    if address is None:
+        return _keep
+    # PYFUNCTYPE keeps the GIL held, as a C API call needs. Passing `id(obj)` (the object's
+    # address in CPython) as a void pointer costs a third of converting a `py_object`, and
+    # this runs once per message decoded.
+    prototype = ctypes.PYFUNCTYPE(None, ctypes.c_void_p)
+    return prototype(address)
 
 
-untrack: Callable[[object], None] = _c_untrack()
-"""Take `container` (a list or dict of untracked values) out of the collector's lists."""
+untrack_at: Callable[[int], None] = _c_untrack()
+"""`untrack_at(id(container))` takes `container` (a list or dict whose items are all
+untracked) out of the collector's lists. The caller holds a reference to it throughout."""
 
 
 def untrack_tree(value: Any, depth: int = 0) -> bool:
@@ -65,5 +70,5 @@ def untrack_tree(value: Any, depth: int = 0) -> bool:
     for item in value.values() if kind is dict else value:
         if is_tracked(item) and not untrack_tree(item, depth + 1):
             return False
-    untrack(value)
+    untrack_at(id(value))
     return True
