@@ -10,7 +10,8 @@ What it measures: a process holding a 100,000-message conversation the way a rep
 records) runs `gc.collect()` several times; `gc.callbacks` time each full (generation 2)
 collection, in wall-clock time (the pause the process sees) and in the thread's CPU time (the
 collector's own work, without the time another job on the machine held the core). Bar: the
-longest full collection <= 10 ms.
+longest full collection <= 10 ms, checked on both clocks (on a loaded machine the wall clock
+also counts other jobs' time slices: the floor row, a process holding nothing, shows how much).
 
 Each measurement runs in a fresh process (`--child`), so one side's heap never weighs on the
 other's: this tree, and for comparison the code of `--baseline` (a git ref, exported with
@@ -268,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"<= {BAR_MS:.0f} ms" if ours else "",
                 median(longest) <= BAR_MS if ours else None,
             ),
-            "longest full collection",
+            "longest full collection (wall clock)",
         )
         results.add(
             Row(
@@ -282,7 +283,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"{name}: longest full collection (thread CPU time)",
                 f"{median(cpu_longest):.1f} ms",
                 spread(cpu_longest, "{:.1f}") + " ms",
-            )
+                f"<= {BAR_MS:.0f} ms" if ours else "",
+                median(cpu_longest) <= BAR_MS if ours else None,
+            ),
+            "longest full collection (CPU time)",
         )
         tracked = [run["tracked_added"] for run in done]
         results.add(
