@@ -11,6 +11,9 @@ msgspec also runs when it decodes, converts or replaces a struct.
 
 `untrack_at` calls `PyObject_GC_UnTrack` of the C API (idempotent; a list or dict works the same
 untracked, the collector just no longer visits it). On another interpreter it does nothing.
+The worst an untracked container can do is hide a cycle: a caller who later puts into a list
+it handed over (tool call arguments, an aside value) an object that refers back to it leaks
+that cycle; nothing is ever freed early.
 """
 
 from __future__ import annotations
