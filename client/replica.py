@@ -276,12 +276,6 @@ class Replica:
         elif task is not None and not task.cancelled():
             task.exception()  # retrieved; a crash was already raised to whoever waited
 
-    def drop_connection(self) -> None:
-        """Cut the current connection (the replica reconnects by itself): for tests."""
-        ws = self._ws
-        if ws is not None:
-            ws.transport.abort()
-
     # ------------------------------------------------------------------ the loops
 
     def _emit(self, events: list[Event]) -> None:

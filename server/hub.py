@@ -5,11 +5,11 @@ How this works: one `websockets` server on one port. Plain HTTP requests get `/h
 replica session. A connection reads frames one at a time: the pure `HubSession` decodes and
 checks each (bad input: `error`, then close); a `hello` and every `push` go to the
 conversation's `Room`, whose pure `RoomCore` holds every rule. Rooms load on first use and
-unload when nobody has used them for `idle_unload` seconds. Every long-lived task (the server,
-the unloader, the timer that wakes each room's core at its next deadline, each connection's
-writer) lives in one anyio task group. On a store other hubs share (PostgreSQL), two more tasks
-there keep loaded rooms up to the store: a watcher on the store's notices and a periodic head
-check (see "other hubs" below).
+unload when nobody has used them for `idle_unload` seconds. The server, the unloader and the
+timer that wakes each room's core at its next deadline live in one anyio task group; each
+connection's writer lives in a task group of that connection's handler, which ends with it. On
+a store other hubs share (PostgreSQL), two more tasks keep loaded rooms up to the store: a
+watcher on the store's notices and a periodic head check (see "other hubs" below).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from conftest import bound, hub_config
+from conftest import bound, drop_connection, hub_config
 
 from client import Replica, connect
 from client.live import DraftChanged, DraftEnded
@@ -91,7 +91,7 @@ async def test_a_ui_reconnecting_mid_draft_ends_with_one_message_and_no_draft(hu
                 d.append(token)
                 await anyio.sleep(0.002)
                 if at == 20:
-                    ui.drop_connection()
+                    drop_connection(ui)
             await until(lambda: d.id in ui.drafts and ui.drafts[d.id].text == FULL)
             await d.commit(Message.assistant(FULL))
         await worker.flush()
