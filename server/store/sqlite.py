@@ -9,9 +9,16 @@ How this works
   takes the file's write lock, so several processes sharing the file still serialize), then
   pulls every job queued by then (up to `max_batch`) into that one transaction. Jobs queued
   while it waits for the lock or for the previous fsync ride along, so under load one commit
-  carries many appends. Each job runs under its own `SAVEPOINT` and does its own
-  compare-and-append check against what the jobs before it left: one that fails (`LogMoved`,
-  `SeqTaken`, a database error) is rolled back to its savepoint and fails alone.
+  carries many appends. Each append is checked (compare-and-append, then the client's seq) in
+  Python, in queue order, against what the jobs before it left: a refused one (`LogMoved`,
+  `SeqTaken`) writes nothing and fails alone. The accepted ones are written together: one
+  `executemany` for their records, one statement moving their logs, one writing their client
+  marks (`_AppendBatch`), instead of five statements per append; the CPU of those statements
+  and of the GIL hand-offs around each was most of the writer's cost. The checks read the
+  positions and marks the writer remembers from its own commits (`_Known`: only it writes the
+  file), and every batched statement verifies them by its row count; if one fails or
+  disagrees, the writer forgets what it remembers, rolls back, and runs the batch again one
+  job at a time, each under its own `SAVEPOINT`, so that a database error fails only its job.
 - **Durable before resolved.** A job's future is resolved only after `COMMIT` returned. With
   `synchronous=FULL` in WAL mode the commit syncs the WAL, so once `await append(...)` returns,
   the records and the client mark survive `kill -9` of the process (and a power cut). If the
@@ -19,11 +26,12 @@ How this works
 - **Reads** (`load`, `read`, `list_conversations`, `client_mark`) run in worker threads
   (`asyncio.to_thread`) on a small pool of read-only connections, each inside one read
   transaction, so a load sees one consistent state; WAL lets them run beside the writer.
-- **Schema** (version 1 in `PRAGMA user_version`): `conversations(id, lineage, revision)`;
-  `records(conversation_id, revision, data)` clustered on its key (`WITHOUT ROWID`) so a
-  conversation's tail is one range scan; `snapshots(conversation_id, lineage, revision, data)`,
-  one row per conversation, the latest; `clients(conversation_id, client, seq, ack_from,
-  ack_revision)`. `load` reads the snapshot and only the records after it.
+- **Schema** (version 2 in `PRAGMA user_version`; a version 1 file is migrated when opened):
+  `conversations(id, lineage, revision)`; `records(conversation_id, revision, data)`, a rowid
+  table (rows land in append order, so a commit dirties few pages) with its key as index, so
+  a conversation's tail is one index range scan; `snapshots(conversation_id, lineage,
+  revision, data)`, one row per conversation, the latest; `clients(conversation_id, client,
+  seq, ack_from, ack_revision)`. `load` reads the snapshot and only the records after it.
 - **`:memory:` is refused**: every sqlite3 connection to it is a separate database, and the
   writer/reader split needs one shared file. `MemoryStore` is the in-memory store
   (`open_store(":memory:")` picks it).
@@ -79,7 +87,7 @@ __all__ = ["SqliteStore"]
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE conversations (
@@ -92,7 +100,7 @@ CREATE TABLE records (
     revision INTEGER NOT NULL,
     data BLOB NOT NULL,
     PRIMARY KEY (conversation_id, revision)
-) WITHOUT ROWID;
+);
 CREATE TABLE snapshots (
     conversation_id TEXT PRIMARY KEY,
     lineage INTEGER NOT NULL,
@@ -180,6 +188,25 @@ def _release(fd: int) -> None:
     os.close(fd)  # closing the only descriptor of the file description releases the flock
 
 
+# Version 1 kept `records` clustered on its key (WITHOUT ROWID). With ~300-byte rows a leaf
+# holds a dozen of them, so every append dirtied (and split) the tail leaf of its own
+# conversation's run: about twice the WAL pages per commit of a rowid table, whose rows go to
+# the table's last page and whose key index holds only small entries. Version 2 moves the
+# rows over in the opening transaction.
+_MIGRATE_FROM_1 = (
+    """CREATE TABLE records_2 (
+        conversation_id TEXT NOT NULL,
+        revision INTEGER NOT NULL,
+        data BLOB NOT NULL,
+        PRIMARY KEY (conversation_id, revision)
+    )""",
+    "INSERT INTO records_2 (conversation_id, revision, data)"
+    " SELECT conversation_id, revision, data FROM records ORDER BY conversation_id, revision",
+    "DROP TABLE records",
+    "ALTER TABLE records_2 RENAME TO records",
+)
+
+
 def _create_schema(conn: sqlite3.Connection, path: str) -> None:
     conn.execute("BEGIN IMMEDIATE")
     try:
@@ -188,6 +215,10 @@ def _create_schema(conn: sqlite3.Connection, path: str) -> None:
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        elif version == 1:
+            for statement in _MIGRATE_FROM_1:
+                conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         elif version != SCHEMA_VERSION:
             raise StoreError(f"{path!r} has schema version {version}, not {SCHEMA_VERSION}")
@@ -813,10 +844,12 @@ class _Writer:
             stop = self._gather(batch)
         self._last_batch = len(batch)
         appends = _AppendBatch(conn, self._known)
+        remember = True
         try:
             try:
                 outcomes = appends.run(batch)
             except (sqlite3.Error, _Stale):
+                remember = False  # what the batch saw is void
                 # A batched statement failed (a disk error, or the file does not hold what
                 # this writer remembers): start again, one job at a time, each under its own
                 # savepoint, so that only the jobs at fault fail.
@@ -838,7 +871,8 @@ class _Writer:
             for job in batch:
                 job.settle(error=failure)
             return stop
-        appends.keep()
+        if remember:
+            appends.keep()
         self.commits += 1
         self.appends += sum(job.append is not None for job in batch)
         _settle_all(batch, outcomes)
