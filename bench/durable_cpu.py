@@ -43,13 +43,15 @@ from typing import Any
 sys.path.append(str(Path(__file__).resolve().parent.parent))
 
 BAR = 0.7
+HERE = Path(__file__).resolve()
 
 
 # ---------------------------------------------------------------------------- the hub side
 
 
 def _thread_cpu() -> dict[str, float]:
-    """CPU seconds (user + system) of each thread of this process, by thread name."""
+    """CPU seconds (user + system) of each thread of this process, by thread name, and the
+    system part (`name:sys`) and context switches (`name:switches`) of each."""
     names = {t.native_id: t.name for t in threading.enumerate()}
     tick = os.sysconf("SC_CLK_TCK")
     out: dict[str, float] = {}
@@ -57,13 +59,20 @@ def _thread_cpu() -> dict[str, float]:
         try:
             with open(f"/proc/self/task/{tid}/stat", encoding="ascii") as stat:
                 fields = stat.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/self/task/{tid}/status", encoding="ascii") as status:
+                switches = sum(int(line.split()[1]) for line in status if "ctxt_switches" in line)
         except OSError:
             continue  # the thread ended meanwhile
-        seconds = (int(fields[11]) + int(fields[12])) / tick
         name = "loop" if int(tid) == os.getpid() else names.get(int(tid), "other")
         if name.startswith("asyncio_"):
             name = "executor"
-        out[name] = out.get(name, 0.0) + seconds
+        name = name.replace("convsync-sqlite-", "")
+        for key, value in (
+            (name, (int(fields[11]) + int(fields[12])) / tick),
+            (f"{name}:sys", int(fields[12]) / tick),
+            (f"{name}:switches", float(switches)),
+        ):
+            out[key] = out.get(key, 0.0) + value
     return out
 
 
@@ -190,12 +199,17 @@ def _us(value: float) -> str:
     return f"{value * 1e6:.0f} µs"
 
 
+def _per(name: str, value: float) -> str:
+    """A per-record figure of `_thread_cpu`'s: context switches, or CPU time."""
+    return f"{value:.2f}" if name.endswith(":switches") else _us(value)
+
+
 async def drive(args: argparse.Namespace) -> int:
     import bench.hub as hub_bench
     from bench._report import median, spread
 
     # The hubs are this file in `serve` mode (bench/_hubproc.py plus two commands).
-    hub_bench.HUBPROC = Path(__file__).resolve()
+    hub_bench.HUBPROC = HERE
     tmp = tempfile.TemporaryDirectory(prefix="convsync-durable-cpu-")
     kinds: dict[str, list[str]] = {
         "memory": ["serve", "hub", "--store", "memory"],
@@ -205,7 +219,7 @@ async def drive(args: argparse.Namespace) -> int:
         label, _, path = variant.partition("=")
         kinds[label] = [
             *("serve", "hub", "--store", "sqlite", "--path", f"{tmp.name}/{label}.db"),
-            *("--variant-file", str(Path(path).resolve())),
+            *("--variant-file", os.path.abspath(path)),
         ]
     samples: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}
     fsync = hub_bench.fsync_ms(tmp.name)
@@ -220,7 +234,7 @@ async def drive(args: argparse.Namespace) -> int:
                 outcome = await one_run(hubs[kind], args.writers, args.seconds)
                 samples[kind].append(outcome)
                 threads = ", ".join(
-                    f"{name} {_us(v)}" for name, v in sorted(outcome["threads"].items()) if v
+                    f"{name} {_per(name, v)}" for name, v in sorted(outcome["threads"].items()) if v
                 )
                 print(
                     f"#{repeat} {kind:<8} {outcome['rate']:7,.0f} records/s, "
@@ -251,7 +265,7 @@ async def drive(args: argparse.Namespace) -> int:
     for kind, runs in samples.items():
         names = sorted({name for run in runs for name in run["threads"]})
         threads = ", ".join(
-            f"{name} {_us(median([run['threads'].get(name, 0.0) for run in runs]))}"
+            f"{name} {_per(name, median([run['threads'].get(name, 0.0) for run in runs]))}"
             for name in names
             if median([run["threads"].get(name, 0.0) for run in runs]) >= 1e-6
         )

@@ -124,6 +124,27 @@ async def test_a_mark_moved_behind_the_writer_is_caught(tmp_path: Path) -> None:
         assert await store.read("c", L1, 0) == recs("r1")
 
 
+async def test_an_append_on_the_files_position_lands_whatever_the_writer_remembers(
+    tmp_path: Path,
+) -> None:
+    """A log or a mark that moved behind the writer does not refuse an append made on the
+    file's position and the next seq: the writer reads the file before it refuses."""
+    path = tmp_path / "db"
+    async with SqliteStore(path) as store:
+        await store.append("c", L1, 0, recs("r1"), client="a", mark=ClientMark(1, 1, 1))
+        for revision in (2, 3):
+            foreign_write(path, "INSERT INTO records VALUES ('c', ?, x'00')", revision)
+        foreign_write(path, "UPDATE conversations SET revision = 3 WHERE id = 'c'")
+        foreign_write(path, "UPDATE clients SET seq = 0 WHERE client = 'a'")
+        async with asyncio.timeout(TIMEOUT):
+            assert (
+                await store.append("c", L1, 3, recs("r4"), client="a", mark=ClientMark(1, 4, 4))
+                == 4
+            )
+        assert await store.client_mark("c", "a") == ClientMark(1, 4, 4)
+        assert await store.read("c", L1, 3) == recs("r4")
+
+
 async def test_a_database_error_fails_only_the_append_at_fault(tmp_path: Path) -> None:
     """A record row already in the file fails its append's batch statement; the batch is run
     again job by job and only that append fails, with StoreError."""

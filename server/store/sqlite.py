@@ -592,6 +592,9 @@ class _AppendBatch:
         self.positions: dict[str, tuple[int, int] | None] = {}
         self.marks: dict[tuple[str, str], ClientMark | None] = {}
         self.forgotten: set[str] = set()
+        # Logs and marks whose value here is the file's (read in this transaction, or
+        # written by it): a refusal based on them needs no second look.
+        self.sure: set[str | tuple[str, str]] = set()
         self._records: list[tuple[str, int, bytes]] = []
         self._moves: dict[str, list[int]] = {}  # id: [lineage, revision before, revision after]
         self._created: dict[str, list[int]] = {}  # id: [lineage, revision]
@@ -639,9 +642,12 @@ class _AppendBatch:
         # A rewrite moved the log under a new lineage: read its position again when needed.
         self.forgotten.add(job.conversation_id)
         self.positions.pop(job.conversation_id, None)
+        self.sure.discard(job.conversation_id)
         return outcome
 
     def _position(self, conversation_id: str) -> tuple[int, int] | None:
+        """The log's position as the jobs before leave it: from this batch, from `_Known`,
+        or read from the file (then it is `sure`)."""
         try:
             return self.positions[conversation_id]
         except KeyError:
@@ -651,6 +657,7 @@ class _AppendBatch:
             position = known[conversation_id]
         else:
             position = _position_in(self.conn, conversation_id)
+            self.sure.add(conversation_id)
         self.positions[conversation_id] = position
         return position
 
@@ -660,7 +667,11 @@ class _AppendBatch:
         except KeyError:
             pass
         known = self.known.marks
-        mark = known[key] if key in known else _mark_in(self.conn, *key)
+        if key in known:
+            mark = known[key]
+        else:
+            mark = _mark_in(self.conn, *key)
+            self.sure.add(key)
         self.marks[key] = mark
         return mark
 
@@ -673,13 +684,27 @@ class _AppendBatch:
         client: str | None,
         mark: ClientMark | None,
     ) -> int:
-        """`_append_in`'s checks, in its order; then the rows are queued for `flush`."""
+        """`_append_in`'s checks, in its order; then the rows are queued for `flush`.
+
+        A refusal is always the file's word: when what the writer remembers refuses an
+        append, the position or mark is read again from the file first (so a writer that
+        remembered wrong cannot refuse the same append forever).
+        """
+        sure = self.sure
         if client is not None and mark is not None:
             key = (conversation_id, client)
-            check_mark(conversation_id, client, self._mark(key), mark)
+            stored = self._mark(key)
+            if stored is not None and mark.seq <= stored.seq and key not in sure:
+                self.marks[key] = stored = _mark_in(self.conn, *key)
+                sure.add(key)
+            check_mark(conversation_id, client, stored, mark)
+            sure.add(key)
         current = self._position(conversation_id)
+        if current != (lineage, revision) and conversation_id not in sure:
+            self.positions[conversation_id] = current = _position_in(self.conn, conversation_id)
         if current != (lineage, revision):
             check_base(conversation_id, current, lineage, revision)  # raises unless a new log
+        sure.add(conversation_id)
         new_revision = revision + len(records)
         if client is not None and mark is not None:
             self.marks[key] = self._marks[key] = mark
