@@ -8,16 +8,16 @@ Run from the repository root:
 
 The load is `bench/hub.py durable`'s: 20 writer `Replica`s in this process, each on a
 conversation of its own, each pushing one ~300-byte record and awaiting its ack, over and over,
-for `--seconds`. Every hub runs in a process of its own (`bench/_hubproc.py`, started through
-this file's `serve` mode, which adds two things to it: the CPU seconds of each of its threads,
-and a cProfile of the SQLite writer thread, which `_hubproc`'s profiler does not see). The hubs
-run side by side and the repeats are interleaved (memory, sqlite, memory, sqlite, ...), so
-drift on the shared machine hits every store alike; the bar's ratio is taken per repeat from
-neighbouring runs, and its median reported.
-
-`--variant label=FILE` adds a hub whose `SqliteStore` is loaded from FILE (a version of
-`server/store/sqlite.py`, e.g. `git show main:server/store/sqlite.py > /tmp/old.py`), so an
-older and a newer store are measured in the same run.
+for `--seconds`. Every hub runs in a process of its own: `bench/_hubproc.py`, started through
+this file's `serve` mode, which adds a `threads` command (CPU seconds, system seconds and
+context switches of each of the hub's threads, from `/proc/self/task`) and a cProfile timed by
+each thread's own CPU clock (`time.thread_time`) of both the event loop's thread and the
+SQLite writer thread (`_hubproc`'s profiler sees only the first, in wall time, which on a
+shared machine mostly measures waiting). The hubs run side by side and the repeats are
+interleaved (the order reverses every other repeat), so drift on the shared machine hits every
+store alike; the bar's ratio is taken per repeat from neighbouring runs, and its median
+reported. Hub CPU per record = the hub process's CPU seconds (user + system, all threads) over
+a run / acked records.
 
 Bar (issue 8): 20 writers on SQLite >= 0.7x the same on the memory store.
 """
@@ -215,11 +215,10 @@ async def drive(args: argparse.Namespace) -> int:
         "memory": ["serve", "hub", "--store", "memory"],
         "sqlite": ["serve", "hub", "--store", "sqlite", "--path", f"{tmp.name}/current.db"],
     }
-    for variant in args.variant:
-        label, _, path = variant.partition("=")
+    for label, path in args.variant:
         kinds[label] = [
             *("serve", "hub", "--store", "sqlite", "--path", f"{tmp.name}/{label}.db"),
-            *("--variant-file", os.path.abspath(path)),
+            *("--variant-file", path),
         ]
     samples: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}
     fsync = hub_bench.fsync_ms(tmp.name)
@@ -310,6 +309,8 @@ def main() -> int:
         "--variant", action="append", default=[], help="label=FILE: another sqlite.py"
     )
     args = parser.parse_args()
+    variants = [variant.partition("=") for variant in args.variant]
+    args.variant = [(label, os.path.abspath(path)) for label, _, path in variants]
     from bench.hub import raise_fd_limit
 
     raise_fd_limit()

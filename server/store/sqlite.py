@@ -9,16 +9,9 @@ How this works
   takes the file's write lock, so several processes sharing the file still serialize), then
   pulls every job queued by then (up to `max_batch`) into that one transaction. Jobs queued
   while it waits for the lock or for the previous fsync ride along, so under load one commit
-  carries many appends. Each append is checked (compare-and-append, then the client's seq) in
-  Python, in queue order, against what the jobs before it left: a refused one (`LogMoved`,
-  `SeqTaken`) writes nothing and fails alone. The accepted ones are written together: one
-  `executemany` for their records, one statement moving their logs, one writing their client
-  marks (`_AppendBatch`), instead of five statements per append; the CPU of those statements
-  and of the GIL hand-offs around each was most of the writer's cost. The checks read the
-  positions and marks the writer remembers from its own commits (`_Known`: only it writes the
-  file), and every batched statement verifies them by its row count; if one fails or
-  disagrees, the writer forgets what it remembers, rolls back, and runs the batch again one
-  job at a time, each under its own `SAVEPOINT`, so that a database error fails only its job.
+  carries many appends. Each job runs under its own `SAVEPOINT` and does its own
+  compare-and-append check against what the jobs before it left: one that fails (`LogMoved`,
+  `SeqTaken`, a database error) is rolled back to its savepoint and fails alone.
 - **Durable before resolved.** A job's future is resolved only after `COMMIT` returned. With
   `synchronous=FULL` in WAL mode the commit syncs the WAL, so once `await append(...)` returns,
   the records and the client mark survive `kill -9` of the process (and a power cut). If the
@@ -68,8 +61,6 @@ from sync.errors import UsageError
 from .base import (
     ClientMark,
     Loaded,
-    LogMoved,
-    SeqTaken,
     StoreError,
     StoreLocked,
     check_append_args,
@@ -427,37 +418,23 @@ carried several: concurrent writers then share one fsync instead of alternating 
 groups. A single writer never waits."""
 
 
-_AppendArgs = tuple[str, int, int, tuple[bytes, ...], str | None, ClientMark | None]
-"""An append's arguments: conversation id, lineage, revision, records, client, mark."""
-
-
 class _Job:
-    """One write, and where its outcome goes: an append (`append` holds its arguments, so
-    the writer can batch it with others) or any other write (`run`, a function run in the
-    writer's transaction)."""
+    """One write: a function run in the writer's transaction, and where its outcome goes."""
 
-    __slots__ = ("append", "conversation_id", "future", "loop", "run")
+    __slots__ = ("future", "is_append", "loop", "run")
 
     def __init__(
         self,
-        conversation_id: str,
-        run: Callable[[sqlite3.Connection], Any] | None,
+        run: Callable[[sqlite3.Connection], Any],
         loop: asyncio.AbstractEventLoop,
         future: asyncio.Future[Any],
-        append: _AppendArgs | None = None,
+        *,
+        is_append: bool,
     ) -> None:
-        self.conversation_id = conversation_id
         self.run = run
         self.loop = loop
         self.future = future
-        self.append = append
-
-    def run_alone(self, conn: sqlite3.Connection) -> Any:
-        """Carry the job out with its own statements (the path without batching)."""
-        if self.append is not None:
-            return _append_in(conn, *self.append)
-        assert self.run is not None
-        return self.run(conn)
+        self.is_append = is_append
 
     def settle(self, result: Any = None, error: BaseException | None = None) -> None:
         """Resolve the future on its loop; a loop that is gone has nobody waiting."""
@@ -499,273 +476,6 @@ def _store_error(message: str, exc: BaseException) -> StoreError:
     return error
 
 
-# Multi-row statements: one statement (one step, one release of the GIL) moves every log or
-# writes every client mark of a transaction. Chunks stay under 999 parameters, the limit of
-# older builds. Records go in with `executemany` instead: a multi-row INSERT of ~300-byte
-# rows measured twice as slow per row as one prepared INSERT stepped once per row.
-
-_MOVE_ROWS = 200
-_MARK_ROWS = 150
-
-_INSERT_RECORD = "INSERT INTO records (conversation_id, revision, data) VALUES (?, ?, ?)"
-
-
-@functools.cache
-def _move_sql(rows: int) -> str:
-    # Moves each log only if it is still where this writer believes it is: the row count
-    # then tells whether the file holds what the writer remembers.
-    return (
-        "UPDATE conversations SET revision = moves.column4 FROM (VALUES "
-        + ",".join(["(?, ?, ?, ?)"] * rows)
-        + ") AS moves WHERE conversations.id = moves.column1"
-        " AND conversations.lineage = moves.column2 AND conversations.revision = moves.column3"
-    )
-
-
-@functools.cache
-def _create_sql(rows: int) -> str:
-    return "INSERT INTO conversations (id, lineage, revision) VALUES " + ",".join(
-        ["(?, ?, ?)"] * rows
-    )
-
-
-@functools.cache
-def _marks_sql(rows: int) -> str:
-    return (
-        "INSERT INTO clients (conversation_id, client, seq, ack_from, ack_revision) VALUES "
-        + ",".join(["(?, ?, ?, ?, ?)"] * rows)
-        + " ON CONFLICT (conversation_id, client) DO UPDATE SET seq = excluded.seq,"
-        " ack_from = excluded.ack_from, ack_revision = excluded.ack_revision"
-        " WHERE excluded.seq > clients.seq"
-    )
-
-
-def _execute_rows(
-    conn: sqlite3.Connection, sql: Callable[[int], str], width: int, rows: int, flat: list[Any]
-) -> int:
-    """Run `sql(n)` over `flat` (`width` parameters a row) in chunks; the rows it changed."""
-    changed = 0
-    for start in range(0, len(flat), rows * width):
-        chunk = flat[start : start + rows * width]
-        changed += conn.execute(sql(len(chunk) // width), chunk).rowcount
-    return changed
-
-
-class _Stale(Exception):
-    """The file does not hold what the writer remembers of a log or a client mark."""
-
-
-_KNOWN_LIMIT = 100_000
-"""Most logs plus client marks the writer remembers; past it, it forgets them all and
-reads them again as it needs them."""
-
-
-class _Known:
-    """What the writer thread knows of the committed file: logs' positions and client marks
-    (None: no such row). Only the writer thread writes the file (the holder lock sees to
-    that), so what it committed is what is there; each batched statement still checks it."""
-
-    def __init__(self) -> None:
-        self.positions: dict[str, tuple[int, int] | None] = {}
-        self.marks: dict[tuple[str, str], ClientMark | None] = {}
-
-    def forget(self) -> None:
-        self.positions.clear()
-        self.marks.clear()
-
-
-class _AppendBatch:
-    """The jobs of one transaction, run with a few multi-row statements.
-
-    Each append is checked in Python, in queue order, against the positions and marks as the
-    jobs before it leave them (read from `_Known`, or the file on a miss); a refused one
-    (`LogMoved`, `SeqTaken`) changes nothing. The rows of the appends accepted are written
-    by `flush`: one INSERT for the records, one UPDATE for the logs that moved, one upsert
-    for the marks, each checked by its row count (`_Stale` when the file disagrees). Another
-    kind of job (snapshot, rewrite) flushes the appends before it, then runs on its own.
-    `keep` hands what the transaction leaves to `_Known`, once it has committed.
-    """
-
-    def __init__(self, conn: sqlite3.Connection, known: _Known) -> None:
-        self.conn = conn
-        self.known = known
-        self.positions: dict[str, tuple[int, int] | None] = {}
-        self.marks: dict[tuple[str, str], ClientMark | None] = {}
-        self.forgotten: set[str] = set()
-        # Logs and marks whose value here is the file's (read in this transaction, or
-        # written by it): a refusal based on them needs no second look.
-        self.sure: set[str | tuple[str, str]] = set()
-        self._records: list[tuple[str, int, bytes]] = []
-        self._moves: dict[str, list[int]] = {}  # id: [lineage, revision before, revision after]
-        self._created: dict[str, list[int]] = {}  # id: [lineage, revision]
-        self._marks: dict[tuple[str, str], ClientMark] = {}
-
-    def run(self, batch: list[_Job]) -> list[tuple[Any, BaseException | None]]:
-        """Every job's outcome, in order; the rows are written (not committed) on return.
-
-        Raises:
-            sqlite3.Error, _Stale: a batched statement failed; roll the transaction back.
-        """
-        outcomes: list[tuple[Any, BaseException | None]] = []
-        alone = len(batch) == 1
-        for job in batch:
-            if job.append is not None:
-                try:
-                    outcomes.append((self._append(*job.append), None))
-                except (LogMoved, SeqTaken) as exc:
-                    outcomes.append((None, exc))
-                continue
-            self.flush()
-            outcomes.append(self._run_other(job, alone))
-        self.flush()
-        return outcomes
-
-    def _run_other(self, job: _Job, alone: bool) -> tuple[Any, BaseException | None]:
-        conn = self.conn
-        if not alone:
-            conn.execute("SAVEPOINT job")
-        try:
-            result = job.run_alone(conn)
-        except Exception as exc:
-            # Some errors (disk full, I/O) end the whole transaction; then ROLLBACK TO fails
-            # and the batch is run again one job at a time.
-            conn.execute("ROLLBACK" if alone else "ROLLBACK TO job")
-            outcome: tuple[Any, BaseException | None] = (
-                (None, _store_error("write failed", exc))
-                if isinstance(exc, sqlite3.Error)
-                else (None, exc)  # LogMoved, UsageError: the caller's to handle
-            )
-        else:
-            outcome = (result, None)
-        if not alone:
-            conn.execute("RELEASE job")
-        # A rewrite moved the log under a new lineage: read its position again when needed.
-        self.forgotten.add(job.conversation_id)
-        self.positions.pop(job.conversation_id, None)
-        self.sure.discard(job.conversation_id)
-        return outcome
-
-    def _position(self, conversation_id: str) -> tuple[int, int] | None:
-        """The log's position as the jobs before leave it: from this batch, from `_Known`,
-        or read from the file (then it is `sure`)."""
-        try:
-            return self.positions[conversation_id]
-        except KeyError:
-            pass
-        known = self.known.positions
-        if conversation_id in known and conversation_id not in self.forgotten:
-            position = known[conversation_id]
-        else:
-            position = _position_in(self.conn, conversation_id)
-            self.sure.add(conversation_id)
-        self.positions[conversation_id] = position
-        return position
-
-    def _mark(self, key: tuple[str, str]) -> ClientMark | None:
-        try:
-            return self.marks[key]
-        except KeyError:
-            pass
-        known = self.known.marks
-        if key in known:
-            mark = known[key]
-        else:
-            mark = _mark_in(self.conn, *key)
-            self.sure.add(key)
-        self.marks[key] = mark
-        return mark
-
-    def _append(
-        self,
-        conversation_id: str,
-        lineage: int,
-        revision: int,
-        records: tuple[bytes, ...],
-        client: str | None,
-        mark: ClientMark | None,
-    ) -> int:
-        """`_append_in`'s checks, in its order; then the rows are queued for `flush`.
-
-        A refusal is always the file's word: when what the writer remembers refuses an
-        append, the position or mark is read again from the file first (so a writer that
-        remembered wrong cannot refuse the same append forever).
-        """
-        sure = self.sure
-        if client is not None and mark is not None:
-            key = (conversation_id, client)
-            stored = self._mark(key)
-            if stored is not None and mark.seq <= stored.seq and key not in sure:
-                self.marks[key] = stored = _mark_in(self.conn, *key)
-                sure.add(key)
-            check_mark(conversation_id, client, stored, mark)
-            sure.add(key)
-        current = self._position(conversation_id)
-        if current != (lineage, revision) and conversation_id not in sure:
-            self.positions[conversation_id] = current = _position_in(self.conn, conversation_id)
-        if current != (lineage, revision):
-            check_base(conversation_id, current, lineage, revision)  # raises unless a new log
-        sure.add(conversation_id)
-        new_revision = revision + len(records)
-        if client is not None and mark is not None:
-            self.marks[key] = self._marks[key] = mark
-        self.positions[conversation_id] = (lineage, new_revision)
-        if current is None:
-            self._created[conversation_id] = [lineage, new_revision]
-        elif conversation_id in self._created:
-            self._created[conversation_id][1] = new_revision
-        elif conversation_id in self._moves:
-            self._moves[conversation_id][2] = new_revision
-        else:
-            self._moves[conversation_id] = [lineage, revision, new_revision]
-        if len(records) == 1:
-            self._records.append((conversation_id, revision + 1, records[0]))
-        else:
-            self._records += [
-                (conversation_id, at, d) for at, d in enumerate(records, revision + 1)
-            ]
-        return new_revision
-
-    def flush(self) -> None:
-        """Write the rows of the appends accepted since the last flush.
-
-        Raises:
-            sqlite3.Error: a statement failed (a log created twice fails here too).
-            _Stale: a log or a mark was not where this writer believed it was.
-        """
-        conn = self.conn
-        if self._moves:
-            flat = [x for cid, (lin, old, new) in self._moves.items() for x in (cid, lin, old, new)]
-            if _execute_rows(conn, _move_sql, 4, _MOVE_ROWS, flat) != len(self._moves):
-                raise _Stale("a log moved under the writer")
-            self._moves.clear()
-        if self._created:
-            flat = [x for cid, (lin, rev) in self._created.items() for x in (cid, lin, rev)]
-            _execute_rows(conn, _create_sql, 3, _MOVE_ROWS, flat)
-            self._created.clear()
-        if self._marks:
-            flat = [
-                x
-                for (cid, client), m in self._marks.items()
-                for x in (cid, client, m.seq, m.ack_from, m.ack_revision)
-            ]
-            if _execute_rows(conn, _marks_sql, 5, _MARK_ROWS, flat) != len(self._marks):
-                raise _Stale("a client mark moved under the writer")
-            self._marks.clear()
-        if self._records:
-            conn.executemany(_INSERT_RECORD, self._records)
-            self._records = []
-
-    def keep(self) -> None:
-        """The transaction committed: remember what it left."""
-        known = self.known
-        if len(known.positions) + len(known.marks) > _KNOWN_LIMIT:
-            known.forget()
-        for conversation_id in self.forgotten:
-            known.positions.pop(conversation_id, None)
-        known.positions.update(self.positions)
-        known.marks.update(self.marks)
-
-
 class _Writer:
     """The writer thread and its connection.
 
@@ -784,7 +494,6 @@ class _Writer:
         self.commits = 0
         self.appends = 0
         self._last_batch = 1
-        self._known = _Known()  # used by the writer thread only
         self.thread = threading.Thread(
             target=self._main, name="convsync-sqlite-writer", daemon=True
         )
@@ -868,25 +577,29 @@ class _Writer:
             time.sleep(COMMIT_WINDOW)
             stop = self._gather(batch)
         self._last_batch = len(batch)
-        appends = _AppendBatch(conn, self._known)
-        remember = True
+        outcomes: list[tuple[Any, BaseException | None]] = []
+        alone = len(batch) == 1  # a job alone needs no savepoint: its transaction is its own
         try:
-            try:
-                outcomes = appends.run(batch)
-            except (sqlite3.Error, _Stale):
-                remember = False  # what the batch saw is void
-                # A batched statement failed (a disk error, or the file does not hold what
-                # this writer remembers): start again, one job at a time, each under its own
-                # savepoint, so that only the jobs at fault fail.
-                self._known.forget()
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                conn.execute("BEGIN IMMEDIATE")
-                outcomes = self._run_each(conn, batch)
-            if conn.in_transaction:  # a job alone that failed rolled it back already
+            for job in batch:
+                if not alone:
+                    conn.execute("SAVEPOINT job")
+                try:
+                    result = job.run(conn)
+                except Exception as exc:
+                    # Some errors (disk full, I/O) end the whole transaction; then ROLLBACK TO
+                    # fails and the whole batch fails below.
+                    conn.execute("ROLLBACK" if alone else "ROLLBACK TO job")
+                    if isinstance(exc, sqlite3.Error):
+                        outcomes.append((None, _store_error("write failed", exc)))
+                    else:  # LogMoved, SeqTaken, UsageError: the caller's to handle
+                        outcomes.append((None, exc))
+                else:
+                    outcomes.append((result, None))
+                if not alone:
+                    conn.execute("RELEASE job")
+            if conn.in_transaction:
                 conn.execute("COMMIT")
         except Exception as exc:
-            self._known.forget()
             if conn.in_transaction:
                 try:
                     conn.execute("ROLLBACK")
@@ -896,37 +609,10 @@ class _Writer:
             for job in batch:
                 job.settle(error=failure)
             return stop
-        if remember:
-            appends.keep()
         self.commits += 1
-        self.appends += sum(job.append is not None for job in batch)
+        self.appends += sum(job.is_append for job in batch)
         _settle_all(batch, outcomes)
         return stop
-
-    def _run_each(
-        self, conn: sqlite3.Connection, batch: list[_Job]
-    ) -> list[tuple[Any, BaseException | None]]:
-        """Run each job with its own statements, under its own savepoint (none when alone)."""
-        outcomes: list[tuple[Any, BaseException | None]] = []
-        alone = len(batch) == 1
-        for job in batch:
-            if not alone:
-                conn.execute("SAVEPOINT job")
-            try:
-                result = job.run_alone(conn)
-            except Exception as exc:
-                # Some errors (disk full, I/O) end the whole transaction; then ROLLBACK TO
-                # fails and the whole batch fails.
-                conn.execute("ROLLBACK" if alone else "ROLLBACK TO job")
-                if isinstance(exc, sqlite3.Error):
-                    outcomes.append((None, _store_error("write failed", exc)))
-                else:  # LogMoved, SeqTaken, UsageError: the caller's to handle
-                    outcomes.append((None, exc))
-            else:
-                outcomes.append((result, None))
-            if not alone:
-                conn.execute("RELEASE job")
-        return outcomes
 
 
 class _Readers:
@@ -1035,15 +721,10 @@ class SqliteStore:
         if self._closed:
             raise UsageError("closed", "the store is closed")
 
-    async def _write(
-        self,
-        conversation_id: str,
-        run: Callable[[sqlite3.Connection], T] | None,
-        append: _AppendArgs | None = None,
-    ) -> T:
+    async def _write(self, run: Callable[[sqlite3.Connection], T], *, is_append: bool) -> T:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        self._writer.jobs.put(_Job(conversation_id, run, loop, future, append))
+        self._writer.jobs.put(_Job(run, loop, future, is_append=is_append))
         return await future
 
     async def _read(self, read: Callable[[sqlite3.Connection], T]) -> T:
@@ -1066,10 +747,16 @@ class SqliteStore:
         """See `LogStore.append`. Resolves once the transaction carrying it has committed."""
         self._check_open()
         frozen = check_append_args(lineage, revision, records, client, mark)
-        revision_after: int = await self._write(
-            conversation_id, None, (conversation_id, lineage, revision, frozen, client, mark)
+        run = functools.partial(
+            _append_in,
+            conversation_id=conversation_id,
+            lineage=lineage,
+            revision=revision,
+            records=frozen,
+            client=client,
+            mark=mark,
         )
-        return revision_after
+        return await self._write(run, is_append=True)
 
     async def read(
         self, conversation_id: str, lineage: int, from_revision: int, limit: int | None = None
@@ -1099,7 +786,7 @@ class SqliteStore:
             revision=revision,
             state=state,
         )
-        await self._write(conversation_id, run)
+        await self._write(run, is_append=False)
 
     async def rewrite(
         self,
@@ -1120,7 +807,7 @@ class SqliteStore:
             records=frozen,
             base=base,
         )
-        await self._write(conversation_id, run)
+        await self._write(run, is_append=False)
 
     async def list_conversations(
         self, prefix: str = "", *, after: str | None = None, limit: int | None = None

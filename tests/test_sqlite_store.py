@@ -1,4 +1,5 @@
-"""SqliteStore's batched appends (one statement per table per commit) and its schema migration."""
+"""SqliteStore beyond the shared contract: a commit's mix of writes, the file as the only
+truth, database errors, and the schema migration."""
 
 from __future__ import annotations
 
@@ -96,9 +97,9 @@ async def test_one_commit_holds_chained_refused_and_other_writes_in_queue_order(
         assert await reopened.read("r", L2, 0) == recs("reset", "after")
 
 
-async def test_a_log_moved_behind_the_writer_is_caught_not_overwritten(tmp_path: Path) -> None:
-    """If the file's log is not where the writer remembers it, the append is refused with
-    the file's position and nothing is written; the store then goes on from the file."""
+async def test_a_log_moved_behind_the_store_is_caught_not_overwritten(tmp_path: Path) -> None:
+    """A log moved in the file behind the store's back refuses an append on the old position
+    with the file's position, writes nothing, and the store goes on from the file."""
     path = tmp_path / "db"
     async with SqliteStore(path) as store:
         await store.append("c", L1, 0, recs("r1"))
@@ -112,8 +113,8 @@ async def test_a_log_moved_behind_the_writer_is_caught_not_overwritten(tmp_path:
         assert await store.read("c", L1, 0) == recs("r1", "r2")
 
 
-async def test_a_mark_moved_behind_the_writer_is_caught(tmp_path: Path) -> None:
-    """A client's seq taken in the file (not by this writer) refuses the push with SeqTaken."""
+async def test_a_mark_moved_behind_the_store_is_caught(tmp_path: Path) -> None:
+    """A client's seq taken in the file behind the store's back refuses the push (SeqTaken)."""
     path = tmp_path / "db"
     async with SqliteStore(path) as store:
         await store.append("c", L1, 0, recs("r1"), client="a", mark=ClientMark(1, 1, 1))
@@ -124,11 +125,11 @@ async def test_a_mark_moved_behind_the_writer_is_caught(tmp_path: Path) -> None:
         assert await store.read("c", L1, 0) == recs("r1")
 
 
-async def test_an_append_on_the_files_position_lands_whatever_the_writer_remembers(
+async def test_an_append_on_the_files_position_lands_whatever_the_store_saw_before(
     tmp_path: Path,
 ) -> None:
-    """A log or a mark that moved behind the writer does not refuse an append made on the
-    file's position and the next seq: the writer reads the file before it refuses."""
+    """An append on the file's position and the file's next seq lands even when both moved
+    behind the store's back (nothing the store remembers can refuse it)."""
     path = tmp_path / "db"
     async with SqliteStore(path) as store:
         await store.append("c", L1, 0, recs("r1"), client="a", mark=ClientMark(1, 1, 1))
@@ -146,8 +147,8 @@ async def test_an_append_on_the_files_position_lands_whatever_the_writer_remembe
 
 
 async def test_a_database_error_fails_only_the_append_at_fault(tmp_path: Path) -> None:
-    """A record row already in the file fails its append's batch statement; the batch is run
-    again job by job and only that append fails, with StoreError."""
+    """A database error (a record row already in the file) fails only its append, with
+    StoreError; the other append of the same commit lands."""
     path = tmp_path / "db"
     async with SqliteStore(path) as store:
         await store.append("c", L1, 0, recs("c1"))
