@@ -99,26 +99,36 @@ def serve(argv: list[str]) -> None:
         hubproc.SqliteStore = sqlite_mod.SqliteStore  # type: ignore[misc]
 
     profile: dict[str, Any] = {"on": None}
-    writer = sqlite_mod._Writer
-    run_batch = writer._run_batch
+    writer = getattr(sqlite_mod, "_Writer", None)  # a variant may be built otherwise
+    run_batch = getattr(writer, "_run_batch", None)
+
+    # Seconds the writer spent in its transactions, by the clock and on a core: the
+    # difference is waiting (for the fsync, for the GIL, for a core).
+    batches = {"batch_wall": 0.0, "batch_cpu": 0.0}
 
     def profiled_batch(self: Any, conn: Any, first: Any) -> Any:
         prof = profile["on"]
-        if prof is None:
-            return run_batch(self, conn, first)
-        prof.enable()
+        wall, cpu = time.perf_counter(), time.thread_time()
+        if prof is not None:
+            prof.enable()
         try:
             return run_batch(self, conn, first)
         finally:
-            prof.disable()
+            if prof is not None:
+                prof.disable()
+            batches["batch_wall"] += time.perf_counter() - wall
+            batches["batch_cpu"] += time.thread_time() - cpu
 
-    writer._run_batch = profiled_batch
+    if writer is not None and run_batch is not None:
+        writer._run_batch = profiled_batch
     handle = hubproc.Control.handle
 
     async def handle_more(self: Any, command: dict[str, Any]) -> dict[str, Any]:
         match command["cmd"]:
             case "threads":
-                return {"cpu": _thread_cpu()}
+                cpu = _thread_cpu()
+                cpu.update((f"writer:{key}", value) for key, value in batches.items())
+                return {"cpu": cpu}
             case "cpu_profile_start":
                 # Timed by each thread's own CPU clock: on a shared machine a wall-clock
                 # profile mostly shows the time a thread waited for a core or the GIL.
