@@ -106,13 +106,13 @@ def serve(argv: list[str]) -> None:
     # difference is waiting (for the fsync, for the GIL, for a core).
     batches = {"batch_wall": 0.0, "batch_cpu": 0.0}
 
-    def profiled_batch(self: Any, conn: Any, first: Any) -> Any:
+    def profiled_batch(self: Any, *args: Any) -> Any:
         prof = profile["on"]
         wall, cpu = time.perf_counter(), time.thread_time()
         if prof is not None:
             prof.enable()
         try:
-            return run_batch(self, conn, first)
+            return run_batch(self, *args)
         finally:
             if prof is not None:
                 prof.disable()
