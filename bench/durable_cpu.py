@@ -82,11 +82,54 @@ def _top(prof: cProfile.Profile, top: int) -> str:
     return buffer.getvalue()
 
 
+def _handoff_store(memory_store: Any) -> Any:
+    """A stand-in for `SqliteStore`: a `MemoryStore` whose appends are acknowledged through a
+    thread the way `SqliteStore`'s are (`SimpleQueue.put`, a writer thread that takes every
+    job queued, one `call_soon_threadsafe` per batch), with a 1 ms sleep in place of the
+    commit. It measures what the hand-off alone costs the event loop."""
+    import queue
+
+    def resolve_all(batch: list[Any]) -> None:
+        for _, future, result in batch:
+            if not future.done():
+                future.set_result(result)
+
+    class HandoffStore(memory_store):  # type: ignore[misc, valid-type]
+        def __init__(self, path: str = "", synchronous: str = "FULL") -> None:
+            super().__init__()
+            self.jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+            threading.Thread(target=self._main, name="handoff-writer", daemon=True).start()
+
+        def _main(self) -> None:
+            while True:
+                batch = [self.jobs.get()]
+                time.sleep(0.001)
+                while True:
+                    try:
+                        batch.append(self.jobs.get_nowait())
+                    except queue.Empty:
+                        break
+                batch[0][0].call_soon_threadsafe(resolve_all, batch)
+
+        async def append(self, *args: Any, **kwargs: Any) -> Any:
+            result = await super().append(*args, **kwargs)
+            loop = asyncio.get_running_loop()
+            future = loop.create_future()
+            self.jobs.put((loop, future, result))
+            await future
+            return result
+
+    return HandoffStore
+
+
 def serve(argv: list[str]) -> None:
-    """`bench/_hubproc.py hub ...`, plus the `threads` and `writer_profile_*` commands."""
+    """`bench/_hubproc.py hub ...`, plus the `threads` and `cpu_profile_*` commands."""
     import bench._hubproc as hubproc  # first: it imports the run's copy of the engine
 
     sqlite_mod = importlib.import_module("server.store.sqlite")
+    if "--handoff" in argv:
+        argv.remove("--handoff")
+        hubproc.SqliteStore = _handoff_store(hubproc.MemoryStore)  # type: ignore[misc]
     if "--variant-file" in argv:
         at = argv.index("--variant-file")
         path = argv[at + 1]
@@ -225,6 +268,8 @@ async def drive(args: argparse.Namespace) -> int:
         "memory": ["serve", "hub", "--store", "memory"],
         "sqlite": ["serve", "hub", "--store", "sqlite", "--path", f"{tmp.name}/current.db"],
     }
+    if args.handoff:
+        kinds["handoff"] = [*kinds["sqlite"], "--handoff"]
     for label, path in args.variant:
         kinds[label] = [
             *("serve", "hub", "--store", "sqlite", "--path", f"{tmp.name}/{label}.db"),
@@ -317,6 +362,9 @@ def main() -> int:
     parser.add_argument("--top", type=int, default=25, help="rows of each profile")
     parser.add_argument(
         "--variant", action="append", default=[], help="label=FILE: another sqlite.py"
+    )
+    parser.add_argument(
+        "--handoff", action="store_true", help="add a hub on a memory store behind a thread hop"
     )
     args = parser.parse_args()
     variants = [variant.partition("=") for variant in args.variant]
