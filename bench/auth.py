@@ -109,8 +109,8 @@ def core_push_cost(auth: bool, count: int) -> float:
     room: RoomCore[str] = RoomCore("c", config)
     room.load(None)
     held = mint_grant() if auth else ANONYMOUS
-    room.join("a", Hello("pusher", room.lineage, 0), held, time.time())
-    room.join("b", Hello("reader", room.lineage, 0), held, time.time())
+    room.join("a", Hello("pusher", room.lineage, 0), int(time.time() * 1000), held)
+    room.join("b", Hello("reader", room.lineage, 0), int(time.time() * 1000), held)
     records = []
     for k in range(count):
         maker = Conversation()

@@ -142,12 +142,31 @@ def _url(text: str) -> str:
     return text.rstrip("/")
 
 
+def _urls(text: str) -> list[str]:
+    """One hub url, or several separated by commas (hubs sharing one database)."""
+    return [_url(part.strip()) for part in text.split(",") if part.strip()] or [_url(text)]
+
+
+def _hub_urls(args: argparse.Namespace) -> list[str]:
+    """The hubs `--url` named (repeated or comma-separated), else `CONVSYNC_URL`'s."""
+    given: list[str] | None = args.url
+    if given:
+        return given
+    try:
+        return _urls(_env("URL", DEFAULT_URL))
+    except argparse.ArgumentTypeError as exc:
+        raise CliError(f"CONVSYNC_URL: {exc}", 2) from None
+
+
 def _client_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--url",
-        type=_url,
-        default=_env("URL", DEFAULT_URL),
-        help=f"the hub (env CONVSYNC_URL; default {DEFAULT_URL})",
+        type=_urls,
+        action="extend",
+        default=None,
+        help=f"the hub (env CONVSYNC_URL; default {DEFAULT_URL}); tail and send take several "
+        "hubs sharing one database, repeated or comma-separated, and move to the next one "
+        "when a hub goes away",
     )
     parser.add_argument(
         "--timeout",
@@ -484,7 +503,7 @@ async def cmd_serve(args: argparse.Namespace) -> int:
                 pairing = "on" if config.strict_pairing else "off"
                 auth = "off" if keys is None else f"on (keys {_kids(keys)})"
                 print(
-                    f"convsync hub at {hub.url} (store {db}, strict pairing {pairing}, "
+                    f"convsync hub at {hub.url} (store {_shown(db)}, strict pairing {pairing}, "
                     f"auth {auth})",
                     flush=True,
                 )
@@ -499,6 +518,16 @@ async def cmd_serve(args: argparse.Namespace) -> int:
                 raise
             raise CliError(f"cannot serve on {host}:{port}: {error.strerror or error}") from exc
     return 0
+
+
+def _shown(db: str) -> str:
+    """`db` as printed: a database url without its password."""
+    parts = urllib.parse.urlsplit(db)
+    if "://" not in db or not parts.password:
+        return db
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = f"{parts.username}@" if parts.username else ""
+    return urllib.parse.urlunsplit(parts._replace(netloc=user + netloc))
 
 
 def _read_key_file(path: str, what: str) -> bytes:
@@ -597,8 +626,9 @@ def _tls(args: argparse.Namespace) -> ssl.SSLContext | None:
 async def cmd_tail(args: argparse.Namespace) -> int:
     """Show a conversation, live until SIGINT/SIGTERM, or once."""
     out = sys.stdout
+    urls = _hub_urls(args)
     async with connect_checked(
-        args.url, args.id, connect_timeout=args.timeout, token=args.token, ssl=_tls(args)
+        urls, args.id, connect_timeout=args.timeout, token=args.token, ssl=_tls(args)
     ) as replica:
         if args.once:
             await tail(replica, out, once=True, tty=False)
@@ -613,7 +643,7 @@ async def cmd_send(args: argparse.Namespace) -> int:
     # A given client id continues its push numbering (the welcome says where it stands).
     client = args.client or f"convsync-send-{os.urandom(4).hex()}"
     async with connect_checked(
-        args.url,
+        _hub_urls(args),
         args.id,
         connect_timeout=args.timeout,
         client=client,
@@ -632,7 +662,7 @@ async def cmd_send(args: argparse.Namespace) -> int:
 async def cmd_export(args: argparse.Namespace) -> int:
     """Write a conversation's snapshot or state to a file or stdout."""
     exported = await export_conversation(
-        args.url,
+        _hub_urls(args)[0],
         args.id,
         format=args.format,
         request_timeout=args.timeout,
@@ -705,7 +735,7 @@ async def cmd_import(args: argparse.Namespace) -> int:
 
     try:
         imported = await import_conversation(
-            args.url,
+            _hub_urls(args)[0],
             sys.stdin.buffer if args.file == "-" else args.file,
             args.id,
             format=args.format,

@@ -1,8 +1,9 @@
 """What a hub connection may receive and when: pure, no sockets.
 
-`HubSession.receive` takes one frame's bytes and returns the decoded `Hello`, `PushBatch` or
-`Auth`, or raises `ProtocolError` with the code the hub sends in its `error` message before
-closing that socket. A session expects exactly one `hello` first, then pushes.
+`HubSession.receive` takes one frame's bytes and returns the decoded `Hello`, `PushBatch`,
+`Auth`, `DraftOp` or `StatusUpdate`, or raises `ProtocolError` with the code the hub sends in
+its `error` message before closing that socket. A session expects exactly one `hello` first,
+then pushes, token refreshes, draft ops and statuses.
 
 The session also holds the connection's access state (SPEC 6): `authorize` verifies the token
 of the hello (or of the handshake's `Authorization` header) and `refresh` the token of an
@@ -22,7 +23,15 @@ import msgspec
 
 from sync.errors import DecodeError, ProtocolError
 from sync.lineage import Lineage
-from sync.protocol import Auth, ClientMessage, Hello, PushBatch, decode_client_message
+from sync.protocol import (
+    Auth,
+    ClientMessage,
+    DraftOp,
+    Hello,
+    PushBatch,
+    StatusUpdate,
+    decode_client_message,
+)
 
 from .auth import (
     ANONYMOUS,
@@ -33,7 +42,9 @@ from .auth import (
     verify,
     verify_refresh,
 )
+from .drafts import valid_part
 from .limits import TokenBucket
+from .presence import status_problem
 
 __all__ = [
     "CONVERSATION_PATH",
@@ -46,7 +57,7 @@ __all__ = [
 CONVERSATION_PATH = "/v1/conversations/"
 _CONVERSATION_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _CLIENT_ID = re.compile(r"[^\x00-\x1f]{1,128}")
-_KNOWN_TYPES = frozenset({"hello", "push", "auth"})
+_KNOWN_TYPES = frozenset({"hello", "push", "auth", "draft", "status"})
 
 
 def is_conversation_id(value: str) -> bool:
@@ -164,6 +175,23 @@ class HubSession:
                     raise ProtocolError("no_hello", "auth before hello")
                 if self.access is None:
                     raise ProtocolError("unexpected", "this hub does not check tokens")
+            case DraftOp(op=op, part=part, offset=offset, epoch=epoch, role=role):
+                if self.hello is None:
+                    raise ProtocolError("no_hello", "draft before hello")
+                if offset < 0 or epoch < 0:
+                    raise ProtocolError("bad_message", "draft offset and epoch are not negative")
+                if op == "append" and not valid_part(part):
+                    raise ProtocolError(
+                        "bad_message", "a draft part is text, reasoning or call:<id>"
+                    )
+                if op == "open" and role != "assistant":
+                    raise ProtocolError("bad_message", "a draft's role is assistant")
+            case StatusUpdate(status, detail):
+                if self.hello is None:
+                    raise ProtocolError("no_hello", "status before hello")
+                problem = status_problem(status, detail)
+                if problem is not None:
+                    raise ProtocolError("bad_message", problem)
         return message
 
     # ------------------------------------------------------------------ access

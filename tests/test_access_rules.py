@@ -30,7 +30,7 @@ def auth_core() -> RoomCore[str]:
 
 
 def join(room: RoomCore[str], conn: str, client: str, held: Grant) -> list[Any]:
-    return room.join(conn, Hello(client, room.lineage, room.revision), held, T)
+    return room.join(conn, Hello(client, room.lineage, room.revision), NOW, held)
 
 
 def test_join_needs_read_on_the_conversation() -> None:
