@@ -13,7 +13,17 @@ from server.auth import ANONYMOUS, AuthError, Grant, Key, KeyRing, mint_token
 from server.core import AppendRecords, Close, CoreConfig, RoomCore
 from server.session import Access, HubSession, Limits
 from sync.errors import ProtocolError
-from sync.protocol import Auth, AuthOk, Hello, PushBatch, Reject, Welcome
+from sync.protocol import (
+    Auth,
+    AuthOk,
+    DraftEnd,
+    DraftOp,
+    Hello,
+    PushBatch,
+    Reject,
+    StatusUpdate,
+    Welcome,
+)
 
 SECRET = b"rules-secret-0123456789abcdefghijklmn"
 T = NOW / 1000  # the same moment in seconds
@@ -181,3 +191,26 @@ def test_session_without_access_is_anonymous_and_refuses_auth() -> None:
     with pytest.raises(ProtocolError) as unexpected:
         s.receive(b'{"type":"auth","token":"x"}')
     assert unexpected.value.reason == "unexpected"
+
+
+# ---------------------------------------------------------------------- drafts and presence
+
+
+def test_drafts_need_write_and_presence_shows_the_token() -> None:
+    """A read-only grant's draft `open` is refused; presence lists the token's `sub`, kind and
+    name (not what the hello claims); a status needs `presence` or `write`."""
+    room = auth_core()
+    reader = Grant("alice", frozenset({"read"}), ("*",), kind="ui", name="Alice", exp=T + 600)
+    hello = Hello("ui", room.lineage, 0, features=["drafts", "presence"], kind="agent")
+    room.join("r", hello, NOW, reader)
+    op = DraftOp("msg_0190a5b2c3d47e0f8a1b2c3d4e5f6071", "open")
+    [end] = frames_to(room.draft("r", op, NOW), "r")
+    assert isinstance(end, DraftEnd) and end.status == "refused"
+    assert not room.drafts.drafts
+    [entry] = room.presence.entries.values()
+    assert (entry.principal, entry.client, entry.kind, entry.name) == ("alice", "ui", "ui", "Alice")
+    room.status("r", StatusUpdate("looking", None), NOW)
+    assert entry.status is None  # `read` alone may not publish a status
+    room.regrant("r", grant("alice", scopes="read presence"), T)
+    room.status("r", StatusUpdate("looking", None), NOW)
+    assert entry.status == "looking"
