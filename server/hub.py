@@ -33,6 +33,7 @@ from .room import Room
 from .session import HubSession, conversation_id_of, is_conversation_id
 from .store import LogStore, MemoryStore
 from .subscriber import Subscriber
+from .web import Web, is_summary_path
 
 __all__ = ["Hub"]
 
@@ -73,6 +74,7 @@ class Hub:
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self._closing = False
+        self._web = Web(self)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -240,6 +242,9 @@ class Hub:
             if self.metrics.connections >= self.config.max_connections:
                 return connection.respond(503, "too many connections\n")
             return None  # the handshake goes on; bad ids are answered on the socket
+        response = await self._web.respond(connection, request)  # the viewer and the list
+        if response is not None:
+            return response
         if path == "/healthz":
             return connection.respond(200, "ok\n")
         if path == "/metrics":
@@ -264,6 +269,9 @@ class Hub:
     # ------------------------------------------------------------------ websockets
 
     async def _connection(self, ws: ServerConnection) -> None:
+        if ws.request is not None and is_summary_path(ws.request.path):
+            await self._web.serve_summary(ws)
+            return
         metrics = self.metrics
         metrics.connections += 1
         sub = Subscriber(ws, self.config.send_queue, metrics)
