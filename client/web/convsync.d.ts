@@ -381,6 +381,8 @@ export class Replica {
   readonly presence: Map<string, PresenceItem>;
   state: ConnectionState;
   refused: Refused | null;
+  /** Called after every message handled and every state change (an ack included). */
+  progress: Set<() => void>;
   /** Resolves after the first catch-up; rejects with Refused when refused first. */
   ready: Promise<Replica>;
   on(type: 'state', listener: (event: StateEvent) => void): () => void;
