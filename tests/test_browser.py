@@ -277,7 +277,7 @@ async def test_two_pages_and_a_python_replica_editing_at_once_converge(
             group.start_soon(type_in, second, "second")
             for n in range(6):
                 py.conversation.push(Message.user(f"py {n}"))
-                await anyio.sleep(0)
+                await anyio.sleep(0.02)  # spread over the pages' typing
         await py.flush()
         await until(py, lambda: len(py.conversation) == 18, seconds=20)
         for page in (first, second):
