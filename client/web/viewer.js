@@ -346,7 +346,7 @@ function drawEntry(entry, pending, results, turn) {
     return element;
   }
   for (const part of message.content) element.append(drawPart(part, results));
-  if (message.role === 'assistant' && message.stop && message.stop.reason !== 'stop') {
+  if (message.role === 'assistant' && message.stop && !['stop', 'tool_use'].includes(message.stop.reason)) {
     const why = message.stop.detail ? `: ${message.stop.detail}` : '';
     element.append(h('div', { class: 'stopped' }, `(${message.stop.reason}${why})`));
   }
