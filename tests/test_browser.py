@@ -19,7 +19,8 @@ from client import connect
 from client.demo import SCRIPT
 from client.replica import Replica
 from server import Hub, MemoryStore, SqliteStore
-from sync import Assistant, Message, Reasoning, Stop, Text, ToolCall, TurnEnd, encode
+from sync import Assistant, Entry, Message, Reasoning, Stop, Text, ToolCall, TurnEnd, encode
+from sync.ids import IdMinter
 
 CHROMIUM = os.environ.get("CONVSYNC_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -393,3 +394,46 @@ async def test_a_long_conversation_draws_only_its_tail(hub: Hub, pages: Pages) -
         assert 0 < drawn < 400
         await page.click("button.more")
         assert await page.locator(".log [data-entry-id]").count() > drawn
+
+
+async def test_a_streamed_draft_grows_intact_and_is_replaced_by_one_message(
+    hub: Hub, pages: Pages
+) -> None:
+    """Draft frames (SPEC 7) fed to the page's socket grow a draft element, emoji sequences
+    split across appends by code-point offsets intact; the record with the draft's id replaces
+    it with exactly one entry. (The hub does not send drafts yet: the frames are delivered to
+    the page's socket handler, as the hub would.)"""
+    draft_id = IdMinter().message_id()
+    text = "Hi 👩‍👩‍👧‍👦 and 🇵🇹, thumbs 👍🏽!"
+    points = list(text)
+    async with connect(hub.url, "draft.1", client="agent") as py:
+        py.conversation.push(Message.user("stream something"))
+        await py.flush()
+        page = await pages.open(page_url(hub, "/c/draft.1"))
+        await page.wait_for_selector("[data-entry-id]")
+        deliver = "frame => globalThis.convsyncView.replica.ws.onmessage({data: frame})"
+        opened = {"id": draft_id, "role": "assistant", "client": "agent", "parts": {"text": ""}}
+        await page.evaluate(deliver, json.dumps({"type": "drafts", "drafts": [opened]}))
+        draft = page.locator(f'[data-draft-id="{draft_id}"] [data-part=text]')
+        for start in range(0, len(points), 3):  # cuts inside the ZWJ family and the flag
+            chunk = "".join(points[start : start + 3])
+            frame = {"type": "draft", "id": draft_id, "op": "append", "part": "text"}
+            frame |= {"offset": start, "text": chunk, "name": None}
+            await page.evaluate(deliver, json.dumps(frame))
+            await page.wait_for_function(
+                "([id, n]) => globalThis.convsyncView.replica.drafts.get(id)?.lengths.text === n",
+                arg=[draft_id, min(start + 3, len(points))],
+            )
+        await page.wait_for_function(
+            "([id, t]) => document.querySelector(`[data-draft-id='${id}'] [data-part=text]`)"
+            "?.textContent === t",
+            arg=[draft_id, text],
+        )
+        assert await draft.text_content() == text
+        py.conversation.push(Entry(Message.assistant(text, stop=Stop("stop")), id=draft_id))
+        await py.flush()
+        await page.wait_for_selector(f'[data-entry-id="{draft_id}"]')
+        await page.wait_for_selector("[data-draft-id]", state="detached")
+        assert await page.locator(f'[data-entry-id="{draft_id}"]').count() == 1
+        shown = await page.locator(f'[data-entry-id="{draft_id}"] .text').text_content()
+        assert shown == text
