@@ -213,6 +213,7 @@ class Hub:
         room = await self._acquire(conversation_id)
         try:
             await room.rewrite(conversation)
+            self._web.touched(room)
         finally:
             self._release(room)
 
@@ -223,6 +224,7 @@ class Hub:
         room = self._rooms.get(conversation_id)
         if room is not None:
             await room.log_moved()
+            self._web.touched(room)
 
     async def room_for_read(self, conversation_id: str) -> Room | None:
         """The room of `conversation_id` for a read, loading it for the moment if needed;
@@ -288,6 +290,7 @@ class Hub:
             metrics.connections -= 1
             if room is not None:
                 room.leave(sub)
+                self._web.touched(room)
                 self._release(room)
 
     async def _serve(self, ws: ServerConnection, sub: Subscriber) -> Room | None:
@@ -309,9 +312,11 @@ class Hub:
                     case Hello():
                         room = await self._acquire(conversation_id)
                         await room.join(sub, message)
+                        self._web.touched(room)
                     case PushBatch():
                         assert room is not None
                         await room.push(sub, message)
+                        self._web.touched(room)
             except ProtocolError as error:
                 self._fail(sub, error)
                 break

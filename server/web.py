@@ -2,12 +2,12 @@
 
 How this works: `Web` answers plain HTTP requests the hub hands it (`respond`) and serves the
 `/v1/summary` websocket (`serve_summary`). It owns no conversation state: a summary row is read
-from a room the hub has loaded, when its lock is free (so the row never shows a batch whose
-append is still under way), or from a room loaded for the read. The summary socket polls the
-loaded rooms every `SUMMARY_INTERVAL` seconds and sends the rows that changed, so diffs are
-coalesced to at most one per conversation per interval without any hook in the rooms; a
-conversation only changes while loaded (a push loads it), so polling loaded rooms sees every
-change this hub makes.
+from a room, when its lock is free (so the row never shows a batch whose append is still under
+way), loaded for the read if need be. The hub calls `touched(room)` after every join, push,
+leave, rewrite and move of a room; each summary socket collects the rooms touched since its last
+tick and, every `SUMMARY_INTERVAL` seconds, sends the rows of those that changed, so diffs are
+coalesced to at most one per conversation per interval. A room object keeps its last state after
+it unloads, so a conversation touched and unloaded between two ticks is still reported.
 
 Access: `visible(request_token, conversation_id)` decides which rows a reader may see. Without
 auth it allows everything; the auth work replaces `Web.grant_for` (see docs/design.md).
@@ -152,6 +152,12 @@ class Web:
     def __init__(self, hub: Hub, static_dir: Path = STATIC_DIR) -> None:
         self._hub = hub
         self._static_dir = static_dir
+        self._watchers: set[_Touched] = set()  # one per summary socket
+
+    def touched(self, room: Room) -> None:
+        """The hub changed `room` (or who is in it): summary sockets look at it next tick."""
+        for watcher in self._watchers:
+            watcher.rooms[room.id] = room
 
     # ------------------------------------------------------------------ access (the auth hook)
 
@@ -241,6 +247,8 @@ class Web:
             return
         token = hello.get("token")
         visible = self.grant_for(token if isinstance(token, str) else None)
+        watcher = _Touched()
+        self._watchers.add(watcher)  # before the snapshot: no change falls between the two
         try:
             rows, more = await self.rows(prefix, after, limit, visible)
             known = {row["id"]: row for row in rows}
@@ -249,40 +257,41 @@ class Web:
                 group.start_soon(_drain, ws, group.cancel_scope)
                 while True:
                     await anyio.sleep(SUMMARY_INTERVAL)
-                    changed = self._changed(known, prefix, after, visible)
+                    changed = _changed(watcher, known, prefix, after, visible)
                     if changed:
                         await ws.send(json.dumps({"type": "summary_diff", "rows": changed}))
         except ConnectionClosed:
             return
+        finally:
+            self._watchers.discard(watcher)
 
-    def _changed(
-        self, known: dict[str, Row], prefix: str, after: str | None, visible: Visible
-    ) -> list[Row]:
-        changed: list[Row] = []
-        rooms = self._hub._rooms  # the loaded rooms; a conversation changes only while loaded
-        for conversation_id, room in list(rooms.items()):
-            if not room.exists or room.lock.locked():
-                continue  # an append under way: read it next time
-            if not _in_range(conversation_id, prefix, after) or not visible(conversation_id):
-                continue
-            before = known.get(conversation_id)
-            if (
-                before is not None
-                and before["revision"] == room.revision
-                and before["lineage"] == room.lineage
-                and before["online"] == sorted(set(room.core.subscribers.values()))
-            ):
-                continue
-            row = row_of(room)
+
+class _Touched:
+    """The rooms touched since a summary socket's last tick, by conversation id."""
+
+    def __init__(self) -> None:
+        self.rooms: dict[str, Room] = {}
+
+
+def _changed(
+    watcher: _Touched, known: dict[str, Row], prefix: str, after: str | None, visible: Visible
+) -> list[Row]:
+    """The rows of the rooms touched since the last tick that differ from what was sent."""
+    rooms, watcher.rooms = watcher.rooms, {}
+    changed: list[Row] = []
+    for conversation_id, room in rooms.items():
+        if not _in_range(conversation_id, prefix, after) or not visible(conversation_id):
+            continue
+        if room.lock.locked():
+            watcher.rooms.setdefault(conversation_id, room)  # an append under way: next tick
+            continue
+        if not room.exists:
+            continue
+        row = row_of(room)
+        if known.get(conversation_id) != row:
             known[conversation_id] = row
             changed.append(row)
-        # Rooms that unloaded have nobody online any more.
-        for conversation_id, row in known.items():
-            if row["online"] and conversation_id not in rooms:
-                row = {**row, "online": []}
-                known[conversation_id] = row
-                changed.append(row)
-        return changed
+    return changed
 
 
 async def _drain(ws: ServerConnection, scope: anyio.CancelScope) -> None:

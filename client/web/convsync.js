@@ -1691,7 +1691,10 @@ export class ReplicaSession {
     for (const record of batch.records) {
       events.push(conflict(record, 'invalid', String(reject.detail ?? '')));
     }
-    return [...events, ...this.#rebaseLocal(folded(/** @type {Conversation} */ (base), batch.records))];
+    return [
+      ...events,
+      ...this.#rebaseLocal(folded(/** @type {Conversation} */ (base), batch.records)),
+    ];
   }
 }
 
@@ -1752,7 +1755,12 @@ export function appendToDraft(draft, part, offset, text, name = null) {
   if (offset > have) return false;
   const added = sliceCodePoints(text, have - offset);
   if (isText(name) && draft.names[part] === undefined) draft.names[part] = name;
-  if (added === '') return draft.parts[part] === undefined ? ((draft.parts[part] = ''), true) : false;
+  if (added === '') {
+    if (draft.parts[part] !== undefined) return false; // a resend: nothing new
+    draft.parts[part] = ''; // a part opened empty (a tool call's name comes first)
+    draft.lengths[part] = 0;
+    return true;
+  }
   draft.parts[part] = (draft.parts[part] ?? '') + added;
   draft.lengths[part] = have + codePoints(added);
   return true;
@@ -1795,7 +1803,13 @@ function receiveLive(session, message) {
         draft = /** @type {Draft} */ (readDraft(message));
         added = true;
       }
-      const changed = appendToDraft(draft, message.part, message.offset, message.text, message.name);
+      const changed = appendToDraft(
+        draft,
+        message.part,
+        message.offset,
+        message.text,
+        message.name,
+      );
       if (added && !changed) return []; // a gap on a draft we never saw: wait for a snapshot
       if (added) drafts.set(draft.id, draft);
       return changed ? [{ type: 'draft', id: draft.id }] : [];
@@ -2382,7 +2396,9 @@ export class SummaryFeed {
       this.#setState('disconnected', code, event.reason ?? '');
       this.failures += 1;
       const delay =
-        rule === 'at_once' ? 0 : backoffDelay(this.failures, this.backoff, this.maxBackoff, this.random);
+        rule === 'at_once'
+          ? 0
+          : backoffDelay(this.failures, this.backoff, this.maxBackoff, this.random);
       this.timer = setTimeout(() => {
         this.timer = null;
         void this.start();

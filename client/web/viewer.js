@@ -7,14 +7,7 @@
 // `SummaryFeed`. Everything a model, a tool or a presence status wrote goes in with
 // `textContent` (or an attribute value): never as markup.
 
-import {
-  Author,
-  Message,
-  SummaryFeed,
-  connect,
-  isStopMarker,
-  madeMs,
-} from './convsync.js';
+import { Author, Message, SummaryFeed, connect, isStopMarker, madeMs } from './convsync.js';
 
 const WINDOW = 150; // entries drawn at first
 const STEP = 200; // more when the reader scrolls to the top
@@ -188,7 +181,8 @@ class ConversationView {
   render() {
     const scroller = this.scroller;
     const atBottom =
-      this.follow || scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < NEAR_BOTTOM;
+      this.follow ||
+      scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < NEAR_BOTTOM;
     this.follow = false;
     const replica = this.replica;
     const conversation = replica.conversation;
@@ -329,7 +323,9 @@ function drawEntry(entry, pending, results, turn) {
   });
   if (turn !== undefined) {
     const end = turn.end === null ? 'running' : turn.end.how;
-    element.append(h('div', { class: 'turn', 'data-turn': String(turn.index) }, `turn ${turn.index} · ${end}`));
+    element.append(
+      h('div', { class: 'turn', 'data-turn': String(turn.index) }, `turn ${turn.index} · ${end}`),
+    );
   }
   const made = entry.id !== null ? madeMs(entry.id) : null;
   element.append(
@@ -346,7 +342,11 @@ function drawEntry(entry, pending, results, turn) {
     return element;
   }
   for (const part of message.content) element.append(drawPart(part, results));
-  if (message.role === 'assistant' && message.stop && !['stop', 'tool_use'].includes(message.stop.reason)) {
+  if (
+    message.role === 'assistant' &&
+    message.stop &&
+    !['stop', 'tool_use'].includes(message.stop.reason)
+  ) {
     const why = message.stop.detail ? `: ${message.stop.detail}` : '';
     element.append(h('div', { class: 'stopped' }, `(${message.stop.reason}${why})`));
   }
@@ -395,7 +395,11 @@ function drawPart(part, results) {
 
 function drawResult(result) {
   const body = result.content.map((part) =>
-    part.type === 'text' ? part.text : part.type === 'json' ? jsonText(part.value) : `[${part.type}]`,
+    part.type === 'text'
+      ? part.text
+      : part.type === 'json'
+        ? jsonText(part.value)
+        : `[${part.type}]`,
   );
   return h(
     'div',
@@ -406,13 +410,23 @@ function drawResult(result) {
 
 function fillDraft(element, draft) {
   const children = [
-    h('div', { class: 'meta' }, h('span', { class: 'who' }, authorLabel(draft.author, draft.role)), h('span', { class: 'badge live' }, 'writing…')),
+    h(
+      'div',
+      { class: 'meta' },
+      h('span', { class: 'who' }, authorLabel(draft.author, draft.role)),
+      h('span', { class: 'badge live' }, 'writing…'),
+    ),
   ];
   for (const [part, text] of Object.entries(draft.parts)) {
     if (part === 'text') children.push(h('div', { class: 'text', 'data-part': part }, text));
     else if (part === 'reasoning') {
       children.push(
-        h('details', { class: 'reasoning' }, h('summary', {}, 'reasoning'), h('div', { class: 'text' }, text)),
+        h(
+          'details',
+          { class: 'reasoning' },
+          h('summary', {}, 'reasoning'),
+          h('div', { class: 'text' }, text),
+        ),
       );
     } else if (part.startsWith('call:')) {
       children.push(
@@ -435,11 +449,25 @@ class ListView {
   constructor(root) {
     this.root = root;
     const params = new URLSearchParams(location.search);
-    this.feed = new SummaryFeed(hubUrl, { prefix: params.get('prefix') ?? '', getToken, limit: 500 });
+    this.feed = new SummaryFeed(hubUrl, {
+      prefix: params.get('prefix') ?? '',
+      getToken,
+      limit: 500,
+    });
     this.list = h('ol', { class: 'conversations' });
     this.empty = h('p', { class: 'empty' }, 'No conversations yet.');
+    this.more = h(
+      'p',
+      { class: 'empty', hidden: '' },
+      'More conversations exist than are shown: narrow the list with ?prefix= in the address.',
+    );
     this.stateLabel = h('span', { class: 'state' }, 'connecting');
-    const open = h('input', { name: 'open', placeholder: 'conversation id', 'aria-label': 'conversation id', pattern: '[A-Za-z0-9._:-]{1,128}' });
+    const open = h('input', {
+      name: 'open',
+      placeholder: 'conversation id',
+      'aria-label': 'conversation id',
+      pattern: '[A-Za-z0-9._:-]{1,128}',
+    });
     const go = h('button', { type: 'submit' }, 'Open');
     const form = h('form', { class: 'open' }, open, go);
     form.addEventListener('submit', (event) => {
@@ -450,7 +478,7 @@ class ListView {
       h('header', { class: 'bar' }, h('h1', {}, 'Conversations'), this.stateLabel),
       form,
       this.empty,
-      h('div', { class: 'scroller' }, this.list),
+      h('div', { class: 'scroller' }, this.list, this.more),
     );
     document.title = 'convsync';
     this.scheduled = false;
@@ -478,6 +506,7 @@ class ListView {
     );
     this.empty.hidden = rows.length > 0;
     this.list.replaceChildren(...rows.map(drawRow));
+    this.more.hidden = !this.feed.more;
   }
 }
 
@@ -496,7 +525,9 @@ function drawRow(row) {
       { class: 'row-meta' },
       `rev ${row.revision} · ${row.entries} messages`,
       row.halt ? ` · ${row.halt}` : '',
-      row.online.length ? h('span', { class: 'online' }, ` · online: ${row.online.join(', ')}`) : '',
+      row.online.length
+        ? h('span', { class: 'online' }, ` · online: ${row.online.join(', ')}`)
+        : '',
     ),
   );
 }

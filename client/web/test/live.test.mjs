@@ -38,7 +38,14 @@ test('a draft snapshot, then appends by code-point offset, resends skipped, gaps
   assert.deepEqual(gap, []);
   assert.equal(draft.parts.text, 'Hi 👩‍👩‍👧 🇫🇷!');
   // A tool call's arguments stream under call:<id>, the name with the first append.
-  session.receive({ type: 'draft', id: DRAFT, part: 'call:c1', offset: 0, text: '{"ci', name: 'w' });
+  session.receive({
+    type: 'draft',
+    id: DRAFT,
+    part: 'call:c1',
+    offset: 0,
+    text: '{"ci',
+    name: 'w',
+  });
   session.receive({ type: 'draft', id: DRAFT, part: 'call:c1', offset: 3, text: 'ity"}' });
   assert.equal(draft.parts['call:c1'], '{"city"}');
   assert.equal(draft.names['call:c1'], 'w');
