@@ -1707,6 +1707,9 @@ export class ReplicaSession {
  *   names: Record<string, string | null>, lengths: Record<string, number>, since: number | null}} Draft
  */
 
+/** `draft_end` statuses that refuse one op of the producer's and end nothing. */
+const NOT_AN_END = new Set(['gap', 'unknown', 'refused']);
+
 /** @param {any} value @returns {value is string} */
 function isText(value) {
   return typeof value === 'string';
@@ -1795,7 +1798,19 @@ function receiveLive(session, message) {
       return events;
     }
     case 'draft': {
+      // Defaulted fields may be left out on the wire (`part` "text", `offset` 0, `text` "").
       if (!isText(message.id) || session.confirmed.holds(message.id)) return [];
+      if (message.op === 'open') {
+        const opened = readDraft({
+          ...(isObject(message.info) ? message.info : {}),
+          id: message.id,
+        });
+        if (opened === null) return [];
+        const had = drafts.get(opened.id);
+        if (had !== undefined && Object.keys(had.parts).length > 0) return []; // keep the text
+        drafts.set(opened.id, opened);
+        return [{ type: 'draft', id: opened.id }];
+      }
       if (message.op !== undefined && message.op !== 'append') return [];
       let draft = drafts.get(message.id);
       let added = false;
@@ -1805,16 +1820,18 @@ function receiveLive(session, message) {
       }
       const changed = appendToDraft(
         draft,
-        message.part,
-        message.offset,
-        message.text,
-        message.name,
+        message.part ?? 'text',
+        message.offset ?? 0,
+        message.text ?? '',
+        message.name ?? null,
       );
       if (added && !changed) return []; // a gap on a draft we never saw: wait for a snapshot
       if (added) drafts.set(draft.id, draft);
       return changed ? [{ type: 'draft', id: draft.id }] : [];
     }
     case 'draft_end': {
+      // `gap`, `unknown` and `refused` answer the producer's own op: the draft goes on.
+      if (NOT_AN_END.has(message.status)) return [];
       if (!isText(message.id) || !drafts.delete(message.id)) return [];
       const status = isText(message.status) ? message.status : 'ended';
       return [{ type: 'draft_end', id: message.id, status }];

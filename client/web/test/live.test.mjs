@@ -132,3 +132,26 @@ test('the summary feed: a snapshot replaces the rows, diffs update them', () => 
   );
   assert.throws(() => feed.receive({ type: 'error', code: 'forbidden', detail: 'no' }));
 });
+
+test('the hub shapes: open with info, defaulted fields left out, refusals end nothing', () => {
+  const session = live();
+  const info = { id: DRAFT, role: 'assistant', principal: 'anonymous', client: 'agent', since: 5 };
+  assert.deepEqual(session.receive({ type: 'draft', id: DRAFT, op: 'open', info }), [
+    { type: 'draft', id: DRAFT },
+  ]);
+  assert.equal(session.drafts.get(DRAFT).client, 'agent');
+  // offset 0 and part "text" are defaults the hub leaves out.
+  session.receive({ type: 'draft', id: DRAFT, op: 'append', text: 'Hel' });
+  session.receive({ type: 'draft', id: DRAFT, op: 'append', offset: 3, text: 'lo' });
+  assert.equal(session.drafts.get(DRAFT).parts.text, 'Hello');
+  // A second open (a producer's idempotent reopen) keeps the text so far.
+  session.receive({ type: 'draft', id: DRAFT, op: 'open', info });
+  assert.equal(session.drafts.get(DRAFT).parts.text, 'Hello');
+  for (const status of ['gap', 'unknown', 'refused']) {
+    assert.deepEqual(session.receive({ type: 'draft_end', id: DRAFT, status }), []);
+  }
+  assert.ok(session.drafts.has(DRAFT));
+  assert.deepEqual(session.receive({ type: 'draft_end', id: DRAFT, status: 'stopped' }), [
+    { type: 'draft_end', id: DRAFT, status: 'stopped' },
+  ]);
+});
