@@ -481,7 +481,8 @@ export function readRecord(record) {
  * @typedef {{client?: string, getToken?: () => (string | null | Promise<string | null>),
  *   conversation?: Conversation, WebSocket?: any, maxFrame?: number, backoff?: number,
  *   maxBackoff?: number, random?: () => number, setTimeout?: (fn: () => void, ms: number) => any,
- *   clearTimeout?: (handle: any) => void}} ConnectOptions
+ *   clearTimeout?: (handle: any) => void, live?: boolean}} ConnectOptions
+ * @typedef {'connecting' | 'connected' | 'disconnected' | 'closed'} ConnectionState
  */
 
 /** Deep equality of JSON values (messages, authors, aside values). */

@@ -78,7 +78,7 @@ class ConversationView {
     this.id = conversationId;
     this.replica = connect(hubUrl, conversationId, { live: true, getToken });
     this.window = WINDOW;
-    /** @type {Map<string, {entry: any, element: HTMLElement}>} */
+    /** @type {Map<string, {entry: any, element: HTMLElement, stamp: string}>} */
     this.drawn = new Map();
     /** @type {Map<string, HTMLElement>} */
     this.draftElements = new Map();
@@ -116,12 +116,14 @@ class ConversationView {
     this.scroller.addEventListener('scroll', () => {
       if (this.scroller.scrollTop < 40 && !this.more.hidden) this.showEarlier();
     });
-    this.input = h('textarea', {
-      name: 'message',
-      rows: '2',
-      placeholder: 'Message (Enter sends, Shift+Enter for a new line)',
-      'aria-label': 'message',
-    });
+    this.input = /** @type {HTMLTextAreaElement} */ (
+      h('textarea', {
+        name: 'message',
+        rows: '2',
+        placeholder: 'Message (Enter sends, Shift+Enter for a new line)',
+        'aria-label': 'message',
+      })
+    );
     this.send = h('button', { type: 'submit', 'data-action': 'send' }, 'Send');
     this.stop = h('button', { type: 'button', 'data-action': 'stop', class: 'stop' }, 'Stop');
     const form = h('form', { class: 'composer' }, this.input, this.send, this.stop);
@@ -462,12 +464,14 @@ class ListView {
       'More conversations exist than are shown: narrow the list with ?prefix= in the address.',
     );
     this.stateLabel = h('span', { class: 'state' }, 'connecting');
-    const open = h('input', {
-      name: 'open',
-      placeholder: 'conversation id',
-      'aria-label': 'conversation id',
-      pattern: '[A-Za-z0-9._:-]{1,128}',
-    });
+    const open = /** @type {HTMLInputElement} */ (
+      h('input', {
+        name: 'open',
+        placeholder: 'conversation id',
+        'aria-label': 'conversation id',
+        pattern: '[A-Za-z0-9._:-]{1,128}',
+      })
+    );
     const go = h('button', { type: 'submit' }, 'Open');
     const form = h('form', { class: 'open' }, open, go);
     form.addEventListener('submit', (event) => {
