@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint types unit services demo bench load chaos clean screenshot bench-viewer
+.PHONY: test lint types unit services demo bench load chaos chaos-pg clean screenshot bench-viewer
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,8 @@ bench: $(STAMP)
 	$(PY) bench/hub.py all
 	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) bench/peer.py
+	scripts/ensure-services $(PY)
+	$(PY) bench/multihub.py
 
 # The viewer in headless Chromium: catch-up of a 10,000-message conversation to first paint;
 # figures go to docs/benchmarks.md.
@@ -71,3 +73,7 @@ demo: $(STAMP)
 # 500 chaos seeds with hub kills; figures go to docs/reliability.md.
 chaos: $(STAMP)
 	$(PY) tests/chaos/run.py --seeds 1:501 --jobs 3 --write
+
+# 200 chaos seeds on two hub processes sharing PostgreSQL; figures go to docs/reliability.md.
+chaos-pg: $(STAMP) services
+	$(PY) tests/chaos/run.py --seeds 1:201 --store postgres --hubs 2 --jobs 3 --write
