@@ -191,10 +191,20 @@ async def test_page_mirrors_a_worker_live_with_calls_paired_with_results(
         reasoning = page.locator("details.reasoning").first
         assert await reasoning.get_attribute("open") is None
         assert await page.locator("[data-turn]").count() == 3
-        if SCREENSHOT:
-            await page.set_viewport_size({"width": 900, "height": 1100})
-            await page.evaluate("document.querySelector('.scroller').scrollTop = 0")
-            await page.screenshot(path=SCREENSHOT)
+        # The worker starts answering a follow-up: its status and its draft show live.
+        worker.conversation.push(Message.user("And what about tomorrow in Lisbon?"))
+        await worker.flush()
+        await worker.set_status("answering")
+        async with worker.draft() as draft:
+            draft.append("Tomorrow looks sunny too, around 20°C in the after")
+            await page.wait_for_selector(f'[data-draft-id="{draft.id}"] [data-part=text]')
+            await page.wait_for_selector('[data-presence-client="demo-worker"] .status')
+            if SCREENSHOT:
+                await page.set_viewport_size({"width": 900, "height": 1100})
+                await page.wait_for_timeout(100)  # the page follows the bottom on its next frame
+                await page.screenshot(path=SCREENSHOT)
+            await draft.abort()
+        await page.wait_for_selector("[data-draft-id]", state="detached")
     assert await page_state(page) == json.loads(encode(worker.conversation.state()))
     assert pages.errors == [] and pages.dialogs == []
 
@@ -437,3 +447,40 @@ async def test_a_streamed_draft_grows_intact_and_is_replaced_by_one_message(
         assert await page.locator(f'[data-entry-id="{draft_id}"]').count() == 1
         shown = await page.locator(f'[data-entry-id="{draft_id}"] .text').text_content()
         assert shown == text
+
+
+async def test_a_draft_from_a_python_worker_streams_into_the_page_with_presence(
+    hub: Hub, pages: Pages
+) -> None:
+    """Against the hub's real drafts and presence: a worker's status shows in the page, its
+    draft grows step by step with emoji sequences cut across appends kept intact, and the
+    committed message replaces the draft with exactly one entry."""
+    text = "Sure 👩‍👩‍👧‍👦 and 🇵🇹, 👍🏽 café e\u0301!"
+    points = list(text)
+    async with connect(hub.url, "stream.1", client="agent") as py:
+        py.conversation.push(Message.user("stream an answer"))
+        await py.flush()
+        page = await pages.open(page_url(hub, "/c/stream.1"))
+        await page.wait_for_selector("#app[data-connection-state=connected]")
+        await py.set_status("thinking")
+        await page.wait_for_selector('[data-presence-client="agent"] .status')
+        status = page.locator('[data-presence-client="agent"] .status')
+        assert await status.text_content() == "thinking"
+        async with py.draft() as draft:
+            for start in range(0, len(points), 3):  # cuts inside the family, flag and tone
+                draft.append("".join(points[start : start + 3]))
+                so_far = "".join(points[: start + 3])
+                await page.wait_for_function(
+                    "([id, t]) => document.querySelector("
+                    "`[data-draft-id='${id}'] [data-part=text]`)?.textContent === t",
+                    arg=[draft.id, so_far],
+                )
+            final_id = await draft.commit(Message.assistant(text, stop=Stop("stop")))
+        await py.flush()
+        await page.wait_for_selector(f'[data-entry-id="{final_id}"]')
+        await page.wait_for_selector("[data-draft-id]", state="detached")
+        assert final_id == draft.id
+        assert await page.locator(f'[data-entry-id="{final_id}"]').count() == 1
+        shown = await page.locator(f'[data-entry-id="{final_id}"] .text').text_content()
+        assert shown == text
+        assert await page_state(page) == json.loads(encode(py.conversation.state()))

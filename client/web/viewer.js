@@ -278,7 +278,7 @@ class ConversationView {
     for (const [client, connections] of byClient) {
       const first = connections[0];
       const status = connections.map((c) => c.status).find((s) => typeof s === 'string') ?? '';
-      const label = String(first.name ?? client);
+      const label = client === this.replica.client ? 'you' : String(first.name ?? client);
       items.push(
         h(
           'li',
