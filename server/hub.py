@@ -54,6 +54,7 @@ from .room import Room, is_shared
 from .session import Access, HubSession, Limits, conversation_id_of, is_conversation_id
 from .store import LogStore, MemoryStore, StoreError
 from .subscriber import Subscriber
+from .web import Web, is_summary_path
 
 __all__ = ["Hub"]
 
@@ -129,6 +130,7 @@ class Hub:
         self._group: anyio.abc.TaskGroup | None = None
         self._following: dict[Room, bool] = {}  # room -> check again once this one ends
         self._deadline_moved = asyncio.Event()  # a room's next deadline may be sooner
+        self._web = Web(self)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -322,6 +324,7 @@ class Hub:
         room = await self._acquire(conversation_id)
         try:
             await room.rewrite(conversation)
+            self._web.touched(room)
         finally:
             self._release(room)
 
@@ -332,6 +335,7 @@ class Hub:
         room = self._rooms.get(conversation_id)
         if room is not None:
             await room.log_moved()
+            self._web.touched(room)
 
     # ------------------------------------------------------------------ other hubs (SPEC 9)
     #
@@ -431,6 +435,9 @@ class Hub:
             if self._waiting.count(_address(connection)) >= self._waiting.limit:
                 return connection.respond(503, "too many sockets waiting for hello\n")
             return None  # the handshake goes on; bad ids and tokens are answered on the socket
+        response = await self._web.respond(connection, request)  # the viewer and the list
+        if response is not None:
+            return response
         if path == "/metrics":
             wanted = self.config.metrics_token
             if wanted is not None:
@@ -467,6 +474,9 @@ class Hub:
     # ------------------------------------------------------------------ websockets
 
     async def _connection(self, ws: ServerConnection) -> None:
+        if ws.request is not None and is_summary_path(ws.request.path):
+            await self._web.serve_summary(ws)
+            return
         metrics = self.metrics
         metrics.connections += 1
         sub = Subscriber(ws, self.config.send_queue, metrics)
@@ -494,6 +504,7 @@ class Hub:
             held.principal = None
         if held.room is not None:
             held.room.leave(sub)
+            self._web.touched(held.room)
             self._release(held.room)
             held.room = None
 
@@ -556,9 +567,12 @@ class Hub:
                     case Hello():
                         held.moved.set()
                         await self._join(session, message, sub, held, conversation_id, now)
+                        assert held.room is not None
+                        self._web.touched(held.room)
                     case PushBatch():
                         assert held.room is not None
                         await held.room.push(sub, message)
+                        self._web.touched(held.room)
                     case Auth():
                         assert held.room is not None
                         # The keys of now, not of the connect: a retired key refreshes nothing.

@@ -720,3 +720,37 @@ async def test_sockets_waiting_for_hello_are_capped_per_address() -> None:
                 assert json.loads(await first.recv())["type"] == "welcome"
             answers, _ = await attempt(hub, token(), then=[{"type": "hello"}])
             assert answers[0]["type"] == "welcome"
+
+
+async def test_conversation_list_and_summary_follow_the_token() -> None:
+    """`GET /v1/conversations` needs a token and lists only the conversations it allows; the
+    `/v1/summary` socket refuses a bad token with `unauthorized` (4001)."""
+    async with auth_hub() as hub:
+        await seed(hub, token())
+        await seed(hub, token(), conv="billing-1")
+        url = f"http://127.0.0.1:{hub.port}/v1/conversations"
+        status, _ = await anyio.to_thread.run_sync(_get, url, 5.0, None)
+        assert status == 401
+        status, body = await anyio.to_thread.run_sync(
+            _get, url, 5.0, token(scope="read", convs=("support-*",))
+        )
+        assert status == 200
+        assert [row["id"] for row in json.loads(body)["conversations"]] == [CONV]
+        status, _ = await anyio.to_thread.run_sync(_get, url, 5.0, token(scope="presence"))
+        assert status == 403
+        summary = f"ws://127.0.0.1:{hub.port}/v1/summary"
+        async with ws_connect(summary, subprotocols=[SUBPROTOCOL]) as ws:  # type: ignore[list-item]
+            await ws.send(json.dumps({"type": "hello", "token": "not-a-token"}))
+            with anyio.fail_after(bound(5)):
+                answer = json.loads(await ws.recv())
+                with pytest.raises(ConnectionClosed):
+                    await ws.recv()
+        assert answer["code"] == "unauthorized"
+        assert ws.protocol.close_rcvd is not None and ws.protocol.close_rcvd.code == 4001
+        async with ws_connect(summary, subprotocols=[SUBPROTOCOL]) as ws:  # type: ignore[list-item]
+            hello = {"type": "hello", "token": token(scope="read", convs=("billing-*",))}
+            await ws.send(json.dumps(hello))
+            with anyio.fail_after(bound(5)):
+                first = json.loads(await ws.recv())
+        assert first["type"] == "summary"
+        assert [row["id"] for row in first["rows"]] == ["billing-1"]
