@@ -513,13 +513,18 @@ class RoomCore(Generic[C]):
         placed = batch.revision != self.revision
         if placed:
             # Made on an older revision: place it by intent when every record replays without
-            # conflict and the pusher understands a placed push (SPEC 2.4.6); else `behind`.
+            # conflict and unchanged (SPEC 2.4.6) and the pusher understands a placed push;
+            # else `behind`. Unchanged: what lands is exactly what was sent, so a lost ack
+            # and the replica's resend or welcome still name the very records in the log.
             outcome = (
                 place(self.conversation, batch.records)
                 if batch.revision < self.revision and conn in self._placing
                 else None
             )
-            if not isinstance(outcome, tuple) or not outcome[0]:
+            if isinstance(outcome, tuple) and not _unchanged(outcome[0], batch.records):
+                outcome[1]()
+                outcome = None
+            if not isinstance(outcome, tuple):
                 detail = f"the log is at {self.revision}"
                 return [Send(conn, self._reject(batch, "behind", detail))]
             landed, undo = outcome
@@ -915,6 +920,11 @@ def deliver(
 def error_frame(code: ErrorCode, detail: str) -> bytes:
     """The `error` message sent before a close."""
     return encode_message(Error(code, detail))
+
+
+def _unchanged(landed: Sequence[ChangeRecord], sent: Sequence[ChangeRecord]) -> bool:
+    """Whether `place` replayed every sent record as it was (none dropped or re-targeted)."""
+    return len(landed) == len(sent) and all(a is b for a, b in zip(landed, sent, strict=True))
 
 
 def _ack(seq: int, mark: ClientMark) -> bytes:
