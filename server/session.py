@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from sync.errors import DecodeError, ProtocolError
+from sync.errors import DecodeError, ProtocolError, RemoteProtocolError
 from sync.lineage import Lineage
 from sync.protocol import (
     Auth,
@@ -147,9 +147,9 @@ class HubSession:
         if self.hello is None and self.limits.first_frame is not None:
             limit = min(limit, self.limits.first_frame)
         if len(data) > limit:
-            raise ProtocolError("too_big", f"frame of {len(data)} bytes over {limit}")
+            raise RemoteProtocolError("too_big", f"frame of {len(data)} bytes over {limit}")
         if self._bucket is not None and not self._bucket.take(now):
-            raise ProtocolError("rate_limited", "too many messages; slow down and reconnect")
+            raise RemoteProtocolError("rate_limited", "too many messages; slow down and reconnect")
         try:
             message = decode_client_message(data)
         except DecodeError as exc:
@@ -157,41 +157,45 @@ class HubSession:
         match message:
             case Hello(client, lineage, revision):
                 if self.hello is not None:
-                    raise ProtocolError("unexpected", "hello was already received")
+                    raise RemoteProtocolError("unexpected", "hello was already received")
                 if _CLIENT_ID.fullmatch(client) is None:
-                    raise ProtocolError("bad_client", "client id must be 1 to 128 printable chars")
+                    raise RemoteProtocolError(
+                        "bad_client", "client id must be 1 to 128 printable chars"
+                    )
                 _check_position(lineage, revision)
                 self.hello = message
             case PushBatch(seq, lineage, revision, records):
                 if self.hello is None:
-                    raise ProtocolError("no_hello", "push before hello")
+                    raise RemoteProtocolError("no_hello", "push before hello")
                 if seq < 1:
-                    raise ProtocolError("bad_message", "push seq starts at 1")
+                    raise RemoteProtocolError("bad_message", "push seq starts at 1")
                 if not records:
-                    raise ProtocolError("bad_message", "a push carries at least one record")
+                    raise RemoteProtocolError("bad_message", "a push carries at least one record")
                 _check_position(lineage, revision)
             case Auth():
                 if self.hello is None:
-                    raise ProtocolError("no_hello", "auth before hello")
+                    raise RemoteProtocolError("no_hello", "auth before hello")
                 if self.access is None:
-                    raise ProtocolError("unexpected", "this hub does not check tokens")
+                    raise RemoteProtocolError("unexpected", "this hub does not check tokens")
             case DraftOp(op=op, part=part, offset=offset, epoch=epoch, role=role):
                 if self.hello is None:
-                    raise ProtocolError("no_hello", "draft before hello")
+                    raise RemoteProtocolError("no_hello", "draft before hello")
                 if offset < 0 or epoch < 0:
-                    raise ProtocolError("bad_message", "draft offset and epoch are not negative")
+                    raise RemoteProtocolError(
+                        "bad_message", "draft offset and epoch are not negative"
+                    )
                 if op == "append" and not valid_part(part):
-                    raise ProtocolError(
+                    raise RemoteProtocolError(
                         "bad_message", "a draft part is text, reasoning or call:<id>"
                     )
                 if op == "open" and role != "assistant":
-                    raise ProtocolError("bad_message", "a draft's role is assistant")
+                    raise RemoteProtocolError("bad_message", "a draft's role is assistant")
             case StatusUpdate(status, detail):
                 if self.hello is None:
-                    raise ProtocolError("no_hello", "status before hello")
+                    raise RemoteProtocolError("no_hello", "status before hello")
                 problem = status_problem(status, detail)
                 if problem is not None:
-                    raise ProtocolError("bad_message", problem)
+                    raise RemoteProtocolError("bad_message", problem)
         return message
 
     # ------------------------------------------------------------------ access
@@ -238,13 +242,13 @@ class HubSession:
         if now < self.next_deadline():
             return None
         if self.hello is None:
-            return ProtocolError("no_hello", "no hello in time")
-        return ProtocolError("unauthorized", "token expired")
+            return RemoteProtocolError("no_hello", "no hello in time")
+        return RemoteProtocolError("unauthorized", "token expired")
 
 
 def _check_position(lineage: int, revision: int) -> None:
     if not Lineage.EMPTY <= lineage <= Lineage.DETACHED or revision < 0:
-        raise ProtocolError("bad_message", "lineage or revision out of range")
+        raise RemoteProtocolError("bad_message", "lineage or revision out of range")
 
 
 def _explain(data: bytes | str, exc: DecodeError) -> ProtocolError:
@@ -252,9 +256,9 @@ def _explain(data: bytes | str, exc: DecodeError) -> ProtocolError:
     try:
         raw = msgspec.json.decode(data)
     except (msgspec.DecodeError, RecursionError):  # deep nesting: found by fuzzing
-        return ProtocolError("malformed_json", exc.message)
+        return RemoteProtocolError("malformed_json", exc.message)
     kind = raw.get("type") if isinstance(raw, dict) else None
     if not isinstance(kind, str) or kind not in _KNOWN_TYPES:
         shown = kind if isinstance(kind, str) else type(kind).__name__
-        return ProtocolError("unknown_type", f"unknown message type {shown!r}")
-    return ProtocolError("bad_message", exc.message)
+        return RemoteProtocolError("unknown_type", f"unknown message type {shown!r}")
+    return RemoteProtocolError("bad_message", exc.message)
