@@ -29,6 +29,9 @@ class HubConfig:
         compression: `None` (default) or `"deflate"` (permessage-deflate).
         ping_interval: seconds between keepalive pings (`None`: no pings).
         max_connections: connections served at once; more are refused with HTTP 503.
+        hub_rebase: place a stale push (made on an older revision) by intent when all its
+            records replay cleanly, for replicas that list the `hub_rebase` feature (SPEC
+            2.4.6); off, every stale push is rejected `behind` and its replica rebases it.
     """
 
     max_frame: int = MAX_FRAME
@@ -40,6 +43,7 @@ class HubConfig:
     compression: str | None = None
     ping_interval: float | None = 20.0
     max_connections: int = 10_000
+    hub_rebase: bool = True
 
     def __post_init__(self) -> None:
         if self.max_frame < MIN_FRAME:

@@ -451,6 +451,7 @@ class RoomCore(Generic[C]):
         metrics = self.metrics
         metrics.records_appended += len(append.records)
         metrics.pushes_accepted += 1
+        metrics.pushes_placed += int(placed)
         if self.revision - self._snapshot_revision >= self.config.snapshot_every:
             snapshot = WriteSnapshot(self.lineage, self.revision, encode(self.conversation))
             actions += self._call(snapshot, self._snapshot_written)

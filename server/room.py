@@ -52,6 +52,7 @@ class Room:
                 strict_pairing=config.strict_pairing,
                 recent_records=config.recent_records,
                 snapshot_every=config.snapshot_every,
+                hub_rebase=config.hub_rebase,
             ),
             metrics,
         )
