@@ -212,6 +212,7 @@ class RoomCore(Generic[C]):
         self.marks: dict[str, ClientMark] = {}
         self.subscribers: dict[C, str] = {}  # connection -> its client id
         self._placing: set[C] = set()  # connections whose stale pushes the hub may place
+        self._answered: dict[C, int] = {}  # connection -> the last push seq it was answered
         self.closing = False
         self._recent: list[bytes] = []
         self._recent_from = 0
@@ -342,6 +343,7 @@ class RoomCore(Generic[C]):
         """`conn` is gone; it gets nothing more."""
         self.subscribers.pop(conn, None)
         self._placing.discard(conn)
+        self._answered.pop(conn, None)
 
     # ------------------------------------------------------------------ pushing
 
@@ -361,6 +363,11 @@ class RoomCore(Generic[C]):
         if mark is not None and batch.seq <= mark.seq:
             # A resend of a push that landed: answer with its ack, append nothing.
             return [Send(conn, _ack(batch.seq, mark))]
+        if batch.seq <= self._answered.get(conn, 0):
+            # A copy of a push this connection was refused (the network sent it twice): its
+            # replica has rebased those records since, so placing the copy would land them twice.
+            return [Send(conn, self._reject(batch, "behind", "a copy of a push answered already"))]
+        self._answered[conn] = batch.seq
         if batch.lineage != self.lineage and not (
             batch.lineage == Lineage.EMPTY and self.revision == 0
         ):
