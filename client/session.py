@@ -153,6 +153,11 @@ class ReplicaSession:
         self._inflight: _Batch | None = None
         self._held: list[ChangeRecord] = []  # log records that overtook the batch in flight
         self._landed: list[ChangeRecord] = []
+        # A batch the hub holds (welcome) whose records, as they landed, are still being
+        # gathered from the catch-up: the hub marks them with their origin (a placed push
+        # may differ from what was sent); reported once the catch-up is complete.
+        self._landing: _Batch | None = None
+        self._landing_records: list[ChangeRecord] = []
         self._welcome: Welcome | None = None
         self._catching_up = False
         self._before_catch_up: Conversation | None = None
@@ -292,7 +297,8 @@ class ReplicaSession:
         if batch is not None:
             if batch.seq <= welcome.acked:
                 self._landed = batch.records  # its records come in the catch-up
-                self._report_landed(batch)
+                self._landing = batch
+                self._landing_records = list(batch.landed or [])
             elif not batch.doomed:
                 self.local.return_unsaved(batch.records)
         confirmed = self.confirmed
@@ -315,6 +321,12 @@ class ReplicaSession:
         ):
             return []
         self._catching_up = False
+        landing, self._landing = self._landing, None
+        if landing is not None:
+            # What the catch-up said landed under its origin; else (a hub that does not say,
+            # or a state) the records as sent, which is what lands unless the hub placed them.
+            found, self._landing_records = self._landing_records, []
+            self._report(landing.seq, found or landing.records)
         base = self._before_catch_up
         self._before_catch_up = None
         landed, self._landed = self._landed, []
@@ -348,6 +360,14 @@ class ReplicaSession:
         if not records:
             return []
         if self._catching_up:
+            landing = self._landing
+            origin = message.origin
+            if (
+                landing is not None
+                and origin is not None
+                and (origin.client, origin.seq) == (self.client, landing.seq)
+            ):
+                self._landing_records += records
             confirmed = self.confirmed
             self._fold(confirmed, records)
             return [Applied(len(records), confirmed.revision), *self._maybe_caught_up()]

@@ -301,9 +301,8 @@ class RoomCore(Generic[C]):
             if not (fresh and missing >= state_items):
                 if revision >= self._recent_from:
                     records = self._recent[revision - self._recent_from :]
-                    return self._subscribe(
-                        conn, hello.client, actions + self._catch_up(conn, revision, records)
-                    )
+                    catch_up = self._catch_up(conn, revision, records, hello.client)
+                    return self._subscribe(conn, hello.client, actions + catch_up)
                 read = ReadRecords(self.lineage, revision)
                 return actions + self._call(
                     read, lambda outcome: self._caught_up(conn, hello.client, revision, outcome)
@@ -317,15 +316,30 @@ class RoomCore(Generic[C]):
         if outcome is None:  # compacted away or rewritten meanwhile: the state it is
             return self._subscribe(conn, client, self._state_to(conn))
         assert isinstance(outcome, Sequence)
-        return self._subscribe(conn, client, self._catch_up(conn, revision, outcome))
+        return self._subscribe(conn, client, self._catch_up(conn, revision, outcome, client))
 
-    def _catch_up(self, conn: C, revision: int, records: Sequence[bytes]) -> list[Action[C]]:
+    def _catch_up(
+        self, conn: C, revision: int, records: Sequence[bytes], client: str
+    ) -> list[Action[C]]:
         """`records` from `revision` as catch-up frames; a state when one record is too large
-        for a frame (a rewrite's reset)."""
-        budget = self.config.max_frame - RECORDS_OVERHEAD
-        if any(len(record) > budget for record in records):
+        for a frame (a rewrite's reset). The records of `client`'s last push carry its origin
+        when the connection takes placed pushes: if the hub placed that push and the ack was
+        lost, they tell the replica what landed (it may differ from what was sent)."""
+        max_frame = self.config.max_frame
+        if any(len(record) > max_frame - RECORDS_OVERHEAD for record in records):
             return self._state_to(conn)
-        frames = records_frames(revision, records, None, self.config.max_frame)
+        mark = self.marks.get(client) if conn in self._placing else None
+        end = revision + len(records)
+        if mark is None or not revision < mark.ack_revision <= end:
+            frames = records_frames(revision, records, None, max_frame)
+        else:  # the part of that push the replica lacks
+            start = max(revision, mark.ack_from)
+            own = slice(start - revision, mark.ack_revision - revision)
+            frames = [
+                *records_frames(revision, records[: own.start], None, max_frame),
+                *records_frames(start, records[own], PushOrigin(client, mark.seq), max_frame),
+                *records_frames(mark.ack_revision, records[own.stop :], None, max_frame),
+            ]
         return [Send(conn, frame, True) for frame in frames]
 
     def _subscribe(self, conn: C, client: str, actions: list[Action[C]]) -> list[Action[C]]:
