@@ -1660,9 +1660,13 @@ async def topic_contention(settings: Settings, args: argparse.Namespace) -> Topi
                     f"; per run: {acked:,.0f} acked, {placed:,.0f} placed "
                     f"({placed / acked:.0%}), rejected: {rejects or 'none'}"
                 )
-            hub_cpu = median([s["hub_cpu"] for s in sample]) * 1e6
-            client = median([s["client_cpu"] for s in sample]) * 1e6
-            figure += f"; CPU per record: hub {hub_cpu:.0f} µs, writers {client:.0f} µs"
+            hub_cpu = median([s["hub_cpu"] for s in sample])
+            client = median([s["client_cpu"] for s in sample])
+            busy = median(rates_)
+            figure += (
+                f"; CPU per record: hub {hub_cpu * 1e6:.0f} µs, writers {client * 1e6:.0f} µs "
+                f"(busy: hub {hub_cpu * busy:.0%}, writers {client * busy:.0%} of a core)"
+            )
             what = f"{writers} writer{'s' if writers > 1 else ''}"
             results.add(Row(f"{label}, {what}: acked records/s", figure, spread=rates(rates_)))
         ratio = medians[(store, placing, many)] / medians[(store, placing, one)]
@@ -1698,6 +1702,16 @@ async def topic_contention(settings: Settings, args: argparse.Namespace) -> Topi
                 spread=spread(per_repeat, "{:.2f}"),
             )
         )
+    results.notes.append(
+        f"What grows with the writers: with {many} writers on one conversation every acked "
+        f"record is one push and {many} or {many + 1} frames from the hub (its pusher gets the "
+        f"ack, after the placed records when the hub placed it; each of the other {many - 1} "
+        "writers gets the records), each a socket write in the hub and a message decoded and "
+        "folded in the writers' process; one writer gets one frame (the ack) per record. "
+        "*Busy* is CPU per record x the median rate: the share of one core each process used. "
+        "Shares well under 100% mean the runs waited (on each other's turn, and on the shared "
+        "machine's cores) rather than ran out of CPU."
+    )
     runs = [s for sample in samples.values() for s in sample]
     bad = [s for s in runs if not contention_ok(s)]
     conflicts = sum(s["events"].get("Conflict", 0) for s in runs)
