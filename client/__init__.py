@@ -4,7 +4,9 @@ and import conversations of a hub (`fetch_conversation`, `export_conversation`,
 
 from sync.rebase import Conflict
 
+from .drafting import DraftWriter
 from .http import FetchedConversation, HubError, fetch_conversation
+from .live import Draft, DraftChanged, DraftEnded, Presence, PresenceChanged
 from .replica import Replica, connect
 from .session import Applied, Connected, Disconnected, Event, Rebased, ReplicaSession, Reset
 from .transfer import (
@@ -21,12 +23,18 @@ __all__ = [
     "Conflict",
     "Connected",
     "Disconnected",
+    "Draft",
+    "DraftChanged",
+    "DraftEnded",
+    "DraftWriter",
     "Event",
     "Exported",
     "FetchedConversation",
     "HubError",
     "ImportRefused",
     "Imported",
+    "Presence",
+    "PresenceChanged",
     "Rebased",
     "Replica",
     "ReplicaSession",

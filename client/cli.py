@@ -124,12 +124,31 @@ def _url(text: str) -> str:
     return text.rstrip("/")
 
 
+def _urls(text: str) -> list[str]:
+    """One hub url, or several separated by commas (hubs sharing one database)."""
+    return [_url(part.strip()) for part in text.split(",") if part.strip()] or [_url(text)]
+
+
+def _hub_urls(args: argparse.Namespace) -> list[str]:
+    """The hubs `--url` named (repeated or comma-separated), else `CONVSYNC_URL`'s."""
+    given: list[str] | None = args.url
+    if given:
+        return given
+    try:
+        return _urls(_env("URL", DEFAULT_URL))
+    except argparse.ArgumentTypeError as exc:
+        raise CliError(f"CONVSYNC_URL: {exc}", 2) from None
+
+
 def _client_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--url",
-        type=_url,
-        default=_env("URL", DEFAULT_URL),
-        help=f"the hub (env CONVSYNC_URL; default {DEFAULT_URL})",
+        type=_urls,
+        action="extend",
+        default=None,
+        help=f"the hub (env CONVSYNC_URL; default {DEFAULT_URL}); tail and send take several "
+        "hubs sharing one database, repeated or comma-separated, and move to the next one "
+        "when a hub goes away",
     )
     parser.add_argument(
         "--timeout",
@@ -375,7 +394,7 @@ async def cmd_serve(args: argparse.Namespace) -> int:
             async with Hub(store=open_store(db), host=host, port=port, config=config) as hub:
                 pairing = "on" if config.strict_pairing else "off"
                 print(
-                    f"convsync hub at {hub.url} (store {db}, strict pairing {pairing})",
+                    f"convsync hub at {hub.url} (store {_shown(db)}, strict pairing {pairing})",
                     flush=True,
                 )
                 await stop.wait()
@@ -388,13 +407,24 @@ async def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _shown(db: str) -> str:
+    """`db` as printed: a database url without its password."""
+    parts = urllib.parse.urlsplit(db)
+    if "://" not in db or not parts.password:
+        return db
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = f"{parts.username}@" if parts.username else ""
+    return urllib.parse.urlunsplit(parts._replace(netloc=user + netloc))
+
+
 # ---------------------------------------------------------------------- tail, send
 
 
 async def cmd_tail(args: argparse.Namespace) -> int:
     """Show a conversation, live until SIGINT/SIGTERM, or once."""
     out = sys.stdout
-    async with connect_checked(args.url, args.id, connect_timeout=args.timeout) as replica:
+    urls = _hub_urls(args)
+    async with connect_checked(urls, args.id, connect_timeout=args.timeout) as replica:
         if args.once:
             await tail(replica, out, once=True, tty=False)
             return 0
@@ -408,7 +438,7 @@ async def cmd_send(args: argparse.Namespace) -> int:
     # A given client id continues its push numbering (the welcome says where it stands).
     client = args.client or f"convsync-send-{os.urandom(4).hex()}"
     async with connect_checked(
-        args.url, args.id, connect_timeout=args.timeout, client=client
+        _hub_urls(args), args.id, connect_timeout=args.timeout, client=client
     ) as replica:
         replica.conversation.push(Message.user(args.text))
         await flush_edits(replica, args.timeout, "the message")
@@ -422,7 +452,7 @@ async def cmd_send(args: argparse.Namespace) -> int:
 async def cmd_export(args: argparse.Namespace) -> int:
     """Write a conversation's snapshot or state to a file or stdout."""
     exported = await export_conversation(
-        args.url, args.id, format=args.format, request_timeout=args.timeout
+        _hub_urls(args)[0], args.id, format=args.format, request_timeout=args.timeout
     )
     if args.output is None or args.output == "-":
         sys.stdout.buffer.write(exported.data + b"\n")
@@ -490,7 +520,7 @@ async def cmd_import(args: argparse.Namespace) -> int:
 
     try:
         imported = await import_conversation(
-            args.url,
+            _hub_urls(args)[0],
             sys.stdin.buffer if args.file == "-" else args.file,
             args.id,
             format=args.format,

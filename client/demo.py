@@ -8,12 +8,19 @@ in the run, pushes a message of its own right after a tool result, before the an
 message between a call and its result would orphan the result). The worker waits, bounded, to
 see that message through its own mirror and answers it. At the end both replicas flush, wait
 for the hub's revision, and each must equal the hub's state read over HTTP.
+
+Every answer streams as a draft (SPEC 7): a fake model yields the answer word by word with
+small delays, the UI shows the draft growing (`ui   | ...` lines), and the worker commits the
+message when the model is done. In the last turn (with 3 turns or more) the UI stops the
+answer midway (a `stopped` halt): the worker's model call is cancelled under
+`cancel_on_end()` and the turn ends `stopped`; the next request follows a STOPPED note.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import AsyncIterator
 from typing import Any, TextIO
 
 import anyio
@@ -25,6 +32,7 @@ from sync import (
     Assistant,
     Conversation,
     ConvsyncError,
+    Halt,
     Message,
     Stop,
     Text,
@@ -35,6 +43,7 @@ from sync import (
 from sync.messages import AnyMessage
 
 from .http import FetchedConversation, fetch_conversation
+from .live import DraftChanged, DraftEnded
 from .replica import Replica, connect
 from .session import Applied, Conflict, Rebased, Reset
 from .tail import Watcher, describe_entry, one_line
@@ -91,6 +100,17 @@ def _interjected(conversation: Conversation, since: int) -> bool:
     return any(ref.is_request() for ref in refs[since:])
 
 
+async def _fake_model(answer: str, fast: bool, long: bool) -> AsyncIterator[str]:
+    """Stands in for an LLM's token stream: `answer` word by word, with small delays (a long
+    answer goes on for a while, so a stop can land midway)."""
+    words = answer.split(" ")
+    if long:
+        words += "Let me add a few more details on the history of the rate.".split(" ") * 20
+    for at, word in enumerate(words):
+        await anyio.sleep(0.01 if fast else 0.08)
+        yield word if at == 0 else " " + word
+
+
 def _text(message: AnyMessage) -> str:
     if isinstance(message, User):
         return " ".join(part.text for part in message.content if isinstance(part, Text))
@@ -98,7 +118,7 @@ def _text(message: AnyMessage) -> str:
 
 
 async def _worker(
-    worker: Replica, turns: int, interject_turn: int, fast: bool, say: _Printer
+    worker: Replica, turns: int, interject_turn: int, stop_turn: int, fast: bool, say: _Printer
 ) -> None:
     conversation = worker.conversation
     for turn in range(turns):
@@ -130,22 +150,57 @@ async def _worker(
             text = f"(Noted: {one_line(_text(heard[-1].message), 40)}) {answer}"
         else:
             text = answer
-        answer_id = conversation.push(Message.assistant(text, stop=Stop("stop")))
-        conversation.end_turn(TurnEnd.answered(answer_id))
-        say("agent", f"answers: {text}")
-        say("agent", f"ends turn {turn}")
+        await worker.set_status("generating")
+        streamed = ""
+        async with worker.draft() as draft:
+            with draft.cancel_on_end():  # a stop from the UI cancels the model call
+                async for token in _fake_model(text, fast, long=turn == stop_turn):
+                    draft.append(token)
+                    streamed += token
+            if draft.status == "stopped":
+                say("agent", f"stopped by the ui after {len(streamed)} characters")
+                conversation.end_turn(TurnEnd.stopped())
+                say("agent", f"ends turn {turn} (stopped)")
+            else:
+                answer_id = await draft.commit(Message.assistant(streamed, stop=Stop("stop")))
+                conversation.end_turn(TurnEnd.answered(answer_id))
+                say("agent", f"answers: {one_line(streamed, 100)}")
+                say("agent", f"ends turn {turn}")
+        await worker.set_status(None)
         await worker.flush()
     worker.events_nowait()  # the worker reads the conversation, not its events
 
 
-async def _ui(ui: Replica, interject_turn: int, say: _Printer, watcher: Watcher) -> None:
+async def _ui(
+    ui: Replica, interject_turn: int, stop_turn: int, say: _Printer, watcher: Watcher
+) -> None:
     conversation = ui.conversation
     interjected = False
+    stopped = False
+    shown: dict[str, int] = {}  # draft id -> characters shown so far
     async for event in ui.events():
         events = [event, *ui.events_nowait()]
         for item in events:
             if isinstance(item, Conflict):
                 say("ui   ", f"conflict: {item.reason} {item.detail}")
+            elif isinstance(item, DraftChanged) and item.id in ui.drafts:
+                text = ui.drafts[item.id].text
+                if text and (item.id not in shown or len(text) >= shown[item.id] + 40):
+                    shown[item.id] = len(text)  # a line per 40 characters, not per token
+                    say("ui   ", f"… assistant is typing: {one_line(text, 100)}")
+                turns = conversation.turns()
+                if (
+                    not stopped
+                    and len(text) > 60
+                    and turns
+                    and turns[-1][1].index == stop_turn
+                    and turns[-1][1].end is None
+                ):
+                    stopped = True
+                    conversation.halt(Halt.STOPPED)
+                    say("ui   ", "user presses stop midway through the answer")
+            elif isinstance(item, DraftEnded) and item.status != "committed":
+                say("ui   ", f"draft ended: {item.status}")
         if not any(isinstance(item, Applied | Rebased | Reset) for item in events):
             continue
         for line in watcher.changes(conversation):
@@ -173,6 +228,7 @@ async def run_demo(db: str, *, turns: int = 3, fast: bool = False, out: TextIO) 
     say = _Printer(out)
     conversation_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(2).hex()}"
     interject_turn = 1 if turns > 1 else 0
+    stop_turn = turns - 1 if turns >= 3 else -1
     async with Hub(store=open_store(db), port=0, config=HubConfig.from_env()) as hub:
         say("hub  ", f"serving {hub.url} on store {db}")
         say("hub  ", f"conversation {conversation_id}")
@@ -185,11 +241,11 @@ async def run_demo(db: str, *, turns: int = 3, fast: bool = False, out: TextIO) 
             watcher = Watcher()
             watcher.changes(ui.conversation)
             async with anyio.create_task_group() as group:
-                group.start_soon(_ui, ui, interject_turn, say, watcher)
+                group.start_soon(_ui, ui, interject_turn, stop_turn, say, watcher)
                 try:
                     # Every step is bounded: a demo that stalls says so instead of hanging.
                     with anyio.fail_after(_WAIT + turns * (_WAIT + 5)):
-                        await _worker(worker, turns, interject_turn, fast, say)
+                        await _worker(worker, turns, interject_turn, stop_turn, fast, say)
                 except TimeoutError:
                     raise DemoError(
                         "stalled", "the demo stalled: the hub stopped answering"

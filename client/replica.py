@@ -12,8 +12,9 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
 from typing import Self
 
@@ -22,7 +23,7 @@ from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
-from sync import Conversation
+from sync import Author, Conversation
 from sync.errors import (
     ConvsyncError,
     ProtocolError,
@@ -36,6 +37,8 @@ from sync.errors import (
 from sync.frames import MAX_FRAME
 from sync.protocol import SUBPROTOCOL, decode_hub_message, encode_message
 
+from .drafting import DraftWriter
+from .live import FEATURES, Draft, DraftChanged, DraftEnded, Presence
 from .session import Connected, Event, ReplicaSession
 
 __all__ = ["Replica", "connect"]
@@ -52,7 +55,9 @@ class Replica:
     your pending edits when the log moved under them.
 
     Args:
-        url: the hub's base url (`ws://host:port`).
+        url: the hub's base url (`ws://host:port`), or several hubs sharing one store (SPEC
+            9): the replica starts with the first and moves to the next one after each lost
+            or failed connection (a refusal still stops it).
         conversation_id: the conversation to mirror.
         client: this replica's client id; give the same one to a process that continues this
             replica's pushes. A random one when omitted.
@@ -62,11 +67,15 @@ class Replica:
         max_backoff: ...up to this cap. Each delay is drawn uniformly below the cap.
         connect_timeout: how long entering the `async with` waits for the first catch-up.
         compression: `"deflate"` to offer permessage-deflate (the hub must enable it too).
+        draft_interval: seconds between two sends of a draft's appends (coalescing; 0: each
+            append at once).
+        keep_every: seconds of silence after which an open draft is kept alive (`keep`).
+        kind: what this replica is (`user`, `agent`), shown in presence without a token.
     """
 
     def __init__(
         self,
-        url: str,
+        url: str | Sequence[str],
         conversation_id: str,
         *,
         client: str | None = None,
@@ -76,11 +85,19 @@ class Replica:
         max_backoff: float = 5.0,
         connect_timeout: float = 10.0,
         compression: str | None = None,
+        draft_interval: float = 0.05,
+        keep_every: float = 10.0,
+        kind: str | None = None,
     ) -> None:
-        self.url = f"{url.rstrip('/')}/v1/conversations/{conversation_id}"
+        self.urls = conversation_urls(url, conversation_id)
+        self.url = self.urls[0]  # the one connected to, or tried next
+        self._url_at = 0
         self.conversation_id = conversation_id
         self.session = ReplicaSession(
-            client or f"replica-{uuid.uuid4().hex[:12]}", conversation, max_frame=max_frame
+            client or f"replica-{uuid.uuid4().hex[:12]}",
+            conversation,
+            max_frame=max_frame,
+            features=FEATURES,
         )
         self._backoff = backoff
         self._max_backoff = max_backoff
@@ -96,6 +113,12 @@ class Replica:
         self._refused: Refused | None = None
         self.connects = 0
         self.session.local.on_edit(self._wake.set)
+        self.session.kind = kind
+        self._draft_interval = draft_interval
+        self._keep_every = keep_every
+        self._live_wake = asyncio.Event()  # a draft op or a status may be sendable
+        self._writers: dict[str, DraftWriter] = {}
+        self._changes_queued: set[str] = set()  # drafts with an unread DraftChanged
 
     # ------------------------------------------------------------------ reads
 
@@ -122,18 +145,70 @@ class Replica:
     def connected(self) -> bool:
         return self._ws is not None and self.session.ready
 
+    # ------------------------------------------------------------------ drafts and presence
+
+    @property
+    def drafts(self) -> dict[str, Draft]:
+        """Every open draft the hub reported (id -> `Draft`: `text`, `reasoning`, `parts`,
+        `client`, `author`, `after`), own drafts included."""
+        return self.session.live.drafts
+
+    @property
+    def presence(self) -> dict[str, Presence]:
+        """Client id -> who is online and their status (live connections merged)."""
+        return self.session.live.presence
+
+    def draft(self, *, after: str | None = None, author: Author | None = None) -> DraftWriter:
+        """A new draft (`async with replica.draft() as d:`, or `await d.open()`), following
+        `after` (the last entry's id when omitted)."""
+        if after is None:
+            conversation = self.conversation
+            after = conversation.id(len(conversation) - 1) if len(conversation) else None
+        return DraftWriter(self, after, author)
+
+    async def set_status(self, status: str | None, detail: object = None) -> None:
+        """Set this replica's presence status (at most 64 characters; `detail` at most 1 KiB
+        of JSON); it is sent again after each reconnect."""
+        self.session.live.set_status(status, detail)
+        self._live_wake.set()
+
+    def _open_draft(self, writer: DraftWriter) -> None:
+        self._writers[writer.id] = writer
+        self.session.live.open(writer.id, writer.after, writer.author, time.monotonic())
+        self._live_wake.set()
+
+    def _append_draft(self, writer: DraftWriter, text: str, part: str, name: str | None) -> None:
+        self.session.live.append(writer.id, text, part, name)
+        self._live_wake.set()
+
+    def _forget_draft(self, writer: DraftWriter) -> None:
+        self._writers.pop(writer.id, None)
+        self.session.live.forget(writer.id)
+
+    def _abort_draft(self, writer: DraftWriter) -> None:
+        self._writers.pop(writer.id, None)
+        self.session.live.abort(writer.id)
+        self._live_wake.set()
+
     async def events(self) -> AsyncIterator[Event]:
         """Every event, in order: `Connected`, `Disconnected`, `Applied`, `Rebased`, `Reset`,
-        `Conflict`. Events wait here until read."""
+        `Conflict`, and for live state `DraftChanged`, `DraftEnded`, `PresenceChanged`. Events
+        wait here until read; a `DraftChanged` is not queued again while one for the same draft
+        waits unread (read the text in `drafts`), so an unread queue stays small."""
         while True:
-            yield await self._events.get()
+            yield self._taken(await self._events.get())
 
     def events_nowait(self) -> list[Event]:
         """The events queued so far, without waiting."""
         events = []
         while not self._events.empty():
-            events.append(self._events.get_nowait())
+            events.append(self._taken(self._events.get_nowait()))
         return events
+
+    def _taken(self, event: Event) -> Event:
+        if isinstance(event, DraftChanged):
+            self._changes_queued.discard(event.id)
+        return event
 
     async def flush(self) -> None:
         """Wait until every edit made so far is acknowledged and applied. Bound the wait
@@ -201,17 +276,21 @@ class Replica:
         elif task is not None and not task.cancelled():
             task.exception()  # retrieved; a crash was already raised to whoever waited
 
-    def drop_connection(self) -> None:
-        """Cut the current connection (the replica reconnects by itself): for tests."""
-        ws = self._ws
-        if ws is not None:
-            ws.transport.abort()
-
     # ------------------------------------------------------------------ the loops
 
     def _emit(self, events: list[Event]) -> None:
         for event in events:
+            if isinstance(event, DraftChanged):
+                if event.id in self._changes_queued:
+                    continue  # one unread DraftChanged per draft is enough
+                self._changes_queued.add(event.id)
             self._events.put_nowait(event)
+            if (
+                isinstance(event, DraftEnded)
+                and event.status != "gone"  # a snapshot taken before this replica reopened it
+                and event.id in self._writers
+            ):
+                self._writers.pop(event.id)._end(event.status)
         self._progress.set()
 
     async def _run(self) -> None:
@@ -277,9 +356,15 @@ class Replica:
             # so a hub and a replica that disagree back off instead of spinning.
             failures = 0 if self._welcomed and not broke_protocol else failures + 1
             if retry == "at_once":
-                continue  # sent to resync: catch up at once
+                continue  # sent to resync: catch up at once (on the same hub)
+            self._fail_over()
             cap = min(self._max_backoff, self._backoff * 2 ** max(failures - 1, 0))
             await anyio.sleep(random.uniform(0, cap))
+
+    def _fail_over(self) -> None:
+        """Move to the next hub url (round robin); with one url, nothing changes."""
+        self._url_at = (self._url_at + 1) % len(self.urls)
+        self.url = self.urls[self._url_at]
 
     def _stop_refused(self, refused: Refused) -> None:
         """The hub refused us for good: stop, and let every waiter raise it."""
@@ -296,6 +381,7 @@ class Replica:
         failure: ConvsyncError | None = None
         async with anyio.create_task_group() as group:
             group.start_soon(self._push_loop, ws)
+            group.start_soon(self._live_loop, ws)
             try:
                 while True:
                     data = await ws.recv(decode=False)
@@ -305,6 +391,7 @@ class Replica:
                         self.connects += 1
                     self._emit(events)
                     self._wake.set()
+                    self._live_wake.set()
             except ConnectionClosed:
                 pass
             except ConvsyncError as error:
@@ -328,6 +415,26 @@ class Replica:
         except ConnectionClosed:
             pass  # the reading side sees the close and ends the connection
 
+    async def _live_loop(self, ws: ClientConnection) -> None:
+        """Send the status and draft ops as they become due: appends coalesced per
+        `draft_interval`, a `keep` for a draft silent `keep_every` seconds."""
+        live = self.session.live
+        try:
+            while True:
+                with anyio.move_on_after(self._keep_every):
+                    await self._live_wake.wait()
+                self._live_wake.clear()
+                status = live.status_to_send()
+                if status is not None:
+                    await ws.send(encode_message(status), text=True)
+                ops = live.ops_to_send(time.monotonic(), self._keep_every)
+                for op in ops:
+                    await ws.send(encode_message(op), text=True)
+                if ops and self._draft_interval > 0:
+                    await anyio.sleep(self._draft_interval)
+        except ConnectionClosed:
+            pass  # the reading side sees the close and ends the connection
+
 
 def _retry_after(close_code: int, close_reason: str, detail: str) -> Retry:
     """What to do after the hub closed with `close_code`/`close_reason` (`sync.errors.CODES`).
@@ -344,13 +451,26 @@ def _retry_after(close_code: int, close_reason: str, detail: str) -> Retry:
     return retry
 
 
+def conversation_urls(url: str | Sequence[str], conversation_id: str) -> list[str]:
+    """The websocket urls of `conversation_id` on each hub of `url` (one or several).
+
+    Raises:
+        UsageError: no url given.
+    """
+    bases = [url] if isinstance(url, str) else list(url)
+    if not bases:
+        raise UsageError("bad_url", "no hub url given")
+    return [f"{base.rstrip('/')}/v1/conversations/{conversation_id}" for base in bases]
+
+
 def connect(
-    url: str,
+    url: str | Sequence[str],
     conversation_id: str,
     *,
     client: str | None = None,
     conversation: Conversation | None = None,
     **options: object,
 ) -> Replica:
-    """A `Replica` of `conversation_id` on the hub at `url`; use with `async with`."""
+    """A `Replica` of `conversation_id` on the hub at `url` (or the first of several hubs,
+    failing over to the next); use with `async with`."""
     return Replica(url, conversation_id, client=client, conversation=conversation, **options)  # type: ignore[arg-type]

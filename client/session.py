@@ -39,16 +39,24 @@ from sync.errors import ProtocolError, Refused, RemoteProtocolError, Unavailable
 from sync.frames import MAX_FRAME, PUSH_OVERHEAD, push_frame, runs
 from sync.protocol import (
     Ack,
+    DraftEnd,
+    Drafts,
+    DraftState,
+    DraftUpdate,
     Entries,
     Error,
     Hello,
     HubMessage,
+    PresenceDiff,
+    PresenceSnapshot,
     Records,
     Reject,
     State,
     Welcome,
 )
 from sync.rebase import Conflict, needs_base, rebase
+
+from .live import DraftChanged, DraftEnded, LiveState, PresenceChanged
 
 HUB_REBASE = "hub_rebase"
 """The feature this session lists: it takes a placed push's records as its batch."""
@@ -58,7 +66,10 @@ __all__ = [
     "Conflict",
     "Connected",
     "Disconnected",
+    "DraftChanged",
+    "DraftEnded",
     "Event",
+    "PresenceChanged",
     "Rebased",
     "ReplicaSession",
     "Reset",
@@ -100,7 +111,17 @@ class Reset(msgspec.Struct, frozen=True):
     revision: int
 
 
-Event = Connected | Disconnected | Applied | Rebased | Reset | Conflict
+Event = (
+    Connected
+    | Disconnected
+    | Applied
+    | Rebased
+    | Reset
+    | Conflict
+    | DraftChanged
+    | DraftEnded
+    | PresenceChanged
+)
 
 
 class _Batch:
@@ -124,6 +145,8 @@ class ReplicaSession:
         max_frame: the largest frame to send, in bytes.
         max_batch: the most records in one push.
         seq: the last seq this client used (to continue a client id across processes).
+        features: the optional capabilities to ask the hub for (`drafts`, `presence`: SPEC 7);
+            none by default, all of them (`client.live.FEATURES`) from a `Replica`.
     """
 
     lag_floor = 64
@@ -138,6 +161,7 @@ class ReplicaSession:
         max_frame: int = MAX_FRAME,
         max_batch: int = 1000,
         seq: int = 0,
+        features: Sequence[str] = (),
     ) -> None:
         local = local if local is not None else Conversation()
         if local.revision != len(local.unsaved()):
@@ -165,6 +189,12 @@ class ReplicaSession:
         self._partial_entries: list[Entry] = []
         self.on_landed: Callable[[int, list[ChangeRecord]], None] | None = None
         """Called with a batch's seq and records once the hub holds them (for observers)."""
+        self.live = LiveState()
+        """Drafts and presence (SPEC 7): what the hub reports, and the drafts made here."""
+        self.features = list(features)
+        """What this session asks the hub for in its hello."""
+        self.kind: str | None = None
+        """What this replica is (`user`, `agent`), for presence without a token."""
 
     # ------------------------------------------------------------------ reads
 
@@ -220,7 +250,9 @@ class ReplicaSession:
         self._partial = None
         self._partial_entries = []
         self._held = []  # the hub sends them again in the catch-up
-        return Hello(self.client, self.lineage, self.revision, token, [HUB_REBASE])
+        self.live.connecting()
+        features = [HUB_REBASE, *self.features]
+        return Hello(self.client, self.lineage, self.revision, token, features, self.kind)
 
     def next_push(self) -> tuple[bytes | None, list[Conflict]]:
         """The next push frame to send, if one may go now, and records refused locally.
@@ -265,22 +297,37 @@ class ReplicaSession:
         """
         match message:
             case Records():  # first: by far the most frequent
-                return self._on_records(message)
+                events = self._on_records(message)
+                return events + self._drafts_landed() if self.live.drafts else events
             case Welcome():
                 return self._on_welcome(message)
             case State():
-                return self._on_state(message)
+                return self._on_state(message) + self._drafts_landed()
             case Entries():
-                return self._on_entries(message)
+                return self._on_entries(message) + self._drafts_landed()
             case Ack():
-                return self._on_ack(message)
+                return self._on_ack(message) + self._drafts_landed()
             case Reject():
                 return self._on_reject(message)
             case Error(code, detail):
                 if retry_of(code) in ("never", "new_token"):
                     raise Refused(code, detail)
                 raise Unavailable(code, detail)
+            case Drafts() | DraftUpdate() | DraftState() | DraftEnd():
+                if self._welcome is None:
+                    raise ProtocolError("unexpected", "a draft message before welcome")
+                return self.live.receive(message)
+            case PresenceSnapshot() | PresenceDiff():
+                if self._welcome is None:
+                    raise ProtocolError("unexpected", "a presence message before welcome")
+                return self.live.receive(message)
         raise ProtocolError("unexpected", f"unexpected {type(message).__name__}")
+
+    def _drafts_landed(self) -> list[Event]:
+        """Drafts whose ids the log now holds are done: a UI never shows both."""
+        # `local` (not `confirmed`, which may have records to fold): no other client can hold
+        # an open draft's id pending, and the producer's own commit ends its draft anyway.
+        return self.live.landed(self.local) if self.live.drafts else []
 
     def disconnected(self, reason: str) -> list[Event]:
         """The connection is gone; the session waits for the next `hello()`."""
@@ -310,7 +357,7 @@ class ReplicaSession:
             # What pending records were made on (kept if a catch-up is cut off and resumed).
             self._before_catch_up = confirmed.copy()
         events: list[Event] = [Connected(welcome.lineage, welcome.revision)]
-        return events + self._maybe_caught_up()
+        return events + self.live.welcomed(welcome) + self._maybe_caught_up()
 
     def _maybe_caught_up(self) -> list[Event]:
         welcome = self._welcome
@@ -372,7 +419,7 @@ class ReplicaSession:
             self._fold(confirmed, records)
             return [Applied(len(records), confirmed.revision), *self._maybe_caught_up()]
         inflight = self._inflight
-        if inflight is None and not self.local.unsaved():
+        if inflight is None and not self.local.has_unsaved:
             # Nothing pending: fold into `local` alone and keep the records as the lag (this
             # path is a subscriber's whole cost per record, so it stays inline).
             local = self.local

@@ -34,11 +34,21 @@ from sync import (
 )
 from sync.messages import AnyMessage
 
+from .live import Draft, DraftEnded, Presence, PresenceChanged
 from .replica import Replica
 from .session import Applied, Connected, Disconnected, Event, Rebased, Reset
 from .session import Conflict as ConflictEvent
 
-__all__ = ["Watcher", "describe_aside", "describe_entry", "one_line", "render", "tail"]
+__all__ = [
+    "Watcher",
+    "describe_aside",
+    "describe_drafts",
+    "describe_entry",
+    "describe_presence",
+    "one_line",
+    "render",
+    "tail",
+]
 
 _SPACE = re.compile(r"\s+")
 _CLEAR = "\x1b[H\x1b[2J"
@@ -161,6 +171,42 @@ def render(conversation: Conversation, title: str = "") -> list[str]:
     return lines
 
 
+def describe_drafts(drafts: dict[str, Draft], width: int = 120) -> list[str]:
+    """Lines for the drafts in progress, drawn under the last entry: the tail of the text as it
+    grows (`▌` marks the cursor), then each tool call's arguments so far."""
+    lines: list[str] = []
+    for draft in drafts.values():
+        who = f" [{draft.client}]"
+        if draft.reasoning:
+            lines.append(f"...  {draft.role}{who}  (thinking: {_tail_of(draft.reasoning, 60)})")
+        lines.append(f"...  {draft.role}{who}  {_tail_of(draft.text, width)}▌")
+        for part, text in draft.parts.items():
+            if part.startswith("call:"):
+                name = draft.names.get(part, "?")
+                lines.append(f"       call {name}({_tail_of(text, 80)}▌ [{part[5:]}]")
+    return lines
+
+
+def _tail_of(text: str, limit: int) -> str:
+    """The last `limit` characters of `text` on one line (an ellipsis before them if cut)."""
+    flat = _SPACE.sub(" ", text)
+    return flat if len(flat) <= limit else "…" + flat[-(limit - 1) :]
+
+
+def describe_presence(presence: dict[str, Presence]) -> str:
+    """One line of who is online: `online: worker (agent, drafting) · ui (user)`."""
+    if not presence:
+        return "online: (nobody)"
+    shown = []
+    for client, who in sorted(presence.items()):
+        notes = [note for note in (who.kind, who.status) if note]
+        label = who.name or client
+        shown.append(
+            f"{one_line(label, 40)} ({', '.join(notes)})" if notes else one_line(label, 40)
+        )
+    return "online: " + " · ".join(shown)
+
+
 class Watcher:
     """Describes, one line each, what changed in a conversation since the last look."""
 
@@ -218,6 +264,8 @@ def _status(event: Event) -> str | None:
             return f"-- connected at revision {revision}"
         case ConflictEvent(reason=reason, detail=detail):
             return f"-- conflict: {reason} {detail}".rstrip()
+        case DraftEnded(id=id_, status=status) if status != "committed":
+            return f"-- draft {id_} ended: {status}"
     return None
 
 
@@ -244,8 +292,12 @@ async def tail(replica: Replica, out: TextIO, *, once: bool, tty: bool) -> None:
         if once:
             return
     status = ""
+
+    def live() -> list[str]:
+        return [*describe_drafts(replica.drafts), describe_presence(replica.presence)]
+
     if tty:
-        _redraw(out, [title(status), *render(conversation)])
+        _redraw(out, [title(status), *render(conversation), *live()])
     async for event in replica.events():
         events = [event, *replica.events_nowait()]
         notes = [note for note in map(_status, events) if note is not None]
@@ -254,8 +306,11 @@ async def tail(replica: Replica, out: TextIO, *, once: bool, tty: bool) -> None:
         if any(isinstance(e, Connected) for e in events):
             status = ""
         if tty:
-            _redraw(out, [title(status), *render(conversation), *notes[-1:]])
+            # The drafts grow in place under the last entry; the presence line follows.
+            _redraw(out, [title(status), *render(conversation), *live(), *notes[-1:]])
             continue
+        if any(isinstance(e, PresenceChanged) for e in events):
+            notes.append(describe_presence(replica.presence))
         if any(isinstance(e, Applied | Rebased | Reset) for e in events) or notes:
             for line in _fit([*notes, *watcher.changes(conversation)], _WIDE):
                 print(line, file=out)

@@ -235,7 +235,7 @@ def _too_large(entries: Sequence[Entry], budget: int) -> tuple[int, int] | None:
 
 @contextlib.asynccontextmanager
 async def connect_checked(
-    url: str,
+    url: str | Sequence[str],
     conversation_id: str,
     *,
     connect_timeout: float = 10.0,
@@ -249,10 +249,10 @@ async def connect_checked(
         HubError: `unreachable`, `bad_status` (not a convsync hub) or `timeout` (no welcome
             within `connect_timeout` seconds).
     """
-    await check_hub(url, request_timeout=connect_timeout)
+    urls = await _answering_first([url] if isinstance(url, str) else list(url), connect_timeout)
     try:
         replica = connect(
-            url,
+            urls,
             conversation_id,
             client=client,
             connect_timeout=connect_timeout,
@@ -267,6 +267,26 @@ async def connect_checked(
         yield replica
     finally:
         await replica.aclose()
+
+
+async def _answering_first(urls: list[str], request_timeout: float) -> list[str]:
+    """`urls` turned so the first hub that answers its health check comes first.
+
+    Raises:
+        HubError: no hub answers (the last hub's error); `bad_url` for an empty list.
+    """
+    if not urls:
+        raise HubError("bad_url", "no hub url given")
+    failure: HubError | None = None
+    for at, url in enumerate(urls):
+        try:
+            await check_hub(url, request_timeout=request_timeout)
+        except HubError as exc:
+            failure = exc
+            continue
+        return urls[at:] + urls[:at]
+    assert failure is not None
+    raise failure
 
 
 async def flush_edits(replica: Replica, wait: float, what: str) -> None:

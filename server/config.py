@@ -29,6 +29,15 @@ class HubConfig:
         compression: `None` (default) or `"deflate"` (permessage-deflate).
         ping_interval: seconds between keepalive pings (`None`: no pings).
         max_connections: connections served at once; more are refused with HTTP 503.
+        head_check: seconds between two re-reads of each loaded conversation's head when
+            other hubs share the store (PostgreSQL, SPEC 9); the backstop for a lost notice.
+            Unused on a store only this hub writes (SQLite, memory).
+        draft_interval: seconds between two draft delta messages to one replica (0: each
+            delta at once).
+        draft_timeout: seconds of silence after which a draft ends `timeout`.
+        draft_grace: seconds a draft waits for its producer to reconnect.
+        draft_max_bytes: UTF-8 bytes one draft may hold (at most half of `max_frame` is used,
+            so a draft's text always fits one `drafts` frame).
         hub_rebase: place a stale push (made on an older revision) by intent when all its
             records replay cleanly, for replicas that list the `hub_rebase` feature (SPEC
             2.4.6); off, every stale push is rejected `behind` and its replica rebases it.
@@ -43,6 +52,11 @@ class HubConfig:
     compression: str | None = None
     ping_interval: float | None = 20.0
     max_connections: int = 10_000
+    head_check: float = 1.0
+    draft_interval: float = 0.05
+    draft_timeout: float = 30.0
+    draft_grace: float = 10.0
+    draft_max_bytes: int = 512 * 1024
     hub_rebase: bool = True
 
     def __post_init__(self) -> None:
@@ -50,6 +64,12 @@ class HubConfig:
             raise UsageError("bad_setting", f"max_frame must be at least {MIN_FRAME} bytes")
         if self.send_queue < 1 or self.snapshot_every < 1 or self.recent_records < 0:
             raise UsageError("bad_setting", "queue, snapshot and recent sizes must be positive")
+        if not self.head_check > 0:
+            raise UsageError("bad_setting", "head_check must be a positive number of seconds")
+        if min(self.draft_interval, self.draft_timeout, self.draft_grace) < 0:
+            raise UsageError("bad_setting", "draft times are not negative")
+        if self.draft_max_bytes < 1:
+            raise UsageError("bad_setting", "draft_max_bytes must be positive")
         if self.compression not in (None, "deflate"):
             raise UsageError("bad_setting", "compression is None or 'deflate'")
 

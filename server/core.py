@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 import msgspec
@@ -33,6 +33,8 @@ from sync import (
     Author,
     ChangeRecord,
     Conversation,
+    Halt,
+    HaltChange,
     Lineage,
     Push,
     Reset,
@@ -47,19 +49,25 @@ from sync.errors import ApplyError, ErrorCode, LocalProtocolError
 from sync.frames import RECORDS_OVERHEAD, records_frames, state_frames
 from sync.protocol import (
     Ack,
+    DraftEnd,
+    DraftOp,
+    DraftUpdate,
     Error,
     Hello,
     PushBatch,
     PushOrigin,
     Reject,
     RejectReason,
+    StatusUpdate,
     Welcome,
     encode_message,
 )
 from sync.rebase import place
 from sync.strict import strict_violation
 
+from .drafts import Delta, DraftBoard, DraftConfig, Frame, Out, Owner
 from .metrics import Metrics
+from .presence import PresenceBoard
 from .store.base import ClientMark, Loaded, LogMoved, SeqTaken
 
 __all__ = [
@@ -69,10 +77,12 @@ __all__ = [
     "CoreConfig",
     "LoadLog",
     "Raise",
+    "ReadMark",
     "ReadRecords",
     "RewriteLog",
     "RoomCore",
     "Send",
+    "SendDraft",
     "StoreCall",
     "WriteSnapshot",
     "deliver",
@@ -118,11 +128,30 @@ class Close(Generic[C]):
 
 
 @dataclass(frozen=True, slots=True)
+class SendDraft(Generic[C]):
+    """Write `frame` (the encoded `message`: one draft part grown) to every connection of
+    `to`. A shell may merge it into a delta for the same `key` still queued for a slow peer;
+    draft deltas never count toward `lagging` (SPEC 7)."""
+
+    to: list[C]
+    key: tuple[str, str]
+    message: DraftUpdate
+    frame: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class ReadRecords:
     """Read the log's records after revision `from_`, at `lineage` (None: gone)."""
 
     lineage: int
     from_: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadMark:
+    """Read `client`'s last accepted push from the store (`LogStore.client_mark`)."""
+
+    client: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,8 +196,8 @@ class Raise:
     error: Exception
 
 
-StoreCall = ReadRecords | AppendRecords | LoadLog | WriteSnapshot | RewriteLog
-Action = Send[C] | Broadcast[C] | Close[C] | Raise | StoreCall
+StoreCall = ReadRecords | AppendRecords | LoadLog | WriteSnapshot | RewriteLog | ReadMark
+Action = Send[C] | Broadcast[C] | Close[C] | SendDraft[C] | Raise | StoreCall
 _Then = Callable[[object], list[Action[C]]]
 
 
@@ -181,6 +210,18 @@ class CoreConfig:
     recent_records: int = 1000
     snapshot_every: int = 1000
     hub_rebase: bool = True
+    """Place a stale push by intent for replicas that list `hub_rebase` (SPEC 2.4.6)."""
+    shared_store: bool = False
+    """Other hubs append to the same store (SPEC 9): a `hello` reads the client's mark from
+    the store instead of trusting the room's copy."""
+    drafts: DraftConfig = field(default_factory=DraftConfig)
+    presence_throttle: int = 100
+    """Least ms between two presence diffs."""
+
+
+LIVE_FEATURES = ("drafts", "presence")
+"""Live drafts and presence (SPEC 7): a welcome lists those the hello asked for, and the core
+uses them only with that connection."""
 
 
 # ---------------------------------------------------------------------- the core
@@ -219,6 +260,11 @@ class RoomCore(Generic[C]):
         self._snapshot_revision = 0
         self._then: _Then[C] | None = None
         self._stale = False  # the store failed in a way that may leave us behind it
+        # Live drafts and presence (SPEC 7), kept in memory only.
+        self.drafts: DraftBoard[C] = DraftBoard(config.drafts, self.metrics, config.max_frame)
+        self.presence: PresenceBoard[C] = PresenceBoard(self.metrics, config.presence_throttle)
+        self._hellos: dict[C, Hello] = {}
+        self._now = 0  # the latest time a caller gave (ms)
 
     # ------------------------------------------------------------------ driving
 
@@ -278,8 +324,13 @@ class RoomCore(Generic[C]):
 
     # ------------------------------------------------------------------ joining
 
-    def join(self, conn: C, hello: Hello) -> list[Action[C]]:
-        """Welcome `conn`, bring it up to date; from then on it gets every record appended."""
+    def join(self, conn: C, hello: Hello, now: int | None = None) -> list[Action[C]]:
+        """Welcome `conn`, bring it up to date; from then on it gets every record appended.
+        `now` (ms) dates its presence entry."""
+        self._now = self._now if now is None else now
+        self._hellos[conn] = hello
+        if self.config.shared_store:
+            return self._fresh(lambda: self._read_mark(conn, hello))
         return self._fresh(lambda: self._join(conn, hello))
 
     def _join(self, conn: C, hello: Hello) -> list[Action[C]]:
@@ -289,6 +340,7 @@ class RoomCore(Generic[C]):
         features = [HUB_REBASE] if self.config.hub_rebase else []
         if HUB_REBASE in features and HUB_REBASE in hello.features:
             self._placing.add(conn)
+        features += [feature for feature in LIVE_FEATURES if feature in hello.features]
         welcome = Welcome(self.lineage, self.revision, mark.seq if mark else 0, features)
         actions: list[Action[C]] = [Send(conn, encode_message(welcome), True)]
         lineage, revision = hello.lineage, hello.revision
@@ -308,6 +360,30 @@ class RoomCore(Generic[C]):
                     read, lambda outcome: self._caught_up(conn, hello.client, revision, outcome)
                 )
         return self._subscribe(conn, hello.client, actions + self._state_to(conn))
+
+    def _read_mark(self, conn: C, hello: Hello) -> list[Action[C]]:
+        """On a shared store, the welcome's `acked` comes from the store (SPEC 9): the client
+        may have pushed through another hub since this room last heard of it."""
+        return self._call(
+            ReadMark(hello.client), lambda outcome: self._mark_read(conn, hello, outcome)
+        )
+
+    def _mark_read(self, conn: C, hello: Hello, outcome: object) -> list[Action[C]]:
+        if isinstance(outcome, Exception):
+            log.error(
+                "reading the mark of %s in %s failed", hello.client, self.id, exc_info=outcome
+            )
+            return [Close(conn, "unavailable", "the log cannot be read now; reconnect later")]
+        if outcome is None:
+            return self._join(conn, hello)
+        assert isinstance(outcome, ClientMark)
+        cached = self.marks.get(hello.client)
+        if cached is not None and cached.seq >= outcome.seq:
+            return self._join(conn, hello)
+        # A push this room has not seen landed through another hub: fold what the room lacks
+        # first, so the welcome's `acked` never runs ahead of the records the replica gets.
+        self.marks[hello.client] = outcome
+        return self._forward_missing(lambda: self._join(conn, hello))
 
     def _caught_up(self, conn: C, client: str, revision: int, outcome: object) -> list[Action[C]]:
         if isinstance(outcome, Exception):
@@ -344,7 +420,7 @@ class RoomCore(Generic[C]):
 
     def _subscribe(self, conn: C, client: str, actions: list[Action[C]]) -> list[Action[C]]:
         self.subscribers[conn] = client
-        return actions
+        return actions + self._live_join(conn)
 
     def _state_to(self, conn: C) -> list[Action[C]]:
         return [Send(conn, frame, True) for frame in self._state_frames()]
@@ -353,11 +429,13 @@ class RoomCore(Generic[C]):
         state = self.conversation.state()
         return state_frames(self.lineage, self.revision, state, self.config.max_frame)
 
-    def leave(self, conn: C) -> None:
-        """`conn` is gone; it gets nothing more."""
+    def leave(self, conn: C, now: int | None = None) -> None:
+        """`conn` is gone; it gets nothing more. Its presence entry goes at the next `tick`;
+        drafts it produced wait `draft_grace` for their producer to come back."""
         self.subscribers.pop(conn, None)
         self._placing.discard(conn)
         self._answered.pop(conn, None)
+        self._live_leave(conn, self._now if now is None else now)
 
     # ------------------------------------------------------------------ pushing
 
@@ -387,6 +465,9 @@ class RoomCore(Generic[C]):
         ):
             reject = self._reject(batch, "lineage", "the log was rewritten; a state follows")
             return [Send(conn, reject), *self._state_to(conn)]
+        clash = self._draft_clash(conn, batch.records)
+        if clash is not None:
+            return [Send(conn, self._reject(batch, "invalid", clash))]
         since = len(self.conversation)
         placed = batch.revision != self.revision
         if placed:
@@ -405,7 +486,8 @@ class RoomCore(Generic[C]):
             try:
                 undo = self.conversation.apply_batch(batch.records)
             except ApplyError as error:
-                return [Send(conn, self._reject(batch, "invalid", str(error)))]
+                rejected = Send(conn, self._reject(batch, "invalid", str(error)))
+                return [rejected, *self._drafts_refused(conn, batch.records)]
             landed = batch.records
         if self.config.strict_pairing:
             violation = _strict_check(self.conversation, landed, since)
@@ -414,7 +496,8 @@ class RoomCore(Generic[C]):
                 if placed:  # judged at its own base, as before: the replica resends it there
                     return [Send(conn, self._reject(batch, "behind", "the log moved"))]
                 detail = f"strict pairing: {violation}"
-                return [Send(conn, self._reject(batch, "invalid", detail))]
+                rejected = Send(conn, self._reject(batch, "invalid", detail))
+                return [rejected, *self._drafts_refused(conn, batch.records)]
         records = [
             record if record.at is not None else msgspec.structs.replace(record, at=now)
             for record in landed
@@ -469,6 +552,7 @@ class RoomCore(Generic[C]):
         others = [other for other in self.subscribers if other != conn]
         if others:
             actions += [Broadcast(others, frame) for frame in frames]
+        actions += self._drafts_landed(batch.records)  # in the same step as the records
         metrics = self.metrics
         metrics.records_appended += len(append.records)
         metrics.pushes_accepted += 1
@@ -511,6 +595,23 @@ class RoomCore(Generic[C]):
         """Another hub appended to this conversation: forward what the room lacks."""
         return self._fresh(lambda: self._forward_missing(list))
 
+    def head_check(self) -> list[Action[C]]:
+        """The periodic re-read of the head (SPEC 9) on a store other hubs share: forward the
+        records the room lacks, like `log_moved`. Correctness never depends on a notice; this
+        is the backstop. A read that fails changes nothing (the next check tries again)."""
+
+        def check() -> list[Action[C]]:
+            read = ReadRecords(self.lineage, self.revision)
+            return self._call(read, self._head_read)
+
+        return self._fresh(check)
+
+    def _head_read(self, outcome: object) -> list[Action[C]]:
+        if isinstance(outcome, Exception):
+            log.warning("re-reading the head of %s failed: %s", self.id, outcome)
+            return []
+        return self._forwarded(outcome, list)
+
     def _forward_missing(self, then: Callable[[], list[Action[C]]]) -> list[Action[C]]:
         """Read the records this room lacks, fold them, send exactly those to every
         subscriber (a replica never holds more than its hub's room), then `then()`."""
@@ -526,15 +627,17 @@ class RoomCore(Generic[C]):
         if not records:
             return then()
         from_ = self.revision
-        for data in records:
-            self.conversation.apply(decode_record(data))
+        decoded = [decode_record(data) for data in records]
+        for record in decoded:
+            self.conversation.apply(record)
         self.revision += len(records)
         self.conversation.continue_log(self.lineage, self.revision)
         self.exists = True
         self._remember(records)
         to = list(self.subscribers)
         frames = records_frames(from_, records, None, self.config.max_frame)
-        return [*(Broadcast(to, frame) for frame in frames), *then()]
+        landed = self._drafts_landed(decoded)
+        return [*(Broadcast(to, frame) for frame in frames), *landed, *then()]
 
     def _reloaded_for_all(
         self, outcome: object, then: Callable[[], list[Action[C]]]
@@ -547,10 +650,13 @@ class RoomCore(Generic[C]):
                 for conn in self.subscribers
             ]
         assert outcome is None or isinstance(outcome, Loaded)
+        if outcome is None and not self.exists:
+            return then()  # still no log: the room's fresh lineage stands, nothing to send
         self.load(outcome)
         frames = self._state_frames()
         to = list(self.subscribers)
-        return [*(Broadcast(to, frame) for frame in frames), *then()]
+        ended = self._live(self.drafts.end_all("aborted"))  # a rewrite ends every draft
+        return [*(Broadcast(to, frame) for frame in frames), *ended, *then()]
 
     # ------------------------------------------------------------------ rewriting
 
@@ -558,7 +664,9 @@ class RoomCore(Generic[C]):
         """Replace the log with one `reset` record holding `conversation`'s state under the
         fresh `lineage`; every subscriber is sent the new state and rereads."""
         record = ChangeRecord(Reset(conversation.state()), Author.rig(), now)
-        base = (self.lineage, self.revision) if self.exists else None
+        # Always compare-and-set: a room that saw no log expects none (revision 0), so a log
+        # another hub created meanwhile is never erased.
+        base = (self.lineage, self.revision)
         call = RewriteLog(lineage, [encode(record)], base)
         return self._call(call, self._rewritten)
 
@@ -581,6 +689,135 @@ class RoomCore(Generic[C]):
             for conn in self.subscribers
         ]
 
+    # ------------------------------------------------------------------ drafts and presence
+
+    def draft(self, conn: C, op: DraftOp, now: int) -> list[Action[C]]:
+        """Handle draft op `op` from `conn` (joined): open, append, keep, abort (SPEC 7)."""
+        self._now = now
+        if conn not in self.subscribers:
+            return []
+        owner = self._owner(conn)
+        if op.op == "open":
+            refusal = self._open_refusal(conn, op)
+            if refusal is not None:
+                return [Send(conn, encode_message(refusal))]
+        actions = self._live(self.drafts.receive(conn, owner, op, now))
+        self.presence.set_drafting(self.drafts.owners())
+        return actions + self.tick(now)
+
+    def status(self, conn: C, update: StatusUpdate, now: int) -> list[Action[C]]:
+        """`conn` set its presence status (checked by the hub session)."""
+        self._now = now
+        if conn in self.subscribers:
+            self.presence.set_status(conn, update.status, update.detail)
+        return self.tick(now)
+
+    def tick(self, now: int) -> list[Action[C]]:
+        """What is due at `now`: coalesced draft deltas, drafts that timed out, a presence
+        diff. The shell calls it when `next_deadline()` comes."""
+        self._now = now
+        actions = self._live(self.drafts.tick(now))
+        if actions:
+            self.presence.set_drafting(self.drafts.owners())
+        for to, frame in self.presence.tick(now):
+            actions.append(Broadcast(to, frame))
+        return actions
+
+    def next_deadline(self) -> int | None:
+        """When `tick` next has something to do (ms, on the callers' clock), or None."""
+        times = [self.drafts.next_deadline(), self.presence.next_deadline()]
+        return min((t for t in times if t is not None), default=None)
+
+    def _owner(self, conn: C) -> Owner:
+        """Who `conn` is for draft ownership and presence: (principal, client)."""
+        hello = self._hellos[conn]
+        return (self._principal(conn), hello.client)
+
+    def _principal(self, conn: C) -> str:
+        # AUTH HOOK (issue 9): the token's `sub`; `anonymous` while the hub runs without auth.
+        return "anonymous"
+
+    def _may_write(self, conn: C) -> bool:
+        # AUTH HOOK (issue 9): False for a read-only grant, so it cannot open a draft.
+        return True
+
+    def _open_refusal(self, conn: C, op: DraftOp) -> DraftEnd | None:
+        """Why `open` may not start draft `op.id`, for the sender only; None: it may."""
+        if not self._may_write(conn):
+            return DraftEnd(op.id, "refused", "this connection may not write")
+        if self.conversation.holds(op.id):
+            return DraftEnd(op.id, "committed", "the log holds this id")
+        if self.conversation.is_retired(op.id):
+            return DraftEnd(op.id, "refused", "this id was taken out of the log")
+        return None
+
+    def _live_join(self, conn: C) -> list[Action[C]]:
+        """A joined connection's presence entry, then the drafts and presence it sees."""
+        hello = self._hellos.get(conn)
+        if hello is None:
+            return []
+        principal, client = self._owner(conn)
+        self.presence.join(conn, principal, client, hello.kind, None, self._now)
+        actions: list[Action[C]] = []
+        if "drafts" in hello.features:
+            actions += [Send(conn, frame, True) for frame in self.drafts.subscribe(conn)]
+        if "presence" in hello.features:
+            actions.append(Send(conn, self.presence.subscribe(conn), True))
+        return actions + self.tick(self._now)
+
+    def _live_leave(self, conn: C, now: int) -> None:
+        self._hellos.pop(conn, None)
+        self.drafts.unsubscribe(conn, now)
+        self.presence.leave(conn)
+
+    def _live(self, out: list[Out[C]]) -> list[Action[C]]:
+        actions: list[Action[C]] = []
+        for item in out:
+            match item:
+                case Frame(to, frame):
+                    actions.append(Send(to[0], frame) if len(to) == 1 else Broadcast(to, frame))
+                case Delta(to, key, message, frame):
+                    actions.append(SendDraft(to, key, message, frame))
+        return actions
+
+    def _draft_clash(self, conn: C, records: Sequence[ChangeRecord]) -> str | None:
+        """Why `records` from `conn` may not land: one would make another client's open
+        draft's id held."""
+        if not self.drafts.drafts:
+            return None
+        owner = self._owner(conn)
+        for id_ in _entry_ids(records):
+            holder = self.drafts.owner_of(id_)
+            if holder is not None and holder != owner:
+                return f"entry id {id_} is another client's open draft"
+        return None
+
+    def _drafts_refused(self, conn: C, records: Sequence[ChangeRecord]) -> list[Action[C]]:
+        """The owner's push carrying a draft's id was rejected `invalid`: the draft ends."""
+        if not self.drafts.drafts:
+            return []
+        owner = self._owner(conn)
+        out: list[Out[C]] = []
+        for id_ in _entry_ids(records):
+            if self.drafts.owner_of(id_) == owner:
+                out += self.drafts.end(id_, "aborted", "the push carrying it was rejected")
+        self.presence.set_drafting(self.drafts.owners())
+        return self._live(out)
+
+    def _drafts_landed(self, records: Sequence[ChangeRecord]) -> list[Action[C]]:
+        """Records landed: drafts whose ids they made held end `committed`; a stop ends every
+        other one `stopped`."""
+        if not self.drafts.drafts:
+            return []
+        out = self.drafts.end_held(_entry_ids(records), lambda owner: True)
+        if any(
+            isinstance(record.change, HaltChange) and record.change.halt is Halt.STOPPED
+            for record in records
+        ):
+            out += self.drafts.end_all("stopped")
+        self.presence.set_drafting(self.drafts.owners())
+        return self._live(out)
+
     # ------------------------------------------------------------------ reads
 
     def snapshot_json(self) -> bytes:
@@ -593,9 +830,11 @@ def deliver(
     actions: list[Action[C]],
     send: Callable[[C, bytes, bool], None],
     close: Callable[[C, ErrorCode, str], None],
+    send_draft: Callable[[C, SendDraft[C]], None] | None = None,
 ) -> StoreCall | None:
     """Carry out the frame actions of `actions` in order with `send(to, frame, catch_up)` and
-    `close(to, code, detail)`; return the store call that ends the list, if any (the caller
+    `close(to, code, detail)` (and `send_draft(to, action)` for draft deltas, if given; else
+    they go through `send`); return the store call that ends the list, if any (the caller
     awaits it and hands the outcome to `RoomCore.resume`). A `Raise` raises its error."""
     call: StoreCall | None = None
     for action in actions:
@@ -605,6 +844,12 @@ def deliver(
             case Broadcast(to, frame):
                 for conn in to:
                     send(conn, frame, False)
+            case SendDraft(to, _, _, frame):
+                for conn in to:
+                    if send_draft is not None:
+                        send_draft(conn, action)
+                    else:
+                        send(conn, frame, False)
             case Close(to, code, detail):
                 close(to, code, detail)
             case Raise(error):
@@ -639,6 +884,18 @@ def _strict_check(
         return None
     violation = strict_violation(conversation, since)
     return None if violation is None else violation.message
+
+
+def _entry_ids(records: Sequence[ChangeRecord]) -> list[str]:
+    """The ids of every entry `records` put in (pushed, spliced in or reset to)."""
+    ids: list[str] = []
+    for record in records:
+        change = record.change
+        if isinstance(change, Push | Splice):
+            ids += [entry.id for entry in change.entries if entry.id is not None]
+        elif isinstance(change, Reset):
+            ids += [entry.id for entry in change.state.entries if entry.id is not None]
+    return ids
 
 
 def _pairs(message: object) -> bool:

@@ -5,17 +5,23 @@ How this works: one `websockets` server on one port. Plain HTTP requests get `/h
 replica session. A connection reads frames one at a time: the pure `HubSession` decodes and
 checks each (bad input: `error`, then close); a `hello` and every `push` go to the
 conversation's `Room`, whose pure `RoomCore` holds every rule. Rooms load on first use and
-unload when nobody has used them for `idle_unload` seconds. Every long-lived task (the server,
-the unloader, each connection's writer) lives in one anyio task group.
+unload when nobody has used them for `idle_unload` seconds. The server, the unloader and the
+timer that wakes each room's core at its next deadline live in one anyio task group; each
+connection's writer lives in a task group of that connection's handler, which ends with it. On
+a store other hubs share (PostgreSQL), two more tasks keep loaded rooms up to the store: a
+watcher on the store's notices and a periodic head check (see "other hubs" below).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 import anyio
 from websockets.asyncio.server import Server, ServerConnection, serve
@@ -25,14 +31,16 @@ from websockets.http11 import Request, Response
 
 from sync import Conversation
 from sync.errors import ProtocolError
-from sync.protocol import SUBPROTOCOL, Hello, PushBatch
+from sync.ids import now_ms
+from sync.protocol import SUBPROTOCOL, DraftOp, Hello, PushBatch, StatusUpdate
 
 from .config import HubConfig
 from .metrics import Metrics
-from .room import Room
+from .room import Room, is_shared
 from .session import HubSession, conversation_id_of, is_conversation_id
-from .store import LogStore, MemoryStore
+from .store import LogStore, MemoryStore, StoreError
 from .subscriber import Subscriber
+from .web import Web, is_summary_path
 
 __all__ = ["Hub"]
 
@@ -73,6 +81,10 @@ class Hub:
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self._closing = False
+        self._group: anyio.abc.TaskGroup | None = None
+        self._following: dict[Room, bool] = {}  # room -> check again once this one ends
+        self._deadline_moved = asyncio.Event()  # a room's next deadline may be sooner
+        self._web = Web(self)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -124,7 +136,12 @@ class Hub:
             ) as server,
         ):
             self._server = server
+            self._group = group
             group.start_soon(self._unload_idle)
+            if is_shared(self._store):
+                group.start_soon(self._watch_store)
+                group.start_soon(self._check_heads)
+            group.start_soon(self._tick_rooms)
             ready.set()
             await self._stop.wait()
             await self._shutdown(server)
@@ -167,7 +184,13 @@ class Hub:
                 loading = asyncio.get_running_loop().create_future()
                 self._loading[conversation_id] = loading
                 try:
-                    room = Room(conversation_id, self._store, self.config, self.metrics)
+                    room = Room(
+                        conversation_id,
+                        self._store,
+                        self.config,
+                        self.metrics,
+                        self._deadline_moved.set,
+                    )
                     await room.load()
                     self._rooms[conversation_id] = room
                     self.metrics.conversations_loaded = len(self._rooms)
@@ -195,9 +218,37 @@ class Hub:
             now = time.monotonic()
             for conversation_id, room in list(self._rooms.items()):
                 if room.users == 0 and now - room.idle_since >= self.config.idle_unload:
-                    if not room.lock.locked():
+                    # A room keeps its open drafts until they end (grace, timeout).
+                    if not room.lock.locked() and not room.core.drafts.drafts:
                         del self._rooms[conversation_id]
             self.metrics.conversations_loaded = len(self._rooms)
+
+    async def _tick_rooms(self) -> None:
+        """Sleep until the soonest room deadline (draft coalescing and expiry, presence
+        diffs), tick the rooms that are due, repeat; a room whose deadline may have moved
+        wakes this early."""
+        moved = self._deadline_moved
+        while True:
+            moved.clear()
+            soonest: int | None = None
+            for room in list(self._rooms.values()):
+                if room.lock.locked():
+                    continue  # busy (maybe awaiting its store): its operation's end wakes us
+                deadline = room.next_deadline()
+                if deadline is not None and deadline <= now_ms():
+                    try:
+                        await room.tick()
+                    except Exception:  # a bug of ours: log it; the timer keeps serving others
+                        log.exception("tick of %s failed", room.id)
+                        continue
+                    deadline = room.next_deadline()
+                if deadline is not None:
+                    soonest = deadline if soonest is None else min(soonest, deadline)
+            if soonest is None:
+                await moved.wait()
+                continue
+            with anyio.move_on_after(max(soonest - now_ms(), 0) / 1000):
+                await moved.wait()
 
     async def rewrite(self, conversation_id: str, conversation: Conversation) -> None:
         """Rewrite the log of `conversation_id` under a fresh lineage, holding `conversation`
@@ -211,6 +262,7 @@ class Hub:
         room = await self._acquire(conversation_id)
         try:
             await room.rewrite(conversation)
+            self._web.touched(room)
         finally:
             self._release(room)
 
@@ -221,6 +273,76 @@ class Hub:
         room = self._rooms.get(conversation_id)
         if room is not None:
             await room.log_moved()
+            self._web.touched(room)
+
+    # ------------------------------------------------------------------ other hubs (SPEC 9)
+    #
+    # On a store other hubs append to (one with `watch()`: PostgreSQL), a loaded room learns
+    # that its log moved in two ways: the store's notices (fast, may be lost) and a re-read
+    # of its head every `head_check` seconds (the backstop). Both only schedule a catch-up;
+    # each room has at most one under way, plus one more when asked again meanwhile, so a
+    # burst of notices costs one read per room and a busy room never stalls the others.
+    # Drafts and presence across hubs (SPEC 7 and 9: a bus, hub heartbeats) are not here:
+    # they plug in beside `_watch_store`, as a second watcher task on the bus that hands
+    # remote draft deltas to the room's core.
+
+    async def _watch_store(self) -> None:
+        """Follow the store's notices; after a lost watch, re-check every loaded room (notices
+        may have been missed) and watch again, with capped backoff and full jitter."""
+        watch: Callable[[], AbstractAsyncContextManager[AsyncIterator[Any]]]
+        watch = self._store.watch  # type: ignore[attr-defined]
+        failures = 0
+        while True:
+            try:
+                async with watch() as notices:
+                    failures = 0
+                    self._check_all()  # whatever moved while nobody listened
+                    async for notice in notices:
+                        self._heard(notice.conversation, notice.lineage, notice.revision)
+                return  # the store closed
+            except StoreError as exc:
+                failures += 1
+                log.warning("watching the store failed (%s); checking every room", exc)
+            self._check_all()
+            await anyio.sleep(random.uniform(0, min(5.0, 0.1 * 2 ** (failures - 1))))
+
+    async def _check_heads(self) -> None:
+        while True:
+            await anyio.sleep(self.config.head_check)
+            self._check_all()
+
+    def _heard(self, conversation_id: str, lineage: int, revision: int) -> None:
+        """A notice: the log is at (`lineage`, `revision`); catch up a room that lacks it."""
+        room = self._rooms.get(conversation_id)
+        if room is not None and (lineage != room.lineage or revision > room.revision):
+            self._follow(room)
+
+    def _check_all(self) -> None:
+        for room in list(self._rooms.values()):
+            self._follow(room)
+
+    def _follow(self, room: Room) -> None:
+        """Schedule a head check of `room` (at most one under way per room)."""
+        if room in self._following:
+            self._following[room] = True
+            return
+        if self._group is None or self._closing:
+            return
+        self._following[room] = False
+        self._group.start_soon(self._catch_up, room)
+
+    async def _catch_up(self, room: Room) -> None:
+        try:
+            while True:
+                self._following[room] = False
+                try:
+                    await room.head_check()
+                except Exception:  # a bug of ours: log it, the next check tries again
+                    log.exception("checking the head of %s failed", room.id)
+                if not self._following.get(room):
+                    return
+        finally:
+            self._following.pop(room, None)
 
     async def room_for_read(self, conversation_id: str) -> Room | None:
         """The room of `conversation_id` for a read, loading it for the moment if needed;
@@ -240,6 +362,9 @@ class Hub:
             if self.metrics.connections >= self.config.max_connections:
                 return connection.respond(503, "too many connections\n")
             return None  # the handshake goes on; bad ids are answered on the socket
+        response = await self._web.respond(connection, request)  # the viewer and the list
+        if response is not None:
+            return response
         if path == "/healthz":
             return connection.respond(200, "ok\n")
         if path == "/metrics":
@@ -264,6 +389,9 @@ class Hub:
     # ------------------------------------------------------------------ websockets
 
     async def _connection(self, ws: ServerConnection) -> None:
+        if ws.request is not None and is_summary_path(ws.request.path):
+            await self._web.serve_summary(ws)
+            return
         metrics = self.metrics
         metrics.connections += 1
         sub = Subscriber(ws, self.config.send_queue, metrics)
@@ -280,6 +408,7 @@ class Hub:
             metrics.connections -= 1
             if room is not None:
                 room.leave(sub)
+                self._web.touched(room)
                 self._release(room)
 
     async def _serve(self, ws: ServerConnection, sub: Subscriber) -> Room | None:
@@ -301,9 +430,17 @@ class Hub:
                     case Hello():
                         room = await self._acquire(conversation_id)
                         await room.join(sub, message)
+                        self._web.touched(room)
                     case PushBatch():
                         assert room is not None
                         await room.push(sub, message)
+                        self._web.touched(room)
+                    case DraftOp():
+                        assert room is not None
+                        await room.draft(sub, message)
+                    case StatusUpdate():
+                        assert room is not None
+                        await room.status(sub, message)
             except ProtocolError as error:
                 self._fail(sub, error)
                 break

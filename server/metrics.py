@@ -22,6 +22,11 @@ class Metrics:
         self.pushes_rejected: Counter[str] = Counter()
         self.send_queue_drops = 0
         self.protocol_errors: Counter[str] = Counter()
+        # Live drafts and presence (SPEC 7): in memory only.
+        self.drafts_open = 0
+        self.draft_deltas_relayed = 0
+        self.draft_bytes_relayed = 0
+        self.presence = 0
         self._latency_counts = [0] * (len(_LATENCY_BUCKETS) + 1)
         self._latency_sum = 0.0
         self._latency_count = 0
@@ -70,6 +75,18 @@ class Metrics:
             "# HELP convsync_send_queue_drops_total Subscribers dropped for lagging.",
             "# TYPE convsync_send_queue_drops_total counter",
             f"convsync_send_queue_drops_total {self.send_queue_drops}",
+            "# HELP convsync_drafts_open Drafts open (messages being streamed).",
+            "# TYPE convsync_drafts_open gauge",
+            f"convsync_drafts_open {self.drafts_open}",
+            "# HELP convsync_draft_deltas_relayed_total Draft delta messages sent to replicas.",
+            "# TYPE convsync_draft_deltas_relayed_total counter",
+            f"convsync_draft_deltas_relayed_total {self.draft_deltas_relayed}",
+            "# HELP convsync_draft_bytes_relayed_total Bytes of draft deltas sent to replicas.",
+            "# TYPE convsync_draft_bytes_relayed_total counter",
+            f"convsync_draft_bytes_relayed_total {self.draft_bytes_relayed}",
+            "# HELP convsync_presence Connections listed in presence.",
+            "# TYPE convsync_presence gauge",
+            f"convsync_presence {self.presence}",
             "# HELP convsync_append_seconds Time from a push's arrival to its durable append.",
             "# TYPE convsync_append_seconds histogram",
         ]

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 from sync import Conversation, Lineage
 from sync.ids import now_ms
-from sync.protocol import Hello, PushBatch
+from sync.protocol import DraftOp, Hello, PushBatch, StatusUpdate
 
 from .config import HubConfig
 from .core import (
@@ -22,25 +23,33 @@ from .core import (
     AppendRecords,
     CoreConfig,
     LoadLog,
+    ReadMark,
     ReadRecords,
     RewriteLog,
     RoomCore,
+    SendDraft,
     StoreCall,
     WriteSnapshot,
     deliver,
 )
+from .drafts import DraftConfig
 from .metrics import Metrics
 from .store import LogStore
 from .subscriber import Subscriber
 
-__all__ = ["Room", "store_call"]
+__all__ = ["Room", "is_shared", "store_call"]
 
 
 class Room:
     """One conversation: its core, its store, its lock."""
 
     def __init__(
-        self, conversation_id: str, store: LogStore, config: HubConfig, metrics: Metrics
+        self,
+        conversation_id: str,
+        store: LogStore,
+        config: HubConfig,
+        metrics: Metrics,
+        on_deadline: Callable[[], None] | None = None,
     ) -> None:
         self.id = conversation_id
         self._store = store
@@ -52,6 +61,13 @@ class Room:
                 strict_pairing=config.strict_pairing,
                 recent_records=config.recent_records,
                 snapshot_every=config.snapshot_every,
+                shared_store=is_shared(store),
+                drafts=DraftConfig(
+                    interval=round(config.draft_interval * 1000),
+                    timeout=round(config.draft_timeout * 1000),
+                    grace=round(config.draft_grace * 1000),
+                    max_bytes=min(config.draft_max_bytes, config.max_frame // 2),
+                ),
                 hub_rebase=config.hub_rebase,
             ),
             metrics,
@@ -59,6 +75,7 @@ class Room:
         self.lock = asyncio.Lock()
         self.users = 0  # connections holding this room (joined or about to)
         self.idle_since = time.monotonic()
+        self._on_deadline = on_deadline  # the hub's timer: this room's deadline may have moved
 
     @property
     def exists(self) -> bool:
@@ -84,10 +101,30 @@ class Room:
     async def join(self, sub: Subscriber, hello: Hello) -> None:
         """Welcome `sub`, bring it up to date, then deliver every record appended after."""
         async with self.lock:
-            await self._carry_out(self.core.join(sub, hello))
+            await self._carry_out(self.core.join(sub, hello, now_ms()))
 
     def leave(self, sub: Subscriber) -> None:
-        self.core.leave(sub)
+        self.core.leave(sub, now_ms())
+        self._deadline_moved()
+
+    async def draft(self, sub: Subscriber, op: DraftOp) -> None:
+        """Hand draft op `op` to the core (SPEC 7)."""
+        async with self.lock:
+            await self._carry_out(self.core.draft(sub, op, now_ms()))
+
+    async def status(self, sub: Subscriber, update: StatusUpdate) -> None:
+        """Hand a presence status to the core."""
+        async with self.lock:
+            await self._carry_out(self.core.status(sub, update, now_ms()))
+
+    def next_deadline(self) -> int | None:
+        """When the core next needs `tick` (ms since the epoch), or None."""
+        return self.core.next_deadline()
+
+    async def tick(self) -> None:
+        """Carry out what is due now: coalesced deltas, draft timeouts, presence diffs."""
+        async with self.lock:
+            await self._carry_out(self.core.tick(now_ms()))
 
     async def push(self, sub: Subscriber, batch: PushBatch) -> None:
         """Hand `batch` to the core; answer `sub`, broadcast, append, as it says."""
@@ -103,6 +140,11 @@ class Room:
         """Another hub appended: forward what this room lacks to its subscribers."""
         async with self.lock:
             await self._carry_out(self.core.log_moved())
+
+    async def head_check(self) -> None:
+        """Re-read the log's head; forward what this room lacks (the periodic backstop)."""
+        async with self.lock:
+            await self._carry_out(self.core.head_check())
 
     async def rewrite(self, conversation: Conversation) -> None:
         """Replace the log with one `reset` record holding `conversation`'s state, under a
@@ -120,16 +162,25 @@ class Room:
         return self.core.snapshot_json()
 
     async def _carry_out(self, actions: list[Action[Subscriber]]) -> None:
-        while (call := deliver(actions, _send, Subscriber.fail)) is not None:
+        while (call := deliver(actions, _send, Subscriber.fail, _send_draft)) is not None:
             try:
                 outcome: object = await store_call(self._store, self.id, call)
             except Exception as exc:
                 outcome = exc
             actions = self.core.resume(outcome)
+        self._deadline_moved()
+
+    def _deadline_moved(self) -> None:
+        if self._on_deadline is not None:
+            self._on_deadline()
 
 
 def _send(sub: Subscriber, frame: bytes, catch_up: bool) -> None:
     sub.send(frame, catch_up=catch_up)
+
+
+def _send_draft(sub: Subscriber, action: SendDraft[Subscriber]) -> None:
+    sub.send_draft(action.key, action.message, action.frame)
 
 
 async def store_call(store: LogStore, conversation_id: str, call: StoreCall) -> object:
@@ -145,4 +196,11 @@ async def store_call(store: LogStore, conversation_id: str, call: StoreCall) -> 
             await store.write_snapshot(conversation_id, lineage, revision, data)
         case RewriteLog(lineage, records, base):
             await store.rewrite(conversation_id, lineage, records, base=base)
+        case ReadMark(client):
+            return await store.client_mark(conversation_id, client)
     return None
+
+
+def is_shared(store: object) -> bool:
+    """Whether other hubs may append to `store`: it can tell of moves (`watch`, PostgreSQL)."""
+    return callable(getattr(store, "watch", None))

@@ -1,8 +1,9 @@
 """What a hub connection may receive and when: pure, no sockets.
 
-`HubSession.receive` takes one frame's bytes and returns the decoded `Hello` or `PushBatch`, or
-raises `ProtocolError` with the code the hub sends in its `error` message before closing that
-socket. A session expects exactly one `hello` first, then pushes.
+`HubSession.receive` takes one frame's bytes and returns the decoded `Hello`, `PushBatch`,
+`DraftOp` or `StatusUpdate`, or raises `ProtocolError` with the code the hub sends in its
+`error` message before closing that socket. A session expects exactly one `hello` first, then
+pushes, draft ops and statuses.
 """
 
 from __future__ import annotations
@@ -13,14 +14,24 @@ import msgspec
 
 from sync.errors import DecodeError, ProtocolError
 from sync.lineage import Lineage
-from sync.protocol import Hello, PushBatch, decode_client_message
+from sync.protocol import (
+    ClientMessage,
+    DraftOp,
+    Hello,
+    PushBatch,
+    StatusUpdate,
+    decode_client_message,
+)
+
+from .drafts import valid_part
+from .presence import status_problem
 
 __all__ = ["CONVERSATION_PATH", "HubSession", "conversation_id_of", "is_conversation_id"]
 
 CONVERSATION_PATH = "/v1/conversations/"
 _CONVERSATION_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _CLIENT_ID = re.compile(r"[^\x00-\x1f]{1,128}")
-_KNOWN_TYPES = frozenset({"hello", "push"})
+_KNOWN_TYPES = frozenset({"hello", "push", "draft", "status"})
 
 
 def is_conversation_id(value: str) -> bool:
@@ -47,7 +58,7 @@ class HubSession:
         self.max_frame = max_frame
         self.hello: Hello | None = None
 
-    def receive(self, data: bytes | str) -> Hello | PushBatch:
+    def receive(self, data: bytes | str) -> ClientMessage:
         """Decode and check one frame.
 
         Raises:
@@ -76,6 +87,23 @@ class HubSession:
                 if not records:
                     raise ProtocolError("bad_message", "a push carries at least one record")
                 _check_position(lineage, revision)
+            case DraftOp(op=op, part=part, offset=offset, epoch=epoch, role=role):
+                if self.hello is None:
+                    raise ProtocolError("no_hello", "draft before hello")
+                if offset < 0 or epoch < 0:
+                    raise ProtocolError("bad_message", "draft offset and epoch are not negative")
+                if op == "append" and not valid_part(part):
+                    raise ProtocolError(
+                        "bad_message", "a draft part is text, reasoning or call:<id>"
+                    )
+                if op == "open" and role != "assistant":
+                    raise ProtocolError("bad_message", "a draft's role is assistant")
+            case StatusUpdate(status, detail):
+                if self.hello is None:
+                    raise ProtocolError("no_hello", "status before hello")
+                problem = status_problem(status, detail)
+                if problem is not None:
+                    raise ProtocolError("bad_message", problem)
         return message
 
 

@@ -4,7 +4,9 @@ A frame goes straight to the socket while the socket keeps up (as websockets' `b
 does, without a task switch per frame); otherwise it queues behind one writer task that waits
 for the peer to read. A subscriber whose queue of live frames passes `send_queue` bytes is
 closed with code 4000 (`lagging`) and catches up when it reconnects; catch-up frames never
-count toward that limit (they are bounded by the log).
+count toward that limit (they are bounded by the log). Draft deltas (SPEC 7) never count either:
+while one waits in the queue, later deltas of the same draft part merge into it, so a slow
+peer holds at most one pending delta per draft part, bounded by the draft's text.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.protocol import State
 
 from sync.errors import CODES, close_code_of
-from sync.protocol import Error, encode_message
+from sync.protocol import DraftUpdate, Error, encode_message
 
 from .metrics import Metrics
 
@@ -31,6 +33,27 @@ DIRECT_WRITE = 256 * 1024
 count towards `send_queue` bytes) behind a writer that waits for the peer to read."""
 
 
+class _HeldDelta:
+    """A draft delta waiting in the queue; later deltas of its draft part merge into it."""
+
+    __slots__ = ("chunks", "end", "key", "message")
+
+    def __init__(self, key: tuple[str, str], message: DraftUpdate) -> None:
+        self.key = key
+        self.message = message
+        self.chunks = [message.text]
+        self.end = message.offset + len(message.text)  # where the next delta must start
+
+    def frame(self) -> bytes:
+        if len(self.chunks) == 1:
+            return encode_message(self.message)
+        text = "".join(self.chunks)
+        message = self.message
+        return encode_message(
+            DraftUpdate(message.id, "append", message.part, message.offset, text, message.name)
+        )
+
+
 class Subscriber:
     """The sending side of one connection: a bounded queue of frames and one writer task."""
 
@@ -39,7 +62,8 @@ class Subscriber:
         # Frames waiting for the writer, each with the bytes it counts against the limit: a
         # catch-up counts none (it is bounded by the log, and a large one must not look like
         # lagging), live frames count their size.
-        self._queue: collections.deque[tuple[bytes, int]] = collections.deque()
+        self._queue: collections.deque[tuple[bytes | _HeldDelta, int]] = collections.deque()
+        self._held: dict[tuple[str, str], _HeldDelta] = {}  # draft deltas in `_queue`
         self._queued = 0  # live bytes in `_queue`
         self._limit = limit
         self._metrics = metrics
@@ -67,12 +91,31 @@ class Subscriber:
         counted = 0 if catch_up else len(frame)
         if counted and self._queued + counted > self._limit and self._queue:
             self._queue.clear()
+            self._held.clear()
             self._queued = 0
             self._metrics.send_queue_drops += 1
             self.close(LAGGING, "lagging")
             return
         self._queue.append((frame, counted))
         self._queued += counted
+        self._wake.set()
+
+    def send_draft(self, key: tuple[str, str], message: DraftUpdate, frame: bytes) -> None:
+        """Send draft delta `frame` (the encoded `message`) now if the socket keeps up, else
+        queue it, merged into a delta for the same draft part (`key`) still waiting. Draft
+        deltas never count toward the `lagging` limit."""
+        if self._closing is not None:
+            return
+        if not self._queue and not self._sending and self._keeps_up():
+            broadcast((self._ws,), frame, text=True)
+            return
+        held = self._held.get(key)
+        if held is not None and held.end == message.offset:
+            held.chunks.append(message.text)
+            held.end += len(message.text)
+            return
+        held = self._held[key] = _HeldDelta(key, message)
+        self._queue.append((held, 0))
         self._wake.set()
 
     def _keeps_up(self) -> bool:
@@ -115,6 +158,10 @@ class Subscriber:
                     self._sending = True
                     frame, counted = queue.popleft()
                     self._queued -= counted
+                    if isinstance(frame, _HeldDelta):
+                        if self._held.get(frame.key) is frame:
+                            del self._held[frame.key]
+                        frame = frame.frame()
                     await ws.send(frame, text=True)
                     self._sending = False
                 if self._closing is not None:

@@ -1,20 +1,17 @@
 """`Conversation`: entries, asides and a halt, edited through change records.
 
 How this works: every edit builds one `Change`, folds it with `_fold` (the very code `apply`
-runs for a record read from a log or sent by the hub), and keeps the record in the outbox. So
-folding a value's outbox onto an empty conversation gives an equal value (the fold law), and a
-record that does not fit is refused by `_fold` before anything moves.
-
-`_fold` checks a change completely, then mutates, and hands back a closure that undoes it, so
-a batch of records applies all or nothing (`apply_batch`). The map `_index` holds every held id
-with its position: a push adds to it (O(1)); a splice changes the keys at once but leaves the
-positions after it stale, refreshed in one pass when a lookup next finds a stale one.
+runs for a record read from a log or sent by the hub; it lives in `sync/fold.py`), and keeps
+the record in the outbox. So folding a value's outbox onto an empty conversation gives an equal
+value (the fold law), and a record that does not fit is refused by `_fold` before anything
+moves. This module holds the reads, the edits (which only build records), the turn and aside
+helpers, and the outbox/revision/lineage bookkeeping a store and a replica use.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import EllipsisType
 from typing import Any, overload
 
@@ -44,15 +41,8 @@ from .entries import (
     stopped_note,
 )
 from .errors import ApplyError, UsageError
-from .ids import (
-    AsideId,
-    IdMinter,
-    MessageId,
-    are_message_ids,
-    default_minter,
-    is_aside_id,
-    is_message_id,
-)
+from .fold import Fold
+from .ids import AsideId, IdMinter, MessageId, default_minter, is_message_id
 from .lineage import Lineage
 from .messages import AnyMessage, Message, ToolCall, User
 
@@ -61,7 +51,6 @@ __all__ = ["Conversation", "EntryLike", "Range", "Spliced"]
 EntryLike = Entry | Message
 Range = slice | range | EllipsisType
 
-_Undo = Callable[[], None]
 _replace = msgspec.structs.replace
 _RIG = Author.rig()
 
@@ -135,7 +124,7 @@ def _plain(aside: Aside) -> Aside:
     return _replace(aside, value=msgspec.to_builtins(value))
 
 
-class Conversation:
+class Conversation(Fold):
     """A conversation: entries, asides, a halt, and the outbox of unsaved change records.
 
     Args:
@@ -146,33 +135,14 @@ class Conversation:
     unsaved asides.
     """
 
-    __slots__ = (
-        "_asides",
-        "_dated",
-        "_entries",
-        "_fresh_upto",
-        "_halt",
-        "_ids",
-        "_index",
-        "_lineage",
-        "_listener",
-        "_outbox",
-        "_reserved",
-        "_retired",
-        "_revision",
-    )
+    # The entries, id index, retired ids, asides, halt and revision are `Fold`'s slots.
+    __slots__ = ("_dated", "_ids", "_lineage", "_listener", "_outbox", "_reserved")
 
     def __init__(
         self, *, clock: Callable[[], int] | None = None, ids: IdMinter | None = None
     ) -> None:
-        self._entries: list[Entry] = []
-        self._index: dict[MessageId, int] = {}
-        self._fresh_upto = 0  # positions in `_index` below this are right; above, maybe stale
-        self._retired: dict[MessageId, None] = {}
-        self._asides: dict[AsideId, Aside] = {}
-        self._halt: Halt | None = None
+        super().__init__()
         self._outbox: list[ChangeRecord] = []
-        self._revision = 0
         self._lineage: int = Lineage.EMPTY
         self._ids = ids or (IdMinter(clock) if clock is not None else default_minter)
         self._dated: int | None = None
@@ -273,7 +243,7 @@ class Conversation:
         return None if entry is None else entry.id
 
     def key(self, at: int) -> MessageId | None:
-        """The identity of entry `at` beyond this conversation: its id."""
+        """Alias of `id(at)`, kept for API parity (SPEC 1.2): an entry's key is its id."""
         return self.id(at)
 
     def author(self, at: int) -> Author | None:
@@ -286,7 +256,7 @@ class Conversation:
         return self._position(id_)
 
     def index_of_key(self, key: MessageId) -> int | None:
-        """As `index_of`: an id is its own key."""
+        """Alias of `index_of(key)`, kept for API parity (SPEC 1.2): an id is its own key."""
         return self._position(key)
 
     def start_of(self, id_: MessageId) -> int:
@@ -388,6 +358,11 @@ class Conversation:
         return list(self._outbox)
 
     @property
+    def has_unsaved(self) -> bool:
+        """Whether any record made here is unsaved (`unsaved()` without the copy)."""
+        return bool(self._outbox)
+
+    @property
     def revision(self) -> int:
         """The records behind this value: the log's count when last loaded or saved, plus each
         record applied or made since."""
@@ -416,41 +391,6 @@ class Conversation:
         return [SavedAside.of(id_, aside) for id_, aside in self._asides.items() if aside.saved]
 
     # ------------------------------------------------------------------ sync
-
-    def apply(self, record: ChangeRecord) -> None:
-        """Fold `record` (read from a log or sent by the hub) verbatim: not put in the outbox;
-        counts one revision.
-
-        Raises:
-            ApplyError: the record does not fit; nothing changed.
-        """
-        self._fold(record.change)
-        self._revision += 1
-
-    def apply_batch(self, records: Sequence[ChangeRecord]) -> _Undo:
-        """Apply `records` in order, all or nothing: when one does not fit, those before it
-        are undone and its `ApplyError` raised. Counts one revision per record.
-
-        Returns:
-            A function that undoes the whole batch, revision included; valid only until the
-            next change of this value (the hub uses it when a durable append fails).
-        """
-        undos: list[_Undo] = []
-        try:
-            for record in records:
-                undos.append(self._fold(record.change))
-        except ApplyError:
-            for undo in reversed(undos):
-                undo()
-            raise
-        self._revision += len(undos)
-
-        def undo_all() -> None:
-            for undo in reversed(undos):
-                undo()
-            self._revision -= len(undos)
-
-        return undo_all
 
     def replay(self, record: ChangeRecord) -> None:
         """Fold `record` as an edit made here: unlike `apply`, it goes into the outbox. A rebase
@@ -811,209 +751,3 @@ class Conversation:
         ended = _replace(record, end=end)
         self._put_aside(id_, _replace(aside, value=msgspec.to_builtins(ended)), aside.author)
         return True
-
-    # ------------------------------------------------------------------ the fold
-
-    def _fold(self, change: AnyChange) -> _Undo:
-        """Check `change` completely, then apply it; return what undoes it (valid until the
-        next change). Raises `ApplyError` changing nothing."""
-        match change:
-            case Push(entries):
-                return self._fold_push(entries)
-            case Splice(start, stop, removed, entries):
-                return self._fold_splice(start, stop, removed, entries)
-            case HaltChange(halt):
-                old = self._halt
-                self._halt = halt
-                return lambda: setattr(self, "_halt", old)
-            case AsideChange(id_, aside):
-                return self._fold_aside(id_, aside)
-            case Reset(state):
-                return self._fold_reset(state)
-        raise ApplyError("unknown_change", f"unknown change {type(change).__name__}")
-
-    def _check_new(
-        self, entries: Sequence[Entry], removed: Collection[MessageId], *, allow_retired: bool
-    ) -> None:
-        """Entries going in must bring well-formed ids, none repeated, none held except those
-        the change removes; only a splice may bring back a retired id."""
-        ids = [entry.id for entry in entries]
-        if not are_message_ids(ids):
-            bad = next(id_ for id_ in ids if not is_message_id(id_))
-            raise ApplyError("bad_id", f"entry id {bad!r} is not a message id")
-        if len(set(ids)) != len(ids):
-            raise ApplyError("repeated", f"entry id {_repeated(ids)} appears twice")
-        index = self._index
-        retired = self._retired
-        for id_ in ids:
-            if id_ in index and id_ not in removed:
-                raise ApplyError("held", f"entry id {id_} is already held")
-            if not allow_retired and id_ in retired:
-                raise ApplyError("retired", f"entry id {id_} was taken out and cannot be pushed")
-
-    def _fold_push(self, entries: list[Entry]) -> _Undo:
-        if len(entries) == 1:  # the common case, checked inline
-            id_ = entries[0].id
-            if not is_message_id(id_):
-                raise ApplyError("bad_id", f"entry id {id_!r} is not a message id")
-            if id_ in self._index:
-                raise ApplyError("held", f"entry id {id_} is already held")
-            if id_ in self._retired:
-                raise ApplyError("retired", f"entry id {id_} was taken out and cannot be pushed")
-        else:
-            self._check_new(entries, (), allow_retired=False)
-        index = self._index
-        held = self._entries
-        length = len(held)
-        if len(entries) == 1:
-            index[entries[0].id] = length  # type: ignore[index]
-        else:
-            ids = [entry.id for entry in entries]
-            index.update(zip(ids, range(length, length + len(ids)), strict=True))  # type: ignore[arg-type]
-        held.extend(entries)
-        if self._fresh_upto == length:
-            self._fresh_upto = len(held)
-        halt, self._halt = self._halt, None
-
-        def undo() -> None:
-            for entry in held[length:]:
-                del index[entry.id]  # type: ignore[arg-type]
-            del held[length:]
-            self._fresh_upto = min(self._fresh_upto, length)
-            self._halt = halt
-
-        return undo
-
-    def _fold_splice(
-        self, start: int, stop: int, removed: list[MessageId], entries: list[Entry]
-    ) -> _Undo:
-        held = self._entries
-        if not 0 <= start <= stop <= len(held):
-            raise ApplyError(
-                "range", f"range {start}:{stop} is outside a conversation of {len(held)}"
-            )
-        old = held[start:stop]
-        if removed != [entry.id for entry in old]:
-            raise ApplyError("removed", f"the ids at {start}:{stop} are not the ones removed")
-        self._check_new(entries, set(removed), allow_retired=True)
-        put = {entry.id for entry in entries}
-        retired_now = [id_ for id_ in removed if id_ not in put]
-        unretired = [id_ for id_ in put if id_ in self._retired]
-        halt = self._halt
-        reaches_end = stop == len(held)
-        self._replace_run(start, stop, old, entries)
-        for id_ in retired_now:
-            self._retired[id_] = None
-        for id_ in unretired:
-            del self._retired[id_]
-        if reaches_end:
-            self._halt = None
-
-        def undo() -> None:
-            self._replace_run(start, start + len(entries), entries, old)
-            for id_ in retired_now:
-                del self._retired[id_]
-            for id_ in unretired:
-                self._retired[id_] = None
-            self._halt = halt
-
-        return undo
-
-    def _replace_run(self, start: int, stop: int, old: list[Entry], new: list[Entry]) -> None:
-        """Put `new` in place of `old` (the entries at `start:stop`); the index keys follow at
-        once, the positions after `start` are refreshed when next asked for."""
-        index = self._index
-        for entry in old:
-            del index[entry.id]  # type: ignore[arg-type]
-        for offset, entry in enumerate(new):
-            index[entry.id] = start + offset  # type: ignore[index]
-        self._entries[start:stop] = new
-        if len(new) != len(old):
-            self._fresh_upto = min(self._fresh_upto, start + len(new))
-
-    def _position(self, id_: MessageId) -> int | None:
-        """Where entry `id_` is, refreshing positions a splice left stale (O(1) amortised)."""
-        at = self._index.get(id_)
-        if at is None:
-            return None
-        held = self._entries
-        if at < len(held) and held[at].id == id_:
-            return at
-        index = self._index
-        for at in range(self._fresh_upto, len(held)):
-            index[held[at].id] = at  # type: ignore[index]
-        self._fresh_upto = len(held)
-        return index[id_]
-
-    def _fold_aside(self, id_: AsideId, aside: Aside | None) -> _Undo:
-        if not is_aside_id(id_):
-            raise ApplyError("bad_id", f"aside id {id_!r} is not an aside id")
-        asides = self._asides
-        old = asides.get(id_)
-        if aside is None:
-            if old is None or not old.saved:
-                raise ApplyError("no_aside", f"aside {id_} is not here to remove")
-            order = list(asides)
-            del asides[id_]
-
-            def put_back() -> None:
-                asides[id_] = old
-                ordered = {key: asides[key] for key in order if key in asides}
-                asides.clear()
-                asides.update(ordered)
-
-            return put_back
-        if not aside.saved:
-            raise ApplyError("unsaved", f"aside {id_} is unsaved and cannot be recorded")
-        asides[id_] = aside
-
-        def undo() -> None:
-            if old is None:
-                del asides[id_]
-            else:
-                asides[id_] = old
-
-        return undo
-
-    def _fold_reset(self, state: ConversationState) -> _Undo:
-        ids = [entry.id for entry in state.entries]
-        if not are_message_ids(ids):
-            bad = next(id_ for id_ in ids if not is_message_id(id_))
-            raise ApplyError("bad_id", f"entry id {bad!r} is not a message id")
-        index: dict[MessageId, int] = dict(zip(ids, range(len(ids)), strict=True))  # type: ignore[arg-type]
-        if len(index) != len(ids):
-            raise ApplyError("repeated", f"entry id {_repeated(ids)} appears twice")
-        retired = dict.fromkeys(state.retired)
-        if any(id_ in index for id_ in retired):
-            raise ApplyError("retired", "a held entry id is also listed as retired")
-        asides: dict[AsideId, Aside] = {}
-        for saved in state.asides:
-            if not is_aside_id(saved.id) or saved.id in asides or not saved.saved:
-                raise ApplyError("bad_id", f"aside {saved.id!r} is malformed, repeated or unsaved")
-            asides[saved.id] = saved.aside
-        for id_, aside in self._asides.items():
-            if not aside.saved and id_ not in asides:
-                asides[id_] = aside
-        before = (self._entries, self._index, self._retired, self._asides, self._halt)
-        self._entries = list(state.entries)
-        self._index = index
-        self._fresh_upto = len(self._entries)
-        self._retired = retired
-        self._asides = asides
-        self._halt = state.halt
-
-        def undo() -> None:
-            self._entries, self._index, self._retired, self._asides, self._halt = before
-            self._fresh_upto = 0
-
-        return undo
-
-
-def _repeated(ids: Sequence[MessageId | None]) -> MessageId | None:
-    """The first id that appears twice."""
-    seen: set[MessageId | None] = set()
-    for id_ in ids:
-        if id_ in seen:
-            return id_
-        seen.add(id_)
-    return None

@@ -9,6 +9,7 @@ import msgspec
 
 from .ids import AsideId, MessageId, made_ms
 from .messages import AnyMessage, Assistant, Message, Text, User
+from .untrack import untrack_tree
 
 __all__ = [
     "STOPPED",
@@ -164,6 +165,9 @@ class Aside(msgspec.Struct, frozen=True, gc=False):
     value: Any
     saved: bool = True
 
+    def __post_init__(self) -> None:
+        untrack_tree(self.value)  # a turn record's nested dicts: see `sync/untrack.py`
+
     @staticmethod
     def note(title: str, text: str, after: MessageId | None, author: Author | None = None) -> Aside:
         return Aside("note", after, author or Author.user(), {"title": title, "text": text})
@@ -217,7 +221,6 @@ class TurnRecord(msgspec.Struct, frozen=True, gc=False):
 
 
 TURN_KIND = "rig.turn"
-NOTE_KIND = "note"
 PINS_KIND = "pins"
 
 

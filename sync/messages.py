@@ -2,6 +2,12 @@
 
 A message carries no id, author or provenance (those live on the `Entry` holding it), so
 `Conversation.messages()` is exactly what a provider request sends.
+
+Every struct here is `gc=False`, and the lists and dicts they hold (content, tool call
+arguments, JSON values) are taken out of the garbage collector's lists when the struct is made
+or decoded (`_settle`, `sync/untrack.py`), so a full collection does not walk every message a
+process holds. Content given as a tuple is stored as a list, so how it was built never makes
+two messages unequal.
 """
 
 from __future__ import annotations
@@ -9,6 +15,8 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import msgspec
+
+from .untrack import is_tracked, untrack_at, untrack_tree
 
 __all__ = [
     "Assistant",
@@ -40,6 +48,9 @@ class Text(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="text"):
 class Json(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="json"):
     value: Any
 
+    def __post_init__(self) -> None:
+        untrack_tree(self.value)
+
 
 class Image(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="image"):
     media_type: str
@@ -59,6 +70,10 @@ class ToolCall(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="too
     name: str
     arguments: dict[str, Any] = msgspec.field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        if is_tracked(self.arguments):  # flat arguments are untracked by CPython already
+            untrack_tree(self.arguments)
+
 
 ResultPart = Text | Json | Image
 
@@ -68,6 +83,9 @@ class ToolResult(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="t
     name: str
     content: list[ResultPart]
     is_error: bool = False
+
+    def __post_init__(self) -> None:
+        _settle(self)
 
 
 class Reasoning(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="reasoning"):
@@ -134,6 +152,9 @@ class System(Message, frozen=True, tag="system"):
 class User(Message, frozen=True, tag="user"):
     content: list[UserPart]
 
+    def __post_init__(self) -> None:
+        _settle(self)
+
     def tool_results(self) -> list[ToolResult]:
         return [part for part in self.content if isinstance(part, ToolResult)]
 
@@ -147,12 +168,30 @@ class Assistant(Message, frozen=True, tag="assistant"):
     stop: Stop | None = None
     origin: Origin | None = None
 
+    def __post_init__(self) -> None:
+        _settle(self)
+
     def tool_calls(self) -> list[ToolCall]:
         return [part for part in self.content if isinstance(part, ToolCall)]
 
     def failed(self) -> bool:
         """Whether this reply was cut short (its stop is a failure)."""
         return self.stop is not None and self.stop.is_failure()
+
+
+def _settle(message: User | Assistant | ToolResult) -> None:
+    """Store tuple content as a list, then untrack the list when every part in it is an
+    untracked struct (the parts are `gc=False`; anything else keeps the list tracked)."""
+    content: object = message.content  # a tuple when the caller built it with one
+    if type(content) is not list:
+        if type(content) is not tuple:
+            return
+        content = list(content)
+        msgspec.structs.force_setattr(message, "content", content)
+    for part in content:
+        if is_tracked(part):
+            return
+    untrack_at(id(content))
 
 
 AnyMessage = System | User | Assistant

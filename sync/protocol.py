@@ -1,7 +1,9 @@
 """The wire protocol `convsync.v1`: one JSON message per websocket text frame.
 
-Replica -> hub: `Hello`, `PushBatch`. Hub -> replica: `Welcome`, `Records`, `State`, `Entries`,
-`Ack`, `Reject`, `Error`. Each direction is one tagged union (tag field `"type"`) with its
+Replica -> hub: `Hello`, `PushBatch`, and for live drafts and presence (SPEC 7) `DraftOp`,
+`StatusUpdate`. Hub -> replica: `Welcome`, `Records`, `State`, `Entries`, `Ack`, `Reject`,
+`Error`, and `Drafts`, `DraftUpdate`, `DraftState`, `DraftEnd`, `PresenceSnapshot`,
+`PresenceDiff`. Each direction is one tagged union (tag field `"type"`) with its
 decoder built once. The hub sends records it already holds as JSON bytes, joined into frames
 without decoding them (`sync.frames`), so a record is encoded once however many replicas
 receive it.
@@ -9,28 +11,39 @@ receive it.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
 from .changes import ChangeRecord, ConversationState
-from .entries import Entry
+from .entries import Author, Entry
 from .errors import DecodeError
 
 __all__ = [
     "SUBPROTOCOL",
     "Ack",
     "ClientMessage",
+    "DraftEnd",
+    "DraftEndStatus",
+    "DraftInfo",
+    "DraftOp",
+    "DraftState",
+    "DraftUpdate",
+    "Drafts",
     "Entries",
     "Error",
     "Hello",
     "HubMessage",
+    "PresenceDiff",
+    "PresenceEntry",
+    "PresenceSnapshot",
     "PushBatch",
     "PushOrigin",
     "Records",
     "Reject",
     "RejectReason",
     "State",
+    "StatusUpdate",
     "Welcome",
     "decode_client_message",
     "decode_hub_message",
@@ -55,6 +68,8 @@ class Hello(msgspec.Struct, frozen=True, tag_field="type", tag="hello", omit_def
     features: list[str] = []
     """Optional capabilities this replica uses (`drafts`, `presence`, `auth`, ...); each side
     uses only what both list."""
+    kind: str | None = None
+    """What this replica is (`user`, `agent`, ...), shown in presence when there is no token."""
 
 
 class PushBatch(msgspec.Struct, frozen=True, tag_field="type", tag="push"):
@@ -64,9 +79,6 @@ class PushBatch(msgspec.Struct, frozen=True, tag_field="type", tag="push"):
     lineage: int
     revision: int
     records: list[ChangeRecord]
-
-
-ClientMessage = Hello | PushBatch
 
 
 # ---------------------------------------------------------------- hub -> replica
@@ -142,7 +154,138 @@ class Error(msgspec.Struct, frozen=True, tag_field="type", tag="error"):
     detail: str
 
 
-HubMessage = Welcome | Records | State | Entries | Ack | Reject | Error
+# ---------------------------------------------------------------- drafts and presence (SPEC 7)
+# Live state the hub keeps in memory only: never part of the log. Used only by peers that both
+# list the `drafts` / `presence` feature.
+
+DraftOpKind = Literal["open", "append", "keep", "abort"]
+DraftEndStatus = Literal["committed", "aborted", "timeout", "stopped", "gap", "unknown", "refused"]
+"""How a draft ended, for everyone: `committed`, `aborted`, `timeout`, `stopped`. To the sender
+of a refused op only (the draft, if any, goes on): `gap` (an append past the hub's length) and
+`unknown` (no such open draft): it may `open` again and resend from the lengths the hub has;
+`refused` (another client's draft, too many drafts, no right to write): it may not."""
+
+
+class DraftOp(msgspec.Struct, frozen=True, tag_field="type", tag="draft", omit_defaults=True):
+    """Replica -> hub: open, append to, keep alive or abort draft `id` (a `msg_` id the
+    producer minted; its final entry takes it). `offset` counts code points already in
+    `part`; `name` is a tool's name, given with a `call:<id>` part's first append."""
+
+    id: str
+    op: DraftOpKind
+    role: str = "assistant"
+    after: str | None = None
+    author: Author | None = None
+    epoch: int = 0
+    part: str = "text"
+    offset: int = 0
+    text: str = ""
+    name: str | None = None
+
+
+class StatusUpdate(msgspec.Struct, frozen=True, tag_field="type", tag="status"):
+    """Replica -> hub: this connection's presence status (<= 64 chars) and detail (<= 1 KiB
+    of JSON)."""
+
+    status: str | None
+    detail: Any = None
+
+
+class DraftInfo(msgspec.Struct, frozen=True, omit_defaults=True):
+    """An open draft with its text so far, as `drafts` lists it."""
+
+    id: str
+    role: str
+    principal: str
+    client: str
+    since: int
+    author: Author | None = None
+    after: str | None = None
+    parts: dict[str, str] = {}
+    names: dict[str, str] = {}
+
+
+class Drafts(msgspec.Struct, frozen=True, tag_field="type", tag="drafts", omit_defaults=True):
+    """Hub -> replica after each catch-up: every open draft (chunked when large: `more`)."""
+
+    drafts: list[DraftInfo]
+    more: bool = False
+
+
+class DraftUpdate(msgspec.Struct, frozen=True, tag_field="type", tag="draft", omit_defaults=True):
+    """Hub -> replica: a draft opened (`op: "open"`, with `info`) or grew (`op: "append"`:
+    `text` goes at code point `offset` of `part`)."""
+
+    id: str
+    op: Literal["open", "append"]
+    part: str = "text"
+    offset: int = 0
+    text: str = ""
+    name: str | None = None
+    info: DraftInfo | None = None
+
+
+class DraftState(msgspec.Struct, frozen=True, tag_field="type", tag="draft_state"):
+    """Hub -> producer, the answer to `open`: the lengths (code points) the hub holds."""
+
+    id: str
+    lengths: dict[str, int]
+
+
+class DraftEnd(msgspec.Struct, frozen=True, tag_field="type", tag="draft_end", omit_defaults=True):
+    """Hub -> replica: draft `id` ended (or, for `gap`/`unknown`, an op on it was refused)."""
+
+    id: str
+    status: DraftEndStatus
+    detail: str = ""
+
+
+class PresenceEntry(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One live socket: its connection id (the hub's), who, and its status."""
+
+    connection: int
+    principal: str
+    client: str
+    since: int
+    kind: str | None = None
+    name: str | None = None
+    status: str | None = None
+    detail: Any = None
+
+
+class PresenceSnapshot(msgspec.Struct, frozen=True, tag_field="type", tag="presence"):
+    """Hub -> replica after each catch-up: every live connection."""
+
+    connections: list[PresenceEntry]
+
+
+class PresenceDiff(
+    msgspec.Struct, frozen=True, tag_field="type", tag="presence_diff", omit_defaults=True
+):
+    """Hub -> replica: connections that joined, left (by id) or changed since the last one."""
+
+    joined: list[PresenceEntry] = []
+    left: list[int] = []
+    changed: list[PresenceEntry] = []
+
+
+ClientMessage = Hello | PushBatch | DraftOp | StatusUpdate
+
+HubMessage = (
+    Welcome
+    | Records
+    | State
+    | Entries
+    | Ack
+    | Reject
+    | Error
+    | Drafts
+    | DraftUpdate
+    | DraftState
+    | DraftEnd
+    | PresenceSnapshot
+    | PresenceDiff
+)
 
 
 # Frames built from bytes encoded already (records, state runs) are built in `sync.frames`.

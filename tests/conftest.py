@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from hypothesis import HealthCheck, settings
 
+from client import Replica
 from server import Hub, HubConfig, MemoryStore
 
 TIMEOUT_SCALE = float(os.environ.get("CONVSYNC_TIMEOUT_SCALE", "1"))
@@ -71,3 +72,10 @@ def pg_schema(postgres_dsn: str) -> Iterator[str]:
     schema = f"t_{uuid.uuid4().hex[:20]}"
     yield schema
     pgserver.drop_schema(postgres_dsn, schema)
+
+
+def drop_connection(replica: Replica) -> None:
+    """Cut `replica`'s current connection under it (it reconnects by itself)."""
+    ws = replica._ws
+    if ws is not None:
+        ws.transport.abort()

@@ -9,19 +9,29 @@ module only moves bytes; it holds no rule of the protocol.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from client.session import Event, ReplicaSession
 from server.core import Action, CoreConfig, RoomCore, deliver
+from server.drafts import DraftConfig
 from server.room import store_call
 from server.session import HubSession
 from server.store import MemoryStore
 from sync import ChangeRecord, Conversation, Lineage, decode_record
 from sync.errors import ErrorCode, ProtocolError
 from sync.frames import MAX_FRAME
-from sync.protocol import Error, Hello, PushBatch, decode_hub_message, encode_message
+from sync.protocol import (
+    DraftOp,
+    Error,
+    Hello,
+    PushBatch,
+    StatusUpdate,
+    decode_hub_message,
+    encode_message,
+)
 
 T = TypeVar("T")
 
@@ -98,13 +108,21 @@ class FakeHub:
     """One conversation on the hub's real core, over a `MemoryStore`, with no sockets."""
 
     def __init__(
-        self, *, max_frame: int = MAX_FRAME, strict_pairing: bool = True, hub_rebase: bool = True
+        self,
+        *,
+        max_frame: int = MAX_FRAME,
+        strict_pairing: bool = True,
+        hub_rebase: bool = True,
+        drafts: DraftConfig | None = None,
     ) -> None:
         self.store = MemoryStore()
         config = CoreConfig(
             max_frame=max_frame, strict_pairing=strict_pairing, hub_rebase=hub_rebase
         )
+        if drafts is not None:
+            config = dataclasses.replace(config, drafts=drafts)
         self.core: RoomCore[Link] = RoomCore(CONVERSATION, config)
+        self.now = NOW  # the hub's clock (ms); tests move it and call `tick`
         self.core.load(run_now(self.store.load(CONVERSATION)))
         self.closed: list[tuple[Link, str]] = []  # links the hub closed, with the code
 
@@ -149,11 +167,20 @@ class FakeHub:
         except ProtocolError as error:
             self._close(link, error.reason, error.message)  # type: ignore[arg-type]
             return
-        if isinstance(message, Hello):
-            self._carry_out(self.core.join(link, message))
-        else:
-            assert isinstance(message, PushBatch)
-            self._carry_out(self.core.push(link, message, NOW))
+        match message:
+            case Hello():
+                self._carry_out(self.core.join(link, message, self.now))
+            case PushBatch():
+                self._carry_out(self.core.push(link, message, NOW))
+            case DraftOp():
+                self._carry_out(self.core.draft(link, message, self.now))
+            case StatusUpdate():
+                self._carry_out(self.core.status(link, message, self.now))
+
+    def tick(self, now: int) -> None:
+        """Move the hub's clock to `now` and carry out what is due."""
+        self.now = now
+        self._carry_out(self.core.tick(now))
 
     def rewrite(self, conversation: Conversation) -> None:
         """Replace the log with one reset under a fresh lineage; every link gets the state."""

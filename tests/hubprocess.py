@@ -1,4 +1,5 @@
-"""A hub in a process of its own, on a SQLite file: for kill -9 and chaos tests."""
+"""A hub in a process of its own, on a SQLite file or a PostgreSQL url: for kill -9 and chaos
+tests."""
 
 from __future__ import annotations
 
@@ -17,11 +18,12 @@ from conftest import bound
 HUB_SCRIPT = textwrap.dedent(
     """
     import asyncio, sys
-    from server import Hub, HubConfig, SqliteStore
+    from server import Hub, HubConfig
+    from server.store import open_store
 
-    async def main(path, port, host):
+    async def main(db, port, host):
         config = HubConfig.from_env(ping_interval=None)
-        async with Hub(SqliteStore(path), host=host, port=port, config=config) as hub:
+        async with Hub(open_store(db), host=host, port=port, config=config) as hub:
             print(hub.port, flush=True)
             await hub.serve_forever()
 
@@ -31,10 +33,11 @@ HUB_SCRIPT = textwrap.dedent(
 
 
 class HubProcess:
-    """A hub in its own process on a SQLite file."""
+    """A hub in its own process on a SQLite file (a path) or PostgreSQL (a `postgresql://`
+    url, `?schema=` for a schema of its own)."""
 
     def __init__(
-        self, path: Path, env: dict[str, str] | None = None, host: str = "127.0.0.1"
+        self, path: Path | str, env: dict[str, str] | None = None, host: str = "127.0.0.1"
     ) -> None:
         self.path = path
         self.host = host

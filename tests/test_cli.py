@@ -518,3 +518,7 @@ def test_demo_mirrors_the_worker_and_checks_the_hub(tmp_path: Path) -> None:
     assert any("(Noted: Also: keep the answers short" in line for line in ui)
     assert any(line.startswith("agent|") for line in lines)
     assert result.stderr == ""
+    # Answers stream as drafts; the UI stops the last one midway.
+    assert any(line.startswith("ui   | … assistant is typing: It") for line in ui)
+    assert "ui   | draft ended: stopped" in lines
+    assert any(line.startswith("agent| stopped by the ui after") for line in lines)

@@ -146,6 +146,17 @@ def test_index_of_start_of_and_retired() -> None:
     assert conversation.start_of(Conversation().turn_start()) == len(conversation)
 
 
+def test_key_and_index_of_key_are_the_id_and_index_of() -> None:
+    """`key(at)` and `index_of_key(key)` (SPEC 1.2 API parity) answer as `id` and `index_of`."""
+    conversation = Conversation.from_messages([Message.user("a"), Message.assistant("b")])
+    first, second = ids_of(conversation)
+    assert [conversation.key(0), conversation.key(1), conversation.key(2)] == [first, second, None]
+    assert conversation.index_of_key(second) == 1
+    conversation.splice(range(0, 1), [], None)
+    assert conversation.key(0) == second and conversation.index_of_key(second) == 0
+    assert conversation.index_of_key(first) is None
+
+
 def test_turn_start_is_first_trailing_user_message() -> None:
     """A turn starts at the first user message of the trailing run."""
     conversation = Conversation.from_messages(

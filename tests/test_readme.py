@@ -29,3 +29,25 @@ def test_readme_worker_and_ui_example_runs(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "Lisbon" in result.stdout
     assert (tmp_path / "convsync.db").exists()
+
+
+def test_readme_draft_example_stops_the_model_call(tmp_path: Path) -> None:
+    """The drafts example in README.md runs: the UI's stop cancels the worker's model call."""
+    text = (ROOT / "README.md").read_text()
+    anchor = text.index("## Streaming an answer")
+    start = text.index("```python\n", anchor) + len("```python\n")
+    code = text[start : text.index("```", start)]
+    assert "cancel_on_end()" in code
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        text=True,
+        timeout=bound(60),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "ui sees: Once upon a time," in result.stdout
+    assert "drafting" in result.stdout or "thinking" in result.stdout
+    stopped_at = int(result.stdout.split("stopped after ")[1].split()[0])
+    assert stopped_at < 100  # the model call was cancelled about a round trip after the halt

@@ -9,6 +9,7 @@ from websockets.protocol import State
 
 from server.metrics import Metrics
 from server.subscriber import LAGGING, Subscriber
+from sync.protocol import DraftUpdate, decode_hub_message, encode_message
 
 
 class FakeSocket:
@@ -71,3 +72,32 @@ async def test_live_frames_over_the_limit_send_the_subscriber_to_resync() -> Non
     await asyncio.wait_for(writer, 1)
     await asyncio.sleep(0.01)
     assert ws.closed is not None and ws.closed[0] == LAGGING
+
+
+async def test_draft_deltas_for_a_slow_peer_merge_and_never_count_as_lagging() -> None:
+    """Deltas of one draft part queued for a peer that does not read merge into one delta
+    (in order, after the frames queued before them) and never send it to resync."""
+    ws = FakeSocket(buffered=10 << 20)
+    metrics = Metrics()
+    sub = Subscriber(ws, 1000, metrics)  # type: ignore[arg-type]
+    writer = asyncio.create_task(sub.run())
+    await asyncio.sleep(0)
+    sub.send(b"first")
+    offset = 0
+    for _ in range(400):  # 400 deltas of 10 characters: far over the 1000-byte limit
+        message = DraftUpdate("msg_d", "append", "text", offset, "x" * 10)
+        sub.send_draft(("msg_d", "text"), message, encode_message(message))
+        offset += 10
+    other = DraftUpdate("msg_d", "append", "reasoning", 0, "hm")
+    sub.send_draft(("msg_d", "reasoning"), other, encode_message(other))
+    assert not sub.closing and metrics.send_queue_drops == 0
+    ws.reading.set()
+    await asyncio.sleep(0.01)
+    first, *deltas = ws.sent
+    assert first == b"first"
+    assert [decode_hub_message(frame) for frame in deltas] == [
+        DraftUpdate("msg_d", "append", "text", 0, "x" * 4000),
+        other,
+    ]
+    sub.close(1000, "")
+    await asyncio.wait_for(writer, 1)

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from sync.errors import UsageError
 
@@ -55,7 +56,8 @@ def open_store(url_or_path: str) -> LogStore:
     `:memory:` (or `memory://`) gives a `MemoryStore`; `sqlite://PATH` or a plain path gives a
     `SqliteStore` on that file (`sqlite:///var/lib/convsync.db` is the absolute path
     `/var/lib/convsync.db`); `postgresql://...` or `postgres://...` gives a `PostgresStore` on
-    that server (nothing connects until the store is entered or first used).
+    that server (nothing connects until the store is entered or first used); a `schema=NAME`
+    query parameter keeps its tables in that schema (`PostgresStore(schema=...)`).
 
     Raises:
         UsageError: an empty value, a URL scheme with no backend here, or a PostgreSQL URL
@@ -69,5 +71,17 @@ def open_store(url_or_path: str) -> LogStore:
     if scheme == "sqlite":
         return SqliteStore(rest)
     if scheme in ("postgresql", "postgres"):
-        return _postgres_store()(url_or_path)
+        dsn, schema = _split_schema(url_or_path)
+        return _postgres_store()(dsn, schema=schema)
     raise UsageError("bad_store", f"no store for {scheme!r} urls")
+
+
+def _split_schema(url: str) -> tuple[str, str | None]:
+    """`url` without its `schema=` query parameter (ours, not the driver's), and its value."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    schemas = [value for key, value in query if key == "schema"]
+    if not schemas:
+        return url, None
+    rest = urlencode([(key, value) for key, value in query if key != "schema"])
+    return urlunsplit(parts._replace(query=rest)), schemas[-1]

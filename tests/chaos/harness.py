@@ -1,4 +1,4 @@
-"""The chaos harness: a hub process on SQLite, K replica processes, and nemeses, from a seed.
+"""The chaos harness: hub processes, K replica processes, and nemeses, from a seed.
 
 How a run goes: the hub starts in its own process; each replica process reaches it through its
 own `FaultProxy` and makes random edits of every kind (but reset) from the seed. Meanwhile the
@@ -6,7 +6,13 @@ nemeses, drawn from the same seed, kill -9 and restart the hub, cut replica conn
 frames (which reorders traffic between replicas), duplicate pushes and drop acks. When every
 replica has made its edits, the faults stop, the hub is brought up, every replica flushes, and
 each waits until it has seen the hub's final revision and writes its value. The checker then
-reads every history file, the hub's log (straight from the SQLite file) and its state.
+reads every history file, the hub's log (straight from the store) and its state.
+
+With `store="postgres"` and `hubs=N`, N hub processes share one PostgreSQL schema of the
+seed's own; each replica reaches every hub through a proxy of its own and is given all N urls
+(its own hub first, replicas spread over the hubs), so when the nemesis kills a hub its
+replicas fail over to the next. The final revision is read from the database (a hub may lag
+it by a notice), and the checker reads the log from the database.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import contextlib
 import os
 import random
 import sys
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,7 +32,7 @@ from conftest import bound
 from faultproxy import FaultProxy
 from hubprocess import HubProcess
 
-from server.store import SqliteStore
+from server.store import LogStore, SqliteStore
 from sync import Conversation, decode_record, decode_state, encode
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,29 +49,48 @@ class Chaos:
     ops: int = 40
     kills: bool = True
     faults: list[str] = field(default_factory=list)
+    store: str = "sqlite"  # or "postgres"
+    hubs: int = 1  # more than one only on "postgres"
+    dsn: str | None = None  # the PostgreSQL server (store "postgres")
 
 
 async def run(chaos: Chaos, run_dir: Path) -> Report:
     """Run one seed in `run_dir`; return the checker's report (with the faults injected)."""
+    if chaos.store not in ("sqlite", "postgres"):
+        raise ValueError(f"no chaos store {chaos.store!r}")
+    if chaos.hubs < 1 or (chaos.hubs > 1 and chaos.store != "postgres"):
+        raise ValueError("several hubs need the postgres store")
     rng = random.Random(chaos.seed)
-    # Each seed's hub listens on a loopback address of its own: seeds run side by side, and a
-    # killed hub's port may be taken by another seed's hub before it restarts; on its own
+    # Each seed's hubs listen on loopback addresses of their own: seeds run side by side, and
+    # a killed hub's port may be taken by another seed's hub before it restarts; on its own
     # address nothing of another seed can answer in its place.
-    host = f"127.0.{(chaos.seed // 250) % 250 + 1}.{chaos.seed % 250 + 2}"
-    hub = HubProcess(run_dir / "convsync.db", env={"CONVSYNC_STRICT_PAIRING": "off"}, host=host)
-    await anyio.to_thread.run_sync(hub.start)
-    proxies = [FaultProxy(hub.url) for _ in range(chaos.replicas)]
+    low = f"{(chaos.seed // 250) % 250 + 1}.{chaos.seed % 250 + 2}"
+    schema: str | None = None
+    if chaos.store == "postgres":
+        assert chaos.dsn is not None, "the postgres store needs a dsn"
+        schema = f"chaos_{chaos.seed}_{uuid.uuid4().hex[:8]}"
+        db: str | Path = f"{chaos.dsn}?schema={schema}"
+    else:
+        db = run_dir / "convsync.db"
+    env = {"CONVSYNC_STRICT_PAIRING": "off"}
+    hubs = [HubProcess(db, env=env, host=f"127.{k}.{low}") for k in range(chaos.hubs)]
+    for hub in hubs:
+        await anyio.to_thread.run_sync(hub.start)
+    # routes[r][h]: replica r's relay to hub h.
+    routes = [[FaultProxy(hub.url) for hub in hubs] for _ in range(chaos.replicas)]
+    proxies = [proxy for route in routes for proxy in route]
     workers: list[asyncio.subprocess.Process] = []
     try:
         for proxy in proxies:
             await proxy.__aenter__()
         env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'tests'}")
-        for k, proxy in enumerate(proxies):
+        for k, route in enumerate(routes):
+            urls = [route[(k + h) % len(hubs)].url for h in range(len(hubs))]
             workers.append(
                 await asyncio.create_subprocess_exec(
                     sys.executable,
                     str(WORKER),
-                    proxy.url,
+                    ",".join(urls),
                     CONVERSATION,
                     f"r{k}",
                     str(chaos.seed * 1000 + k),
@@ -77,7 +103,7 @@ async def run(chaos: Chaos, run_dir: Path) -> Report:
             )
         edited = asyncio.gather(*(_expect(worker, "edited") for worker in workers))
         calm = asyncio.Event()
-        nemesis = asyncio.create_task(_nemeses(chaos, rng, hub, proxies, calm))
+        nemesis = asyncio.create_task(_nemeses(chaos, rng, hubs, routes, calm))
         with anyio.fail_after(bound(120)):
             await edited
         calm.set()  # the fault under way finishes (a restart is never cut in two)
@@ -85,16 +111,24 @@ async def run(chaos: Chaos, run_dir: Path) -> Report:
             await nemesis
         for proxy in proxies:
             proxy.heal()
-        if not hub.running:
-            await _restart(hub, proxies)
+        for h, hub in enumerate(hubs):
+            if not hub.running:
+                await _restart(hub, [route[h] for route in routes])
         with anyio.fail_after(bound(120)):
             await _tell(workers, "settle", "flushed")
-            state = await anyio.to_thread.run_sync(hub.state, CONVERSATION)
-            await _tell(workers, f"final {state['revision']}", "done")
+            if schema is None:
+                state = await anyio.to_thread.run_sync(hubs[0].state, CONVERSATION)
+                revision = int(str(state["revision"]))
+            else:
+                log, _ = await _read_log(_postgres(chaos.dsn, schema))
+                revision = len(log)
+            await _tell(workers, f"final {revision}", "done")
             for worker in workers:
                 await worker.wait()
-        hub.stop()
-        log, hub_state = await _read_log(hub.path)
+        for hub in hubs:
+            hub.stop()
+        store = SqliteStore(hubs[0].path) if schema is None else _postgres(chaos.dsn, schema)
+        log, hub_state = await _read_log(store)
         report = check(run_dir, log, hub_state)
         report.faults = list(chaos.faults)
         return report
@@ -105,7 +139,20 @@ async def run(chaos: Chaos, run_dir: Path) -> Report:
                 await worker.wait()
         for proxy in proxies:
             await proxy.__aexit__(None, None, None)
-        hub.stop()
+        for hub in hubs:
+            hub.stop()
+        if schema is not None:
+            import pgserver
+
+            assert chaos.dsn is not None
+            await anyio.to_thread.run_sync(pgserver.drop_schema, chaos.dsn, schema)
+
+
+def _postgres(dsn: str | None, schema: str) -> LogStore:
+    from server.store.postgres import PostgresStore
+
+    assert dsn is not None
+    return PostgresStore(dsn, schema=schema, notify=False)
 
 
 async def _expect(worker: asyncio.subprocess.Process, word: str) -> None:
@@ -126,13 +173,14 @@ async def _tell(workers: list[asyncio.subprocess.Process], say: str, answer: str
 async def _nemeses(
     chaos: Chaos,
     rng: random.Random,
-    hub: HubProcess,
-    proxies: list[FaultProxy],
+    hubs: list[HubProcess],
+    routes: list[list[FaultProxy]],
     calm: asyncio.Event,
 ) -> None:
     """Inject a fault every 50-250 ms until `calm` is set; each one is recorded in
     `chaos.faults`. Returns between faults, never in the middle of one."""
     kinds = ["cut", "delay", "duplicate", "drop_ack"] + (["kill"] * 2 if chaos.kills else [])
+    proxies = [proxy for route in routes for proxy in route]
     while not calm.is_set():
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(calm.wait(), 0.05 + rng.random() * 0.2)
@@ -143,9 +191,10 @@ async def _nemeses(
         chaos.faults.append(kind)
         match kind:
             case "kill":
-                hub.kill()
+                h = rng.randrange(len(hubs))
+                hubs[h].kill()
                 await asyncio.sleep(rng.random() * 0.2)
-                await _restart(hub, proxies)
+                await _restart(hubs[h], [route[h] for route in routes])
             case "cut":
                 proxy.cut()
             case "delay":
@@ -172,9 +221,9 @@ async def _restart(hub: HubProcess, proxies: list[FaultProxy]) -> None:
             proxy.upstream = hub.url
 
 
-async def _read_log(path: Path) -> tuple[list[bytes], bytes]:
+async def _read_log(store: LogStore) -> tuple[list[bytes], bytes]:
     """Every record of the chaos conversation and its state, read from the store itself."""
-    async with SqliteStore(path) as store:
+    async with store:
         loaded = await store.load(CONVERSATION)
         if loaded is None:
             return [], encode(Conversation())

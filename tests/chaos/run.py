@@ -1,5 +1,9 @@
 """Run many chaos seeds and publish the figures: `python tests/chaos/run.py --seeds 1:501`.
 
+`--store postgres --hubs 2` runs each seed on two hub processes sharing one PostgreSQL schema
+(the server at `--pg`, default `CONVSYNC_TEST_PG` or a throwaway cluster as the tests start);
+`--write` then fills the section "Chaos on PostgreSQL" instead.
+
 Each seed runs in its own directory under `--dir` (kept for failed seeds). A failing seed is
 printed with the command that reproduces it; the exit code is 1 when any seed failed. With
 `--write`, the totals go to `docs/reliability.md` (section "Chaos").
@@ -37,7 +41,27 @@ async def main() -> int:
     parser.add_argument("--dir", type=Path, default=None, help="where run directories go")
     parser.add_argument("--write", action="store_true", help="write docs/reliability.md")
     parser.add_argument("--jobs", type=int, default=1, help="seeds run at once")
+    parser.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--hubs", type=int, default=1, help="hub processes (postgres only)")
+    parser.add_argument("--pg", default=None, help="a PostgreSQL url for --store postgres")
     args = parser.parse_args()
+    server = None
+    if args.store == "postgres" and args.pg is None:
+        import pgserver
+
+        found = pgserver.find_or_start()
+        if isinstance(found, str):
+            print(found, file=sys.stderr)
+            return 2
+        server, args.pg = found, found.dsn
+    try:
+        return await _main(args)
+    finally:
+        if server is not None:
+            server.stop()
+
+
+async def _main(args: argparse.Namespace) -> int:
     base = args.dir or Path(tempfile.mkdtemp(prefix="convsync-chaos-"))
     totals: Counter[str] = Counter()  # updated by every seed as it finishes
     faults: Counter[str] = Counter()
@@ -52,7 +76,15 @@ async def main() -> int:
     async def run_seed(seed: int) -> None:
         run_dir = base / f"seed-{seed}"
         run_dir.mkdir(parents=True, exist_ok=True)
-        chaos = Chaos(seed, replicas=args.replicas, ops=args.ops, kills=not args.no_kills)
+        chaos = Chaos(
+            seed,
+            replicas=args.replicas,
+            ops=args.ops,
+            kills=not args.no_kills,
+            store=args.store,
+            hubs=args.hubs,
+            dsn=args.pg,
+        )
         try:
             report = await run(chaos, run_dir)
             problems = report.problems
@@ -68,12 +100,17 @@ async def main() -> int:
                 conflicts=report.conflicts,
                 lost=report.lost,
                 duplicates=report.duplicates,
+                diverged=sum(p.startswith("diverged") for p in report.problems),
             )
             faults.update(report.faults)
         if problems:
             failed.append(seed)
             print(f"seed {seed} FAILED: {problems}; run dir {run_dir}", flush=True)
-            print(f"  reproduce: python tests/chaos/run.py --seeds {seed}:{seed + 1}", flush=True)
+            where = f" --store {args.store} --hubs {args.hubs}" if args.store != "sqlite" else ""
+            print(
+                f"  reproduce: python tests/chaos/run.py --seeds {seed}:{seed + 1}{where}",
+                flush=True,
+            )
         else:
             shutil.rmtree(run_dir, ignore_errors=True)
             injected = len(report.faults) if report is not None else 0
@@ -95,15 +132,17 @@ def _write(
     from bench._report import machine, now
 
     command = " ".join(["python", "tests/chaos/run.py", *sys.argv[1:]])
+    title = "## Chaos" if args.store == "sqlite" else "## Chaos on PostgreSQL"
+    hubs = "" if args.store == "sqlite" else f", {args.hubs} hub processes on one database"
     lines = [
-        "## Chaos",
+        title,
         "",
         f"Command: `{command}` ({now()}, {machine()}).",
         "",
         "| figure | value |",
         "|---|---|",
         f"| seeds run | {summary.get('seeds', 0)} (replicas per seed: {args.replicas}, "
-        f"edits per replica: {args.ops}) |",
+        f"edits per replica: {args.ops}{hubs}) |",
         f"| faults injected | {sum(faults.values())}: "
         + ", ".join(f"{kind} {count}" for kind, count in sorted(faults.items()))
         + " |",
@@ -113,13 +152,14 @@ def _write(
         f"| acknowledged records lost | {summary.get('lost', 0)} |",
         f"| duplicates | {summary.get('duplicates', 0)} |",
         f"| conflicts surfaced | {summary.get('conflicts', 0)} |",
+        f"| replicas not converged | {summary.get('diverged', 0)} |",
         f"| failed seeds | {len(failed)} {failed if failed else ''} |",
         f"| wall time | {summary['seconds']} s |",
         "",
     ]
     path = ROOT / "docs" / "reliability.md"
     text = path.read_text() if path.exists() else "# Reliability\n\n"
-    head, sep, rest = text.partition("## Chaos")
+    head, sep, rest = text.partition(title + "\n")
     tail = rest[rest.find("\n## ") + 1 :] if sep and "\n## " in rest else ""
     path.write_text(head.rstrip() + "\n\n" + "\n".join(lines) + ("\n" + tail if tail else ""))
 

@@ -1,6 +1,7 @@
 """One chaos replica, in a process of its own: random edits from a seed, every step logged.
 
-Run by the chaos harness as `python tests/chaos/worker.py URL CONVERSATION CLIENT SEED OPS DIR`.
+Run by the chaos harness as `python tests/chaos/worker.py URLS CONVERSATION CLIENT SEED OPS DIR`
+(URLS: one hub url, or several separated by commas, tried in turn).
 It writes `DIR/CLIENT.jsonl` (one line per operation, landed batch and conflict), then talks
 with the harness on stdin/stdout: after its edits it prints `edited`; on `settle` it flushes
 and prints `flushed`; on `final R` it waits until it has seen revision R, writes
@@ -40,7 +41,12 @@ async def main(url: str, conversation_id: str, client: str, seed: int, ops: int,
         history.write(json.dumps({"client": client, **line}) + "\n")
 
     replica = Replica(
-        url, conversation_id, client=client, max_backoff=0.2, connect_timeout=60, backoff=0.02
+        url.split(","),
+        conversation_id,
+        client=client,
+        max_backoff=0.2,
+        connect_timeout=60,
+        backoff=0.02,
     )
     replica.session.on_landed = lambda seq, records: log(
         kind="landed", seq=seq, records=[digest(r) for r in records]

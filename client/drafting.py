@@ -1,0 +1,130 @@
+"""`DraftWriter`: one message in progress that a replica streams to every UI (SPEC 7).
+
+Use as `async with replica.draft() as d:`; `d.append(text)` returns at once (the replica sends
+what was appended at most once per `draft_interval`, and `keep` while the model is silent);
+`await d.commit(message)` pushes the finished message under the draft's id, which ends the
+draft for everyone in the same step as its record lands. Leaving the block without a commit,
+or with an exception, aborts it. When the hub ends the draft (a user stopped the turn: status
+`stopped`; or `timeout`, `aborted`), `d.status` says so and every scope from
+`d.cancel_on_end()` is cancelled, so the model call inside one stops at once.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import TYPE_CHECKING, Self
+
+import anyio
+
+from sync import Author, Entry
+from sync.ids import default_minter
+from sync.messages import AnyMessage
+
+if TYPE_CHECKING:
+    from .replica import Replica
+
+__all__ = ["DraftWriter"]
+
+
+class DraftWriter:
+    """A draft this replica produces; see the module docstring.
+
+    Args:
+        replica: the replica that streams it.
+        after: the id of the entry it follows (the last entry when omitted).
+        author: the author its entry will carry.
+    """
+
+    def __init__(self, replica: Replica, after: str | None, author: Author | None) -> None:
+        self.id: str = default_minter.message_id()
+        self.after = after
+        self.author = author
+        self.status: str | None = None
+        """None while open; then `committed`, `aborted`, `stopped`, `timeout` or `refused`."""
+        self._replica = replica
+        self._ended = anyio.Event()
+        self._scopes: list[anyio.CancelScope] = []
+        self._opened = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def open(self) -> Self:
+        """Open the draft (the `open` goes to the hub with the next send)."""
+        if not self._opened:
+            self._opened = True
+            self._replica._open_draft(self)
+        return self
+
+    async def __aenter__(self) -> Self:
+        return await self.open()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.status is None:
+            await self.abort()
+
+    # ------------------------------------------------------------------ writing
+
+    def append(self, text: str, part: str = "text", name: str | None = None) -> None:
+        """Add `text` to `part` (`text`, `reasoning`, or `call:<call_id>` for a tool call's
+        arguments as JSON text so far, with the tool's `name` at its first append). Does
+        nothing once the draft ended."""
+        if self.status is None:
+            self._replica._append_draft(self, text, part, name)
+
+    def text_of(self, part: str = "text") -> str:
+        """What was appended to `part` so far."""
+        return self._replica.session.live.text_of(self.id, part)
+
+    @property
+    def text(self) -> str:
+        return self.text_of("text")
+
+    async def commit(self, message: AnyMessage) -> str:
+        """Push `message` as an entry with this draft's id (the replica sends it like any
+        edit; the hub ends the draft `committed` when it lands). Returns the id. A commit
+        after a stop still lands, after the halt."""
+        self._replica._forget_draft(self)
+        self._replica.conversation.push(Entry(message, self.id, self.author))
+        self._end("committed")
+        return self.id
+
+    async def abort(self) -> None:
+        """Drop the draft for everyone."""
+        if self.status is None:
+            self._replica._abort_draft(self)
+            self._end("aborted")
+
+    # ------------------------------------------------------------------ ending
+
+    @property
+    def ended(self) -> bool:
+        return self.status is not None
+
+    async def wait_ended(self) -> str:
+        """Wait until the draft ends; its status."""
+        await self._ended.wait()
+        assert self.status is not None
+        return self.status
+
+    def cancel_on_end(self) -> anyio.CancelScope:
+        """A cancel scope cancelled when the hub ends this draft (a stop, a timeout): run the
+        model call inside it (`with d.cancel_on_end(): ...`)."""
+        scope = anyio.CancelScope()
+        if self.status is not None and self.status != "committed":
+            scope.cancel()
+        self._scopes.append(scope)
+        return scope
+
+    def _end(self, status: str) -> None:
+        if self.status is not None:
+            return
+        self.status = status
+        self._ended.set()
+        if status != "committed":
+            for scope in self._scopes:
+                scope.cancel()

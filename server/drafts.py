@@ -1,0 +1,404 @@
+"""Live drafts of one conversation, pure: draft ops and the time in, frames out (SPEC 7).
+
+How this works: a `DraftBoard` holds the open drafts of one room (a message in progress, named
+by the id its final entry will take) and, per subscriber that uses drafts, the deltas it still
+owes it. The room's core calls `open`, `append`, `keep`, `abort` with a decoded op, the op's
+owner (principal, client) and the time, and `end` / `end_all` when the log decides (a commit,
+a stop, a rewrite). Each returns `Out` items: a frame for some connections, or a `Delta` (one
+draft part grown) that the socket shell may merge with a delta still queued for a slow peer.
+
+Deltas are coalesced per subscriber: the first after a quiet `interval` goes at once, later
+ones merge (one pending delta per draft and part) until the subscriber's next flush, which
+`tick(now)` sends when `next_deadline()` comes; subscribers due together with the same pending
+deltas share one encoded frame. `interval == 0` sends every delta at once. `tick` also ends
+drafts whose producer has been silent for `timeout` or whose socket closed `grace` ago.
+
+Offsets count code points (Python `str` indexes), so an append at `offset` below the part's
+length is applied from the overlap only: a resend after a reconnect changes nothing twice.
+Nothing here awaits or reads a clock; times are milliseconds from the caller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from sync.entries import Author
+from sync.ids import is_message_id
+from sync.protocol import (
+    DraftEnd,
+    DraftEndStatus,
+    DraftInfo,
+    DraftOp,
+    Drafts,
+    DraftState,
+    DraftUpdate,
+    encode_message,
+)
+
+from .metrics import Metrics
+
+__all__ = ["Delta", "DraftBoard", "DraftConfig", "Frame", "Out", "Owner", "valid_part"]
+
+C = TypeVar("C", bound=Hashable)
+
+Owner = tuple[str, str]
+"""Who produces a draft: (principal, client)."""
+
+_FRAME_MARGIN = 1024  # room for a `drafts` message's own fields around the listed drafts
+
+
+@dataclass(frozen=True, slots=True)
+class DraftConfig:
+    """The draft settings, in milliseconds and bytes.
+
+    Attributes:
+        interval: the least time between two delta messages to one subscriber (0: each at once).
+        timeout: a draft whose producer sent nothing for this long ends `timeout`.
+        grace: a draft whose producer's socket closed this long ago ends `timeout`.
+        max_bytes: the UTF-8 bytes a draft's parts may hold together.
+        max_per_owner: open drafts one (principal, client) may hold.
+    """
+
+    interval: int = 50
+    timeout: int = 30_000
+    grace: int = 10_000
+    max_bytes: int = 512 * 1024
+    max_per_owner: int = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Frame(Generic[C]):
+    """Send `frame` to every connection of `to`."""
+
+    to: list[C]
+    frame: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Delta(Generic[C]):
+    """Send `frame` (the encoded `message`, one draft part grown) to every connection of `to`;
+    a shell may merge it into a delta for the same `key` (draft id, part) still queued."""
+
+    to: list[C]
+    key: tuple[str, str]
+    message: DraftUpdate
+    frame: bytes
+
+
+Out = Frame[C] | Delta[C]
+
+
+def valid_part(part: str) -> bool:
+    """`text`, `reasoning` or `call:<id>` (an id of 1 to 128 characters)."""
+    return part in ("text", "reasoning") or (part.startswith("call:") and 5 < len(part) <= 133)
+
+
+class _Draft(Generic[C]):
+    __slots__ = (
+        "after",
+        "author",
+        "bytes",
+        "conn",
+        "epoch",
+        "gone",
+        "heard",
+        "id",
+        "lengths",
+        "names",
+        "owner",
+        "parts",
+        "role",
+        "since",
+    )
+
+    def __init__(self, op: DraftOp, owner: Owner, conn: C, now: int) -> None:
+        self.id = op.id
+        self.role = op.role
+        self.owner = owner
+        self.author: Author | None = op.author
+        self.after = op.after
+        self.epoch = op.epoch
+        self.since = now
+        self.parts: dict[str, list[str]] = {}  # chunks, joined lazily
+        self.lengths: dict[str, int] = {}  # code points per part
+        self.names: dict[str, str] = {}
+        self.bytes = 0
+        self.conn: C | None = conn  # the producing socket; None once it closed
+        self.heard = now
+        self.gone: int | None = None
+
+    def text(self, part: str) -> str:
+        chunks = self.parts.get(part)
+        if not chunks:
+            return ""
+        if len(chunks) > 1:
+            chunks[:] = ["".join(chunks)]
+        return chunks[0]
+
+    def info(self) -> DraftInfo:
+        principal, client = self.owner
+        parts = {part: self.text(part) for part in self.parts}
+        return DraftInfo(
+            self.id, self.role, principal, client, self.since, self.author, self.after, parts,
+            dict(self.names),
+        )  # fmt: skip
+
+
+@dataclass(slots=True)
+class _Pending:
+    offset: int
+    chunks: list[str]
+    name: str | None
+
+
+@dataclass(slots=True)
+class _Subscriber:
+    last_flush: int = -(1 << 62)
+    pending: dict[tuple[str, str], _Pending] = field(default_factory=dict)
+
+
+class DraftBoard(Generic[C]):
+    """The open drafts of one conversation and what each subscriber is owed.
+
+    Args:
+        config: the draft settings.
+        metrics: the hub's counters (open drafts, delta bytes relayed).
+        max_frame: the largest frame to build (a `drafts` snapshot is chunked below it).
+    """
+
+    def __init__(self, config: DraftConfig, metrics: Metrics, max_frame: int) -> None:
+        self.config = config
+        self.metrics = metrics
+        self.max_frame = max_frame
+        self.drafts: dict[str, _Draft[C]] = {}
+        self._subs: dict[C, _Subscriber] = {}
+
+    # ------------------------------------------------------------------ reads
+
+    def __contains__(self, draft_id: object) -> bool:
+        return draft_id in self.drafts
+
+    def owner_of(self, draft_id: str) -> Owner | None:
+        draft = self.drafts.get(draft_id)
+        return None if draft is None else draft.owner
+
+    def owners(self) -> set[Owner]:
+        """Every (principal, client) with an open draft."""
+        return {draft.owner for draft in self.drafts.values()}
+
+    def text(self, draft_id: str, part: str = "text") -> str:
+        """A part's text so far ('' when the draft or part is not there)."""
+        draft = self.drafts.get(draft_id)
+        return "" if draft is None else draft.text(part)
+
+    def next_deadline(self) -> int | None:
+        """When `tick` next has something to do (ms), or None."""
+        interval = self.config.interval
+        times = [sub.last_flush + interval for sub in self._subs.values() if sub.pending]
+        for draft in self.drafts.values():
+            times.append(draft.heard + self.config.timeout)
+            if draft.gone is not None:
+                times.append(draft.gone + self.config.grace)
+        return min(times, default=None)
+
+    # ------------------------------------------------------------------ subscribers
+
+    def subscribe(self, conn: C) -> list[bytes]:
+        """`conn` gets deltas from now on; returns the `drafts` frames with every open draft
+        and its text so far (several when large, all but the last with `more`)."""
+        self._subs[conn] = _Subscriber()
+        budget = self.max_frame - _FRAME_MARGIN
+        groups: list[list[DraftInfo]] = [[]]
+        size = 0
+        for draft in self.drafts.values():
+            info = draft.info()
+            weight = draft.bytes * 2 + 512  # JSON escapes at most double most text
+            if groups[-1] and size + weight > budget:
+                groups.append([])
+                size = 0
+            groups[-1].append(info)
+            size += weight
+        last = len(groups) - 1
+        return [encode_message(Drafts(infos, at < last)) for at, infos in enumerate(groups)]
+
+    def unsubscribe(self, conn: C, now: int) -> None:
+        """`conn` is gone: it gets nothing more; drafts it produced wait `grace` for it."""
+        self._subs.pop(conn, None)
+        for draft in self.drafts.values():
+            if draft.conn == conn:
+                draft.conn = None
+                draft.gone = now
+
+    # ------------------------------------------------------------------ ops
+
+    def receive(self, conn: C, owner: Owner, op: DraftOp, now: int) -> list[Out[C]]:
+        """Handle `op` from `conn` (owned by `owner`); the frames to send."""
+        if op.op == "open":
+            return self._open(conn, owner, op, now)
+        draft = self.drafts.get(op.id)
+        if draft is None:
+            return self._answer(conn, op.id, "unknown", "no open draft with this id")
+        if draft.owner != owner:
+            return self._answer(conn, op.id, "refused", "the draft belongs to another client")
+        draft.heard = now
+        if draft.conn is None:  # the producer is back on a new socket
+            draft.conn, draft.gone = conn, None
+        match op.op:
+            case "append":
+                return self._append(conn, draft, op, now)
+            case "abort":
+                return self.end(op.id, "aborted")
+        return []  # keep
+
+    def _open(self, conn: C, owner: Owner, op: DraftOp, now: int) -> list[Out[C]]:
+        draft = self.drafts.get(op.id)
+        if draft is not None:
+            if draft.owner != owner:
+                return self._answer(conn, op.id, "refused", "the draft belongs to another client")
+            if op.epoch < draft.epoch and draft.conn is not None and draft.conn != conn:
+                return self._answer(conn, op.id, "refused", "a newer epoch holds the draft")
+            draft.epoch = max(draft.epoch, op.epoch)
+            draft.conn, draft.gone, draft.heard = conn, None, now
+            return [Frame([conn], encode_message(DraftState(op.id, dict(draft.lengths))))]
+        if not is_message_id(op.id):
+            return self._answer(conn, op.id, "refused", "a draft id is a msg_ id")
+        held = sum(1 for d in self.drafts.values() if d.owner == owner)
+        if held >= self.config.max_per_owner:
+            detail = f"at most {self.config.max_per_owner} open drafts per client"
+            return self._answer(conn, op.id, "refused", detail)
+        draft = _Draft(op, owner, conn, now)
+        self.drafts[op.id] = draft
+        self.metrics.drafts_open += 1
+        out: list[Out[C]] = []
+        if self._subs:
+            update = DraftUpdate(op.id, "open", info=draft.info())
+            out.append(Frame(list(self._subs), encode_message(update)))
+        out.append(Frame([conn], encode_message(DraftState(op.id, {}))))
+        return out
+
+    def _append(self, conn: C, draft: _Draft[C], op: DraftOp, now: int) -> list[Out[C]]:
+        part = op.part
+        length = draft.lengths.get(part, 0)
+        if op.offset > length:
+            return self._answer(conn, draft.id, "gap", f"{part} holds {length} code points")
+        new = op.text[length - op.offset :]
+        if not new:
+            return []  # a resend of what the hub holds
+        size = len(new.encode())
+        if draft.bytes + size > self.config.max_bytes:
+            return self.end(draft.id, "aborted", f"over {self.config.max_bytes} bytes")
+        name = None
+        if part not in draft.lengths and op.name is not None and part.startswith("call:"):
+            name = draft.names[part] = op.name
+        draft.parts.setdefault(part, []).append(new)
+        draft.lengths[part] = length + len(new)
+        draft.bytes += size
+        return self._relay(draft.id, part, length, new, name, now)
+
+    def _relay(
+        self, draft_id: str, part: str, offset: int, text: str, name: str | None, now: int
+    ) -> list[Out[C]]:
+        """Send the delta at once to subscribers free to take it; merge it for the rest."""
+        interval = self.config.interval
+        key = (draft_id, part)
+        direct: list[C] = []
+        for conn, sub in self._subs.items():
+            if not sub.pending and now >= sub.last_flush + interval:
+                sub.last_flush = now
+                direct.append(conn)
+                continue
+            pending = sub.pending.get(key)
+            if pending is None:
+                sub.pending[key] = _Pending(offset, [text], name)
+            else:
+                pending.chunks.append(text)
+        if not direct:
+            return []
+        return [self._delta(direct, key, offset, text, name)]
+
+    def _delta(
+        self, to: list[C], key: tuple[str, str], offset: int, text: str, name: str | None
+    ) -> Delta[C]:
+        message = DraftUpdate(key[0], "append", key[1], offset, text, name)
+        frame = encode_message(message)
+        self.metrics.draft_deltas_relayed += len(to)
+        self.metrics.draft_bytes_relayed += len(frame) * len(to)
+        return Delta(to, key, message, frame)
+
+    def _answer(self, conn: C, draft_id: str, status: DraftEndStatus, detail: str) -> list[Out[C]]:
+        """Refuse an op to its sender only (the draft, if any, goes on)."""
+        return [Frame([conn], encode_message(DraftEnd(draft_id, status, detail)))]
+
+    # ------------------------------------------------------------------ ending
+
+    def end(self, draft_id: str, status: DraftEndStatus, detail: str = "") -> list[Out[C]]:
+        """End draft `draft_id` (if open) for everyone; deltas still owed for it are dropped."""
+        draft = self.drafts.pop(draft_id, None)
+        if draft is None:
+            return []
+        self.metrics.drafts_open -= 1
+        for sub in self._subs.values():
+            if sub.pending:
+                for part in draft.parts:
+                    sub.pending.pop((draft_id, part), None)
+        to = list(self._subs)
+        if draft.conn is not None and draft.conn not in self._subs:
+            to.append(draft.conn)  # a producer not subscribed to drafts still learns it
+        if not to:
+            return []
+        return [Frame(to, encode_message(DraftEnd(draft_id, status, detail)))]
+
+    def end_all(self, status: DraftEndStatus) -> list[Out[C]]:
+        """End every open draft (a stop landed, the log was rewritten)."""
+        out: list[Out[C]] = []
+        for draft_id in list(self.drafts):
+            out += self.end(draft_id, status)
+        return out
+
+    def end_held(self, ids: Iterable[str], is_owner: Callable[[Owner], bool]) -> list[Out[C]]:
+        """End `committed` each open draft among `ids` (entry ids a landed record made held)
+        whose owner `is_owner` accepts."""
+        out: list[Out[C]] = []
+        for id_ in ids:
+            draft = self.drafts.get(id_)
+            if draft is not None and is_owner(draft.owner):
+                out += self.end(id_, "committed")
+        return out
+
+    # ------------------------------------------------------------------ time
+
+    def tick(self, now: int) -> list[Out[C]]:
+        """Flush deltas that are due, then end drafts that timed out."""
+        out: list[Out[C]] = []
+        due_at = now - self.config.interval
+        # Subscribers owed the same deltas share frames (they usually are: deltas reach every
+        # subscriber at the same moments).
+        groups: dict[tuple[tuple[str, str, int, int], ...], list[C]] = {}
+        owed: dict[tuple[tuple[str, str, int, int], ...], dict[tuple[str, str], _Pending]] = {}
+        for conn, sub in self._subs.items():
+            if sub.pending and sub.last_flush <= due_at:
+                shape = tuple(
+                    (key[0], key[1], p.offset, sum(map(len, p.chunks)))
+                    for key, p in sub.pending.items()
+                )
+                groups.setdefault(shape, []).append(conn)
+                owed.setdefault(shape, sub.pending)
+                sub.pending = {}
+                # On the grid of intervals, not at `now`: a tick that wakes late must not
+                # push the next flush later too (a producer throttling its own sends at the
+                # same interval would then land just before each flush and wait a whole
+                # interval more); a tick more than an interval late starts a new grid.
+                sub.last_flush = max(sub.last_flush + self.config.interval, due_at)
+        for shape, to in groups.items():
+            for key, pending in owed[shape].items():
+                text = "".join(pending.chunks)
+                out.append(self._delta(to, key, pending.offset, text, pending.name))
+        config = self.config
+        for draft in list(self.drafts.values()):
+            if draft.heard + config.timeout <= now:
+                out += self.end(draft.id, "timeout", "the producer went silent")
+            elif draft.gone is not None and draft.gone + config.grace <= now:
+                out += self.end(draft.id, "timeout", "the producer disconnected")
+        return out

@@ -1,0 +1,157 @@
+"""Who is connected to one conversation, pure: joins, statuses and leaves in, diffs out (SPEC 7).
+
+How this works: a `PresenceBoard` holds one entry per live socket, under a connection id the
+board assigns (so a late close of an old socket removes that socket's entry only, never the
+entry of the connection that replaced it). Changes accumulate into one pending diff; `tick(now)`
+sends it to every subscriber at most every `throttle` ms (the first change after a quiet spell
+is due at once). While a client has an open draft and set no status of its own, its status
+reads `drafting`. Nothing here awaits or reads a clock; times are milliseconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import msgspec
+
+from sync.protocol import PresenceDiff, PresenceEntry, PresenceSnapshot, encode_message
+
+from .metrics import Metrics
+
+__all__ = ["MAX_DETAIL", "MAX_STATUS", "PresenceBoard", "status_problem"]
+
+C = TypeVar("C", bound=Hashable)
+
+MAX_STATUS = 64
+"""The longest status, in characters."""
+MAX_DETAIL = 1024
+"""The largest status detail, in bytes of JSON."""
+
+DRAFTING = "drafting"
+
+
+def status_problem(status: str | None, detail: Any) -> str | None:
+    """What is wrong with a `status` message, or None when it is acceptable."""
+    if status is not None and len(status) > MAX_STATUS:
+        return f"status over {MAX_STATUS} characters"
+    if detail is not None and len(msgspec.json.encode(detail)) > MAX_DETAIL:
+        return f"status detail over {MAX_DETAIL} bytes of JSON"
+    return None
+
+
+@dataclass(slots=True)
+class _Entry:
+    connection: int
+    principal: str
+    client: str
+    kind: str | None
+    name: str | None
+    since: int
+    status: str | None = None  # as the client set it
+    detail: Any = None
+    shown: str | None = None  # what others see (`drafting` while drafting, unless set)
+
+    def wire(self) -> PresenceEntry:
+        return PresenceEntry(
+            self.connection, self.principal, self.client, self.since, self.kind, self.name,
+            self.shown, self.detail,
+        )  # fmt: skip
+
+
+class PresenceBoard(Generic[C]):
+    """The live connections of one conversation.
+
+    Args:
+        metrics: the hub's counters (presence entries).
+        throttle: the least time between two diffs, in ms.
+    """
+
+    def __init__(self, metrics: Metrics, throttle: int = 100) -> None:
+        self.metrics = metrics
+        self.throttle = throttle
+        self.entries: dict[C, _Entry] = {}
+        self._subs: set[C] = set()
+        self._next_id = 1
+        self._drafting: set[tuple[str, str]] = set()
+        self._joined: dict[int, _Entry] = {}
+        self._left: list[int] = []
+        self._changed: dict[int, _Entry] = {}
+        self._last_flush = -(1 << 62)
+
+    def _pending(self) -> bool:
+        return bool(self._joined or self._left or self._changed)
+
+    def next_deadline(self) -> int | None:
+        if not self._pending():
+            return None
+        return self._last_flush + self.throttle
+
+    def join(
+        self, conn: C, principal: str, client: str, kind: str | None, name: str | None, now: int
+    ) -> int:
+        """Add `conn`'s entry; returns its connection id."""
+        entry = _Entry(self._next_id, principal, client, kind, name, now)
+        self._next_id += 1
+        entry.shown = DRAFTING if (principal, client) in self._drafting else None
+        self.entries[conn] = entry
+        self._joined[entry.connection] = entry
+        self.metrics.presence += 1
+        return entry.connection
+
+    def subscribe(self, conn: C) -> bytes:
+        """`conn` gets diffs from now on; returns the `presence` frame with every entry."""
+        self._subs.add(conn)
+        return encode_message(PresenceSnapshot([e.wire() for e in self.entries.values()]))
+
+    def leave(self, conn: C) -> None:
+        """`conn`'s socket closed: its entry (and only its own) goes."""
+        self._subs.discard(conn)
+        entry = self.entries.pop(conn, None)
+        if entry is None:
+            return
+        self.metrics.presence -= 1
+        self._changed.pop(entry.connection, None)
+        if self._joined.pop(entry.connection, None) is None:
+            self._left.append(entry.connection)
+
+    def set_status(self, conn: C, status: str | None, detail: Any) -> None:
+        """`conn` set its status (checked with `status_problem` first)."""
+        entry = self.entries.get(conn)
+        if entry is None:
+            return
+        entry.status, entry.detail = status, detail
+        self._show(entry)
+        if entry.connection not in self._joined:
+            self._changed[entry.connection] = entry
+
+    def set_drafting(self, owners: set[tuple[str, str]]) -> None:
+        """The (principal, client) pairs with an open draft now."""
+        if owners == self._drafting:
+            return
+        self._drafting = set(owners)
+        for entry in self.entries.values():
+            before = entry.shown
+            self._show(entry)
+            if entry.shown != before and entry.connection not in self._joined:
+                self._changed[entry.connection] = entry
+
+    def _show(self, entry: _Entry) -> None:
+        drafting = (entry.principal, entry.client) in self._drafting
+        entry.shown = entry.status if entry.status is not None else (DRAFTING if drafting else None)
+
+    def tick(self, now: int) -> list[tuple[list[C], bytes]]:
+        """The diff to send, when one is pending and due."""
+        if not self._pending() or now < self._last_flush + self.throttle:
+            return []
+        diff = PresenceDiff(
+            [e.wire() for e in self._joined.values()],
+            list(self._left),
+            [e.wire() for e in self._changed.values()],
+        )
+        self._joined, self._left, self._changed = {}, [], {}
+        self._last_flush = now
+        if not self._subs:
+            return []
+        return [(list(self._subs), encode_message(diff))]
