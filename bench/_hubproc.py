@@ -3,6 +3,7 @@
 Started by `bench/hub.py` (never by hand) as
 
     python bench/_hubproc.py hub [--store memory|sqlite] [--path FILE] [--compression deflate]
+                                 [--no-hub-rebase]
     python bench/_hubproc.py baseline [--mode broadcast|send] [--compression deflate]
 
 Both bind 127.0.0.1 port 0, print one JSON line `{"port": ..., "pid": ...}` on stdout once
@@ -12,7 +13,8 @@ they serve, then answer JSON commands read one per line on stdin with one JSON l
   (`VmRSS`), the garbage collector's runs (count and seconds per generation, and the longest
   since the last `stats`), where the engine was imported from (`engine`, and `foreign`: any
   engine module not from the run's copy), and for the hub the store's `commits`/`appends`
-  counters and the hub's metrics.
+  counters and the hub's metrics (with `rejected`: the rejected pushes by reason, and
+  `pushes_placed`: stale pushes the hub placed, `null` for a hub too old to count them).
 - `{"cmd": "seed", "id": ..., "messages": n, "chars": c, "per_record": k}` (hub): write a
   log of `n` messages (alternating user/assistant, `c` characters each) as push records of
   `k` entries (default 1; `at` stamped) straight into the store, in appends of 1,000 records.
@@ -275,6 +277,8 @@ class Control:
                 records_appended=metrics.records_appended,
                 pushes_accepted=metrics.pushes_accepted,
                 pushes_rejected=sum(metrics.pushes_rejected.values()),
+                rejected=dict(metrics.pushes_rejected),
+                pushes_placed=getattr(metrics, "pushes_placed", None),
                 send_queue_drops=metrics.send_queue_drops,
                 connections=metrics.connections,
                 conversations_loaded=metrics.conversations_loaded,
@@ -329,6 +333,8 @@ async def run_hub(args: argparse.Namespace) -> None:
     )
     if args.idle_unload is not None:
         config = dataclasses.replace(config, idle_unload=args.idle_unload)
+    if args.no_hub_rebase:  # every stale push rejected `behind`, as before SPEC 2.4.6
+        config = dataclasses.replace(config, hub_rebase=False)
     async with Hub(store, host="127.0.0.1", port=0, config=config) as hub:
         control = Control(hub)
         print(json.dumps({"port": hub.port, "pid": os.getpid()}), flush=True)
@@ -381,6 +387,7 @@ def main() -> None:
     hub.add_argument("--synchronous", default="FULL")
     hub.add_argument("--compression", choices=["deflate"], default=None)
     hub.add_argument("--idle-unload", type=float, default=None)
+    hub.add_argument("--no-hub-rebase", action="store_true", help="HubConfig(hub_rebase=False)")
     baseline = sub.add_parser("baseline")
     baseline.add_argument("--mode", choices=["broadcast", "send"], default="broadcast")
     baseline.add_argument("--compression", choices=["deflate"], default=None)

@@ -57,6 +57,9 @@ class HubConfig:
         tls_key: the PEM private key file of `tls_cert`.
         expiry_grace: seconds a socket stays open after its token's `exp`, waiting for a
             refreshed one (`auth`); then `error unauthorized`, close 4001.
+        hub_rebase: place a stale push (made on an older revision) by intent when all its
+            records replay cleanly, for replicas that list the `hub_rebase` feature (SPEC
+            2.4.6); off, every stale push is rejected `behind` and its replica rebases it.
     """
 
     max_frame: int = MAX_FRAME
@@ -87,6 +90,7 @@ class HubConfig:
     tls_cert: str | None = None
     tls_key: str | None = None
     expiry_grace: float = 30.0
+    hub_rebase: bool = True
 
     def __post_init__(self) -> None:
         if self.max_frame < MIN_FRAME:

@@ -265,6 +265,7 @@ class RoomCore(Generic[C]):
         self.subscribers: dict[C, str] = {}  # connection -> its client id
         self.grants: dict[C, Grant] = {}  # connection -> what its token allows
         self._placing: set[C] = set()  # connections whose stale pushes the hub may place
+        self._answered: dict[C, int] = {}  # connection -> the last push seq it was answered
         self.closing = False
         self._recent: list[bytes] = []
         self._recent_from = 0
@@ -390,9 +391,8 @@ class RoomCore(Generic[C]):
             if not (fresh and missing >= state_items):
                 if revision >= self._recent_from:
                     records = self._recent[revision - self._recent_from :]
-                    return self._subscribe(
-                        conn, hello.client, actions + self._catch_up(conn, revision, records)
-                    )
+                    catch_up = self._catch_up(conn, revision, records)
+                    return self._subscribe(conn, hello.client, actions + catch_up)
                 read = ReadRecords(self.lineage, revision)
                 return actions + self._call(
                     read, lambda outcome: self._caught_up(conn, hello.client, revision, outcome)
@@ -458,6 +458,7 @@ class RoomCore(Generic[C]):
         self.subscribers.pop(conn, None)
         self.grants.pop(conn, None)
         self._placing.discard(conn)
+        self._answered.pop(conn, None)
         self._live_leave(conn, self._now if now is None else now)
 
     def regrant(self, conn: C, grant: Grant, now: float) -> list[Action[C]]:
@@ -501,6 +502,11 @@ class RoomCore(Generic[C]):
         if mark is not None and batch.seq <= mark.seq:
             # A resend of a push that landed: answer with its ack, append nothing.
             return [Send(conn, _ack(batch.seq, mark))]
+        if batch.seq <= self._answered.get(conn, 0):
+            # A copy of a push this connection was refused (the network sent it twice): its
+            # replica has rebased those records since, so placing the copy would land them twice.
+            return [Send(conn, self._reject(batch, "behind", "a copy of a push answered already"))]
+        self._answered[conn] = batch.seq
         if batch.lineage != self.lineage and not (
             batch.lineage == Lineage.EMPTY and self.revision == 0
         ):
@@ -610,6 +616,7 @@ class RoomCore(Generic[C]):
         metrics = self.metrics
         metrics.records_appended += len(append.records)
         metrics.pushes_accepted += 1
+        metrics.pushes_placed += int(placed)
         if self.revision - self._snapshot_revision >= self.config.snapshot_every:
             snapshot = WriteSnapshot(self.lineage, self.revision, encode(self.conversation))
             actions += self._call(snapshot, self._snapshot_written)

@@ -18,6 +18,7 @@ class Metrics:
         self.conversations_loaded = 0
         self.records_appended = 0
         self.pushes_accepted = 0
+        self.pushes_placed = 0  # of the accepted: stale pushes the hub placed (SPEC 2.4.6)
         self.pushes_rejected: Counter[str] = Counter()
         self.send_queue_drops = 0
         self.protocol_errors: Counter[str] = Counter()
@@ -50,6 +51,10 @@ class Metrics:
             "# HELP convsync_pushes_accepted_total Pushes appended and acked.",
             "# TYPE convsync_pushes_accepted_total counter",
             f"convsync_pushes_accepted_total {self.pushes_accepted}",
+            "# HELP convsync_pushes_placed_total Accepted pushes made on an older revision, "
+            "placed by the hub.",
+            "# TYPE convsync_pushes_placed_total counter",
+            f"convsync_pushes_placed_total {self.pushes_placed}",
             "# HELP convsync_pushes_rejected_total Pushes rejected, by reason.",
             "# TYPE convsync_pushes_rejected_total counter",
         ]

@@ -72,6 +72,7 @@ class Room:
                     max_bytes=min(config.draft_max_bytes, config.max_frame // 2),
                 ),
                 auth=auth,
+                hub_rebase=config.hub_rebase,
             ),
             metrics,
         )
