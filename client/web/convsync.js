@@ -2140,7 +2140,7 @@ export class Replica {
     ws.onopen = () => {
       const hello = /** @type {any} */ (this.session.hello(token));
       if (this.getToken !== null)
-        hello.features = this.session.live ? [...hello.features, 'auth'] : ['auth'];
+        hello.features = [...hello.features, 'auth'];
       ws.send(JSON.stringify(hello));
     };
     ws.onmessage = (message) => {

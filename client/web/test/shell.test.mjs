@@ -83,7 +83,7 @@ test('connects, says hello with the token, and reaches connected after the welco
     lineage: 0,
     revision: 0,
     token: 'jwt',
-    features: ['auth'],
+    features: ['hub_rebase', 'auth'],
   });
   ws.deliver({ type: 'welcome', lineage: 5, revision: 0, acked: 0 });
   assert.equal(r.state, 'connected');
@@ -188,7 +188,7 @@ test('a token that expires is refreshed with getToken and sent as auth', async (
   await settle();
   const ws = FakeSocket.made[0];
   ws.open();
-  assert.deepEqual(ws.sent[0].features, ['auth']);
+  assert.deepEqual(ws.sent[0].features, ['hub_rebase', 'auth']);
   ws.deliver({
     type: 'welcome',
     lineage: 5,
