@@ -38,6 +38,13 @@ class HubConfig:
         draft_grace: seconds a draft waits for its producer to reconnect.
         draft_max_bytes: UTF-8 bytes one draft may hold (at most half of `max_frame` is used,
             so a draft's text always fits one `drafts` frame).
+        bus: where hubs sharing a store (PostgreSQL) relay drafts and presence to each other
+            (SPEC 9): a `redis://` or `rediss://` URL for Redis pub/sub (needs the `redis`
+            extra), or None for `NOTIFY` on the store's own database. Unused on a store only
+            this hub writes.
+        heartbeat_interval: seconds between two heartbeats of this hub on the bus's store.
+        heartbeat_ttl: seconds after its last heartbeat that other hubs take a hub for dead:
+            they end its drafts (`timeout`) and drop its presence.
     """
 
     max_frame: int = MAX_FRAME
@@ -54,6 +61,9 @@ class HubConfig:
     draft_timeout: float = 30.0
     draft_grace: float = 10.0
     draft_max_bytes: int = 512 * 1024
+    bus: str | None = None
+    heartbeat_interval: float = 1.0
+    heartbeat_ttl: float = 5.0
 
     def __post_init__(self) -> None:
         if self.max_frame < MIN_FRAME:
@@ -66,6 +76,10 @@ class HubConfig:
             raise UsageError("bad_setting", "draft times are not negative")
         if self.draft_max_bytes < 1:
             raise UsageError("bad_setting", "draft_max_bytes must be positive")
+        if not 0 < self.heartbeat_interval < self.heartbeat_ttl:
+            raise UsageError("bad_setting", "0 < heartbeat_interval < heartbeat_ttl, in seconds")
+        if self.bus is not None and not self.bus.startswith(("redis://", "rediss://")):
+            raise UsageError("bad_setting", "bus is a redis:// or rediss:// URL")
         if self.compression not in (None, "deflate"):
             raise UsageError("bad_setting", "compression is None or 'deflate'")
 
@@ -89,7 +103,7 @@ def _parse(name: str, raw: str, default: Any) -> Any:
             if raw.lower() not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
                 raise ValueError(raw)
             return raw.lower() in ("1", "true", "yes", "on")
-        if raw.lower() in ("", "none", "off") and name in ("compression", "ping_interval"):
+        if raw.lower() in ("", "none", "off") and name in ("compression", "ping_interval", "bus"):
             return None
         if isinstance(default, int):
             return int(raw)
