@@ -23,9 +23,10 @@ types: $(STAMP)
 services: $(STAMP)
 	scripts/ensure-services $(PY)
 
-# CONVSYNC_REQUIRE_PG=1: the PostgreSQL tests fail rather than skip when no server can be had.
+# CONVSYNC_REQUIRE_PG=1 and CONVSYNC_REQUIRE_REDIS=1: the PostgreSQL and Redis tests fail
+# rather than skip when no server can be had.
 unit: $(STAMP) services js
-	CONVSYNC_REQUIRE_PG=1 $(PY) -m pytest -q
+	CONVSYNC_REQUIRE_PG=1 CONVSYNC_REQUIRE_REDIS=1 $(PY) -m pytest -q
 
 # The JavaScript replica (client/web/convsync.js) against the shared vectors; node >= 20.
 .PHONY: js
