@@ -197,6 +197,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--compression", choices=["deflate"], default=None, help="offer permessage-deflate"
     )
+    serve.add_argument(
+        "--bus",
+        default=None,
+        help="with a postgresql:// store: relay drafts and presence between hubs over Redis "
+        "at this redis:// URL (env CONVSYNC_BUS; default: NOTIFY on the database)",
+    )
 
     tail = commands.add_parser(
         "tail",
@@ -387,6 +393,7 @@ async def cmd_serve(args: argparse.Namespace) -> int:
         max_frame=args.max_frame,
         strict_pairing=False if args.no_strict_pairing else None,
         compression=args.compression,
+        bus=args.bus,
     )
     stop = asyncio.Event()
     with _on_signals(stop.set):

@@ -11,6 +11,7 @@ import anyio
 import pytest
 from conftest import bound, hub_config
 from hubprocess import HubProcess
+from test_cli import Running, run
 
 from client import Replica, connect
 from client.live import DraftChanged, DraftEnded
@@ -277,3 +278,32 @@ async def test_a_hub_killed_mid_draft_ends_its_draft_on_other_hubs(
             await until(lambda: "worker" not in ui.presence, 1)
     finally:
         process.stop()
+
+
+async def test_convsync_serve_bus_relays_drafts_to_another_hub(
+    postgres_dsn: str, pg_schema: str, redis_url: str
+) -> None:
+    """`convsync serve --db postgresql://... --bus redis://...`: a draft streamed through
+    that process reaches a UI on another hub of the same database and bus."""
+    db = f"{postgres_dsn}?schema={pg_schema}"
+    serving = Running("serve", "--db", db, "--port", "0", "--bus", redis_url)
+    try:
+        url = await anyio.to_thread.run_sync(serving.url)
+        async with (
+            bus_hubs(postgres_dsn, pg_schema, redis_url, 1) as (b,),
+            connect(b.url, "cli", client="ui") as ui,
+            connect(url, "cli", client="worker", draft_interval=0.01) as worker,
+            worker.draft() as d,
+        ):
+            d.append("through the cli hub")
+            await until(lambda: d.id in ui.drafts and ui.drafts[d.id].text == "through the cli hub")
+    finally:
+        code, err = serving.stop()
+        assert code == 0, err
+
+
+def test_convsync_serve_refuses_a_bus_that_is_not_redis(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--bus` takes a redis:// URL; anything else exits 2 with the reason, serving nothing."""
+    code, out, err = run(capsys, "serve", "--db", ":memory:", "--bus", "http://nope")
+    assert code == 2 and out == ""
+    assert "redis://" in err
