@@ -175,6 +175,7 @@ class Relay:
         self._rooms = rooms
         self._dirty: dict[str, Room] = {}  # rooms with news, published at the next flush
         self._outbox: list[BusMessage] = []  # answers and asks, sent at the next flush
+        self._alive: set[str] | None = None  # the hubs alive at the last heartbeat
         self._wake = anyio.Event()
 
     # ------------------------------------------------------------------ rooms
@@ -302,6 +303,11 @@ class Relay:
             log.warning("the heartbeat failed: %s", exc)
             return
         self._show(self.mirror.expire(alive | {self.id}))
+        if self._alive is not None:
+            # A hub that is back (or new) may hold what this mirror dropped: ask it.
+            for hub in sorted(alive - self._alive - {self.id}):
+                self._later([BusMessage(self.id, "", [BusAsk()], hub)])
+        self._alive = alive
 
     async def _heartbeats(self) -> None:
         while True:

@@ -265,6 +265,8 @@ class DraftBoard(Generic[C]):
             return self._answer(conn, op.id, "unknown", "no open draft with this id")
         if draft.owner != owner:
             return self._answer(conn, op.id, "refused", "the draft belongs to another client")
+        if draft.hub is not None:  # held by another hub: `open` here first takes it over
+            return self._answer(conn, op.id, "unknown", "the draft is held by another hub")
         draft.heard = now
         if draft.conn is None:  # the producer is back on a new socket
             draft.conn, draft.gone = conn, None

@@ -17,6 +17,8 @@ from client import Replica, connect
 from client.live import DraftChanged, DraftEnded
 from server import Hub
 from server.bus import NOTIFY_LIMIT
+from server.drafts import DraftBoard, DraftConfig
+from server.metrics import Metrics
 from server.mirror import (
     BusAsk,
     BusDraft,
@@ -28,9 +30,17 @@ from server.mirror import (
     decode_bus,
     pack,
 )
+from server.presence import PresenceBoard
 from server.store import PostgresStore
 from sync import Message
-from sync.protocol import PresenceEntry
+from sync.protocol import (
+    DraftEnd,
+    DraftOp,
+    DraftState,
+    PresenceDiff,
+    PresenceEntry,
+    decode_hub_message,
+)
 
 TOKENS = [f"tok{i} " for i in range(60)]
 FULL = "".join(TOKENS)
@@ -109,6 +119,62 @@ def test_packed_payloads_fit_notify_and_rebuild_the_text_exactly() -> None:
         mirror.receive(message, 0)
     assert mirror.text("c1", "msg_a") == text
     assert decode_bus(b'{"conversation": 3}') is None
+
+
+def board() -> DraftBoard[str]:
+    return DraftBoard(
+        DraftConfig(interval=0, timeout=1000, grace=100, relay=True), Metrics(), 1 << 20
+    )
+
+
+def test_a_foreign_draft_never_times_out_here_and_its_producer_can_take_it_over() -> None:
+    """A draft mirrored from another hub outlives this hub's timeout (its own hub decides);
+    an append from its owner here is refused `unknown` until the owner opens it, which takes
+    it over with the text so far and relays it whole."""
+    drafts = board()
+    drafts.subscribe("ui")
+    drafts.foreign_open("a", META, 0)
+    drafts.foreign_grow(BusGrow("msg_a", "text", 0, "so far"), 0)
+    assert drafts.tick(10_000) == [] and drafts.next_deadline() is None
+    assert drafts.take_relay() == []  # never relayed back
+    owner = ("anonymous", "worker")
+    refused = drafts.receive("w", owner, DraftOp("msg_a", "append", part="text", text="x"), 1)
+    assert [decode_hub_message(out.frame) for out in refused] == [
+        DraftEnd("msg_a", "unknown", "the draft is held by another hub")
+    ]
+    answer = drafts.receive("w", owner, DraftOp("msg_a", "open"), 2)
+    assert decode_hub_message(answer[0].frame) == DraftState("msg_a", {"text": 6})
+    assert drafts.take_relay() == [
+        BusDraft("msg_a", "assistant", "anonymous", "worker", 5),
+        BusGrow("msg_a", "text", 0, "so far"),
+    ]
+    assert drafts.next_deadline() == 2 + 1000  # now this hub's to time out
+
+
+def test_foreign_presence_joins_changes_and_leaves_under_local_ids() -> None:
+    """Another hub's list of sockets shows as presence entries with ids of this board;
+    a later list is diffed (a status change, a socket gone), and [] removes them all."""
+    presence: PresenceBoard[str] = PresenceBoard(Metrics(), throttle=0)
+    presence.join("local", "anonymous", "ui", None, None, 0)
+    presence.subscribe("local")
+    presence.tick(0)
+    remote = [PresenceEntry(1, "anonymous", "w", 5), PresenceEntry(2, "anonymous", "x", 5)]
+    presence.set_foreign("a", remote)
+    [(_, frame)] = presence.tick(1)
+    joined = decode_hub_message(frame)
+    assert isinstance(joined, PresenceDiff)
+    assert sorted(e.client for e in joined.joined) == ["w", "x"]
+    assert {e.connection for e in joined.joined}.isdisjoint({1})  # the local socket's id
+    ids = {e.client: e.connection for e in joined.joined}
+    presence.set_foreign("a", [PresenceEntry(1, "anonymous", "w", 5, status="thinking")])
+    [(_, frame)] = presence.tick(2)
+    diff = decode_hub_message(frame)
+    assert isinstance(diff, PresenceDiff)
+    assert diff.left == [ids["x"]] and [e.status for e in diff.changed] == ["thinking"]
+    presence.set_foreign("a", [])
+    [(_, frame)] = presence.tick(3)
+    assert decode_hub_message(frame) == PresenceDiff([], [ids["w"]], [])
+    assert presence.take_relay() == [presence.entries["local"].wire()]
 
 
 # ---------------------------------------------------------------------- hubs on a bus
