@@ -286,6 +286,60 @@ async def test_a_ui_joining_hub_b_mid_draft_gets_the_text_so_far(
             await until(lambda: late.drafts[d.id].text == FULL)
 
 
+async def test_a_hub_started_mid_draft_learns_it_from_the_producers_hub(
+    postgres_dsn: str, pg_schema: str, bus: str | None
+) -> None:
+    """Hub B starts while a draft streams through hub A: B asks every hub for its state as it
+    starts listening, so a UI on B sees the text so far and then the rest."""
+    async with (
+        bus_hubs(postgres_dsn, pg_schema, bus, 1) as (a,),
+        connect(a.url, "started", client="worker", draft_interval=0.01) as worker,
+        worker.draft() as d,
+    ):
+        d.append(FULL[:100])
+        await worker.flush()
+        async with (
+            bus_hubs(postgres_dsn, pg_schema, bus, 1) as (b,),
+            connect(b.url, "started", client="ui") as ui,
+        ):
+            await until(lambda: d.id in ui.drafts and ui.drafts[d.id].text == FULL[:100])
+            d.append(FULL[100:])
+            await until(lambda: ui.drafts[d.id].text == FULL)
+
+
+async def test_a_message_lost_on_the_bus_is_asked_for_again(
+    postgres_dsn: str, pg_schema: str, bus: str | None
+) -> None:
+    """Hub A's bus drops some of its messages mid-draft: hub B sees the gap, asks A for the
+    draft, and its UI ends with exactly the draft's text."""
+    async with (
+        bus_hubs(postgres_dsn, pg_schema, bus) as (a, b),
+        connect(b.url, "lossy", client="ui") as ui,
+        connect(a.url, "lossy", client="worker", draft_interval=0.01) as worker,
+        worker.draft() as d,
+    ):
+        d.append(TOKENS[0])
+        await until(lambda: d.id in ui.drafts)
+        relay = a._relay
+        assert relay is not None
+        publish = relay.bus.publish
+        calls = 0
+
+        async def lossy(payloads: list[bytes]) -> None:
+            nonlocal calls
+            calls += 1
+            if calls in (2, 3):
+                return  # lost
+            await publish(payloads)
+
+        relay.bus.publish = lossy  # type: ignore[method-assign]
+        for token in TOKENS[1:]:
+            d.append(token)
+            await anyio.sleep(0.004)
+        await until(lambda: ui.drafts[d.id].text == FULL)
+        assert calls > 3
+
+
 async def test_presence_on_hub_a_shows_on_hub_b(
     postgres_dsn: str, pg_schema: str, bus: str | None
 ) -> None:
