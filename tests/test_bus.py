@@ -340,6 +340,36 @@ async def test_a_message_lost_on_the_bus_is_asked_for_again(
         assert calls > 3
 
 
+async def test_deltas_cross_the_bus_coalesced_per_interval_not_one_per_token(
+    postgres_dsn: str, pg_schema: str, bus: str | None
+) -> None:
+    """A producer sending every token at once (no replica throttle): hub A publishes at most
+    one bus message per `draft_interval` for the conversation, and B still gets every token."""
+    async with (
+        bus_hubs(postgres_dsn, pg_schema, bus, draft_interval=0.05) as (a, b),
+        connect(b.url, "coalesced", client="ui") as ui,
+        connect(a.url, "coalesced", client="worker", draft_interval=0) as worker,
+        worker.draft() as d,
+    ):
+        relay = a._relay
+        assert relay is not None
+        publish = relay.bus.publish
+        sent: list[int] = []
+
+        async def counted(payloads: list[bytes]) -> None:
+            sent.append(len(payloads))
+            await publish(payloads)
+
+        relay.bus.publish = counted  # type: ignore[method-assign]
+        started = time.monotonic()
+        for token in TOKENS * 3:
+            d.append(token)
+            await anyio.sleep(0.002)
+        elapsed = time.monotonic() - started
+        await until(lambda: d.id in ui.drafts and ui.drafts[d.id].text == FULL * 3)
+        assert sum(sent) <= elapsed / 0.05 + 3 < len(TOKENS) * 3
+
+
 async def test_presence_on_hub_a_shows_on_hub_b(
     postgres_dsn: str, pg_schema: str, bus: str | None
 ) -> None:
