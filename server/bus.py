@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anyio
 from anyio.abc import TaskStatus
 
+from sync.errors import UsageError
 from sync.ids import now_ms
 
 from .mirror import BusAsk, BusMessage, Change, Mirror, decode_bus, pack
@@ -99,8 +100,9 @@ class RedisBus:
         try:
             import redis.asyncio as redis
         except ImportError as exc:  # the optional extra
-            raise RuntimeError(
-                "--bus redis:// needs the redis package: pip install 'convsync[redis]'"
+            raise UsageError(
+                "missing_extra",
+                "--bus redis:// needs the redis package: pip install 'convsync[redis]'",
             ) from exc
         self._redis: Any = redis.from_url(url)
         self._channel = f"{namespace}:bus"
@@ -154,7 +156,7 @@ def open_bus(config: HubConfig, store: object) -> Bus:
     from .store.postgres import PostgresStore
 
     if not isinstance(store, PostgresStore):
-        raise RuntimeError("without --bus, drafts and presence need a PostgreSQL store")
+        raise UsageError("bad_setting", "without --bus, drafts and presence need PostgreSQL")
     return PostgresBus(store)
 
 
@@ -303,6 +305,9 @@ class Relay:
             log.warning("the heartbeat failed: %s", exc)
             return
         self._show(self.mirror.expire(alive | {self.id}))
+        silent = self.mirror.silent(now_ms(), round(self.config.draft_timeout * 1000))
+        if silent:
+            self._later(silent)
         if self._alive is not None:
             # A hub that is back (or new) may hold what this mirror dropped: ask it.
             for hub in sorted(alive - self._alive - {self.id}):

@@ -166,6 +166,7 @@ class Heard:
 class _Remote:
     hub: str
     meta: BusDraft
+    heard: int
     parts: dict[str, list[str]] = field(default_factory=dict)
     lengths: dict[str, int] = field(default_factory=dict)
     names: dict[str, str] = field(default_factory=dict)
@@ -219,7 +220,7 @@ class Mirror:
                 case BusAsk(draft_id):
                     heard.asked.append((conversation, draft_id))
                 case BusDraft():
-                    self._opened(conversation, hub, op, heard)
+                    self._opened(conversation, hub, op, now, heard)
                 case BusGrow():
                     self._grew(conversation, hub, op, now, heard)
                 case BusEnd(draft_id):
@@ -240,14 +241,14 @@ class Mirror:
                     heard.changes.append(Change(conversation, hub, op))
         return heard
 
-    def _opened(self, conversation: str, hub: str, op: BusDraft, heard: Heard) -> None:
+    def _opened(self, conversation: str, hub: str, op: BusDraft, now: int, heard: Heard) -> None:
         drafts = self.drafts.setdefault(conversation, {})
         draft = drafts.get(op.id)
         if draft is None:
-            drafts[op.id] = _Remote(hub, op)
+            drafts[op.id] = _Remote(hub, op, now)
             heard.changes.append(Change(conversation, hub, op))
         else:
-            draft.hub, draft.meta = hub, op  # taken over by a producer on another hub
+            draft.hub, draft.meta, draft.heard = hub, op, now  # maybe taken over elsewhere
 
     def _grew(self, conversation: str, hub: str, op: BusGrow, now: int, heard: Heard) -> None:
         draft = self.drafts.get(conversation, {}).get(op.id)
@@ -261,6 +262,7 @@ class Mirror:
                 heard.send.append(BusMessage(self.hub, conversation, [BusAsk(op.id)], hub))
             return
         self._asked.pop((conversation, op.id), None)
+        draft.heard = now
         new = op.text[length - op.offset :]
         if not new:
             return  # a resend of what the mirror holds
@@ -291,6 +293,17 @@ class Mirror:
             if not by_hub:
                 del self.presence[conversation]
         return changes
+
+    def silent(self, now: int, after: int) -> list[BusMessage]:
+        """Asks for every draft nothing was heard of for `after` ms (its end may have been
+        lost on the bus): its hub answers with the draft whole, or with its end."""
+        asks: list[BusMessage] = []
+        for conversation, drafts in self.drafts.items():
+            for draft_id, draft in drafts.items():
+                if now - draft.heard >= after:
+                    draft.heard = now  # once per `after`
+                    asks.append(BusMessage(self.hub, conversation, [BusAsk(draft_id)], draft.hub))
+        return asks
 
     def changes_for(self, conversation: str) -> list[Change]:
         """Everything mirrored for `conversation`, as changes: for a room that just loaded."""

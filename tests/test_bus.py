@@ -17,6 +17,7 @@ from client import Replica, connect
 from client.live import DraftChanged, DraftEnded
 from server import Hub
 from server.bus import NOTIFY_LIMIT
+from server.core import CoreConfig, RoomCore
 from server.drafts import DraftBoard, DraftConfig
 from server.metrics import Metrics
 from server.mirror import (
@@ -31,6 +32,7 @@ from server.mirror import (
     pack,
 )
 from server.presence import PresenceBoard
+from server.remote import answer_ask
 from server.store import PostgresStore
 from sync import Message
 from sync.protocol import (
@@ -103,6 +105,23 @@ def test_a_hub_that_stops_heartbeating_loses_its_drafts_and_presence() -> None:
     assert end.status == "timeout" and end.id == "msg_a"
     assert set(mirror.presence["c1"]) == {"b"} and set(mirror.drafts["c1"]) == {"msg_b"}
     assert mirror.expire({"b", "c"}) == []
+
+
+def test_a_silent_remote_draft_is_asked_for_and_a_gone_one_is_answered_with_its_end() -> None:
+    """A mirrored draft nothing was heard of for `after` ms is asked for once (its end may
+    have been lost); a hub asked for a draft it does not produce answers with its end, which
+    removes the draft from the asker's mirror."""
+    mirror = Mirror("b")
+    mirror.receive(BusMessage("a", "c1", [META, BusGrow("msg_a", "text", 0, "hi")]), 0)
+    assert mirror.silent(29_999, 30_000) == []
+    assert mirror.silent(30_000, 30_000) == [BusMessage("b", "c1", [BusAsk("msg_a")], "a")]
+    assert mirror.silent(30_001, 30_000) == []
+    producer: RoomCore[str] = RoomCore("c1", CoreConfig(max_frame=1 << 20))
+    answer = answer_ask(producer, "msg_a")
+    assert answer == [BusEnd("msg_a", "aborted", "the producer's hub does not hold it")]
+    heard = mirror.receive(BusMessage("a", "c1", answer), 30_002)
+    assert [change.op for change in heard.changes] == answer
+    assert mirror.drafts == {}
 
 
 def test_packed_payloads_fit_notify_and_rebuild_the_text_exactly() -> None:
