@@ -50,7 +50,9 @@ def answer_ask(core: RoomCore[C], draft_id: str | None) -> list[BusOp]:
 
 
 def show_changes(core: RoomCore[C], changes: list[Change], now: int) -> list[Action[C]]:
-    """Show other hubs' `changes` (of this room's conversation) to the room's subscribers."""
+    """Show other hubs' `changes` (of this room's conversation) to the room's subscribers:
+    the frames due now; what is coalesced goes at the core's next deadline (`tick`, which
+    this does not run, so no rule of the room's own runs outside its operations)."""
     out: list[Out[C]] = []
     for change in changes:
         match change.op:
@@ -72,4 +74,4 @@ def show_changes(core: RoomCore[C], changes: list[Change], now: int) -> list[Act
                 actions.append(Send(to[0], frame) if len(to) == 1 else Broadcast(to, frame))
             case Delta(to, key, message, frame):
                 actions.append(SendDraft(to, key, message, frame))
-    return actions + core.tick(now)
+    return actions  # merged deltas and presence diffs wait for the room's next `tick`
