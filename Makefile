@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint types unit services demo bench load chaos chaos-pg clean
+.PHONY: test lint types unit services demo bench load chaos chaos-pg clean screenshot bench-viewer
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,10 +23,15 @@ types: $(STAMP)
 services: $(STAMP)
 	scripts/ensure-services $(PY)
 
-# CONVSYNC_REQUIRE_PG=1 and CONVSYNC_REQUIRE_REDIS=1: the PostgreSQL and Redis tests fail
-# rather than skip when no server can be had.
-unit: $(STAMP) services js
-	CONVSYNC_REQUIRE_PG=1 CONVSYNC_REQUIRE_REDIS=1 $(PY) -m pytest -q
+# Headless Chromium for the viewer's browser tests (installs Debian's chromium when root and missing).
+.PHONY: browser
+browser:
+	scripts/ensure-chromium
+
+# CONVSYNC_REQUIRE_PG=1 / CONVSYNC_REQUIRE_REDIS=1 / CONVSYNC_REQUIRE_BROWSER=1: the PostgreSQL,
+# Redis and browser tests fail rather than skip when no server or no Chromium can be had.
+unit: $(STAMP) services js browser
+	CONVSYNC_REQUIRE_PG=1 CONVSYNC_REQUIRE_REDIS=1 CONVSYNC_REQUIRE_BROWSER=1 $(PY) -m pytest -q
 
 # The JavaScript replica (client/web/convsync.js) against the shared vectors; node >= 20.
 .PHONY: js
@@ -44,6 +49,15 @@ bench: $(STAMP)
 	$(PY) bench/peer.py
 	scripts/ensure-services $(PY)
 	$(PY) bench/multihub.py
+
+# The viewer in headless Chromium: catch-up of a 10,000-message conversation to first paint;
+# figures go to docs/benchmarks.md.
+bench-viewer: $(STAMP) browser
+	$(PY) bench/viewer.py
+
+# The README's screenshot of the viewer mirroring the demo (taken by the browser test).
+screenshot: $(STAMP) browser
+	CONVSYNC_SCREENSHOT=docs/viewer.png $(PY) -m pytest -q tests/test_browser.py -k mirrors
 
 # Thousands of replicas on one hub; figures go to docs/reliability.md.
 load: $(STAMP)

@@ -98,6 +98,11 @@ def load_baseline(ref: str) -> ModuleType:
         text=True,
         check=True,
     ).stdout
+    # The frame builders moved from `sync.protocol` to `sync.frames` since; the old session
+    # imports them from where they are now, unchanged otherwise.
+    source = source.replace("    push_frame,\n", "").replace(
+        "from sync.rebase import", "from sync.frames import push_frame\nfrom sync.rebase import", 1
+    )
     path = Path(tempfile.mkdtemp(prefix="convsync-bench-")) / "session_before.py"
     path.write_text(source, encoding="utf-8")
     spec = importlib.util.spec_from_file_location("session_before", path)

@@ -399,7 +399,7 @@ class ReplicaSession:
             self._fold(confirmed, records)
             return [Applied(len(records), confirmed.revision), *self._maybe_caught_up()]
         inflight = self._inflight
-        if inflight is None and not self.local.unsaved():
+        if inflight is None and not self.local.has_unsaved:
             # Nothing pending: fold into `local` alone and keep the records as the lag (this
             # path is a subscriber's whole cost per record, so it stays inline).
             local = self.local

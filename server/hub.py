@@ -41,6 +41,7 @@ from .room import Room, is_shared
 from .session import HubSession, conversation_id_of, is_conversation_id
 from .store import LogStore, MemoryStore, StoreError
 from .subscriber import Subscriber
+from .web import Web, is_summary_path
 
 __all__ = ["Hub"]
 
@@ -84,6 +85,7 @@ class Hub:
         self._group: anyio.abc.TaskGroup | None = None
         self._following: dict[Room, bool] = {}  # room -> check again once this one ends
         self._deadline_moved = asyncio.Event()  # a room's next deadline may be sooner
+        self._web = Web(self)
         self._relay: Relay | None = None  # the bus to other hubs, on a shared store
 
     # ------------------------------------------------------------------ lifecycle
@@ -266,6 +268,7 @@ class Hub:
         room = await self._acquire(conversation_id)
         try:
             await room.rewrite(conversation)
+            self._web.touched(room)
         finally:
             self._release(room)
 
@@ -276,6 +279,7 @@ class Hub:
         room = self._rooms.get(conversation_id)
         if room is not None:
             await room.log_moved()
+            self._web.touched(room)
 
     # ------------------------------------------------------------------ other hubs (SPEC 9)
     #
@@ -364,6 +368,9 @@ class Hub:
             if self.metrics.connections >= self.config.max_connections:
                 return connection.respond(503, "too many connections\n")
             return None  # the handshake goes on; bad ids are answered on the socket
+        response = await self._web.respond(connection, request)  # the viewer and the list
+        if response is not None:
+            return response
         if path == "/healthz":
             return connection.respond(200, "ok\n")
         if path == "/metrics":
@@ -388,6 +395,9 @@ class Hub:
     # ------------------------------------------------------------------ websockets
 
     async def _connection(self, ws: ServerConnection) -> None:
+        if ws.request is not None and is_summary_path(ws.request.path):
+            await self._web.serve_summary(ws)
+            return
         metrics = self.metrics
         metrics.connections += 1
         sub = Subscriber(ws, self.config.send_queue, metrics)
@@ -404,6 +414,7 @@ class Hub:
             metrics.connections -= 1
             if room is not None:
                 room.leave(sub)
+                self._web.touched(room)
                 self._release(room)
 
     async def _serve(self, ws: ServerConnection, sub: Subscriber) -> Room | None:
@@ -425,9 +436,11 @@ class Hub:
                     case Hello():
                         room = await self._acquire(conversation_id)
                         await room.join(sub, message)
+                        self._web.touched(room)
                     case PushBatch():
                         assert room is not None
                         await room.push(sub, message)
+                        self._web.touched(room)
                     case DraftOp():
                         assert room is not None
                         await room.draft(sub, message)

@@ -358,6 +358,11 @@ class Conversation(Fold):
         return list(self._outbox)
 
     @property
+    def has_unsaved(self) -> bool:
+        """Whether any record made here is unsaved (`unsaved()` without the copy)."""
+        return bool(self._outbox)
+
+    @property
     def revision(self) -> int:
         """The records behind this value: the log's count when last loaded or saved, plus each
         record applied or made since."""

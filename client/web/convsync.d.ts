@@ -236,7 +236,47 @@ export type SessionEvent =
   | { type: 'applied'; count: number; revision: number }
   | { type: 'rebased'; replayed: number; revision: number }
   | { type: 'reset'; lineage: number; revision: number }
+  | { type: 'draft'; id: string }
+  | { type: 'draft_end'; id: string; status: string }
+  | { type: 'presence'; joined: string[]; left: string[]; changed: string[] }
   | Conflict;
+
+/** A message in progress (SPEC §7), as the hub streams it; `parts` only grow. */
+export interface Draft {
+  id: string;
+  role: string;
+  principal: string | null;
+  client: string | null;
+  author: AuthorValue | null;
+  after: string | null;
+  /** `text`, `reasoning`, `call:<call_id>` (a tool call's arguments as JSON text so far). */
+  parts: Record<string, string>;
+  names: Record<string, string | null>;
+  /** Each part's length in code points. */
+  lengths: Record<string, number>;
+  since: number | null;
+}
+
+/** One live connection (SPEC §7 presence); fields as the hub sends them. */
+export interface PresenceItem {
+  connection: string | number;
+  principal?: string;
+  client?: string;
+  kind?: string | null;
+  name?: string | null;
+  status?: string | null;
+  detail?: unknown;
+  since?: number;
+}
+
+/** Append `text` at code-point `offset` of `part`; skips what the draft has, ignores a gap. */
+export function appendToDraft(
+  draft: Draft,
+  part: string,
+  offset: number,
+  text: string,
+  name?: string | null,
+): boolean;
 
 export interface Hello {
   type: 'hello';
@@ -244,13 +284,24 @@ export interface Hello {
   lineage: number;
   revision: number;
   token: string | null;
+  features: string[];
 }
 
 export class ReplicaSession {
   constructor(
     client: string,
-    options?: { local?: Conversation; maxFrame?: number; maxBatch?: number; seq?: number },
+    options?: {
+      local?: Conversation;
+      maxFrame?: number;
+      maxBatch?: number;
+      seq?: number;
+      /** Ask for drafts and presence and keep them (`drafts`, `presence`). */
+      live?: boolean;
+    },
   );
+  live: boolean;
+  drafts: Map<string, Draft>;
+  presence: Map<string, PresenceItem>;
   client: string;
   local: Conversation;
   confirmed: Conversation;
@@ -295,6 +346,8 @@ export interface ConnectOptions {
   client?: string;
   /** Called on every (re)connect; its token goes in `hello.token`. */
   getToken?: () => string | null | Promise<string | null>;
+  /** Ask the hub for drafts and presence (SPEC §7); they arrive as events. */
+  live?: boolean;
   /** A value to start from (its unsaved records are pushed). */
   conversation?: Conversation;
   /** The WebSocket constructor (default: globalThis.WebSocket). */
@@ -324,8 +377,12 @@ export class Replica {
   readonly client: string;
   readonly pending: number;
   readonly revision: number;
+  readonly drafts: Map<string, Draft>;
+  readonly presence: Map<string, PresenceItem>;
   state: ConnectionState;
   refused: Refused | null;
+  /** Called after every message handled and every state change (an ack included). */
+  progress: Set<() => void>;
   /** Resolves after the first catch-up; rejects with Refused when refused first. */
   ready: Promise<Replica>;
   on(type: 'state', listener: (event: StateEvent) => void): () => void;
@@ -337,3 +394,47 @@ export class Replica {
 }
 
 export function connect(url: string, conversationId: string, options?: ConnectOptions): Replica;
+
+// ---------------------------------------------------------------- the summary feed
+
+export interface SummaryRow {
+  id: string;
+  lineage: number;
+  revision: number;
+  /** When the last entry was made (ms, from its id), or null. */
+  updated: number | null;
+  entries: number;
+  halt: Halt | null;
+  last: { id: string | null; role: string; text: string } | null;
+  /** Client ids with a live socket on this conversation. */
+  online: string[];
+}
+
+export class SummaryFeed {
+  constructor(
+    url: string,
+    options?: {
+      prefix?: string;
+      after?: string | null;
+      limit?: number;
+      getToken?: () => string | null | Promise<string | null>;
+      WebSocket?: new (url: string, protocol: string) => unknown;
+      backoff?: number;
+      maxBackoff?: number;
+      random?: () => number;
+    },
+  );
+  readonly url: string;
+  rows: Map<string, SummaryRow>;
+  more: boolean;
+  state: ConnectionState;
+  on(
+    type: 'rows',
+    listener: (event: { type: 'rows'; rows: SummaryRow[]; snapshot: boolean }) => void,
+  ): () => void;
+  on(type: 'state', listener: (event: StateEvent) => void): () => void;
+  /** One hub message (for tests); returns the rows it changed. */
+  receive(message: unknown): SummaryRow[];
+  start(): Promise<void>;
+  close(): void;
+}

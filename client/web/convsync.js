@@ -33,6 +33,8 @@ export const SUBPROTOCOL = 'convsync.v1';
 
 /** The feature a session lists: it takes a placed push's records as its batch (SPEC 2.4.6). */
 const HUB_REBASE = 'hub_rebase';
+const DRAFTS = 'drafts';
+const PRESENCE = 'presence';
 
 // ------------------------------------------------------------------ errors
 
@@ -479,7 +481,8 @@ export function readRecord(record) {
  * @typedef {{client?: string, getToken?: () => (string | null | Promise<string | null>),
  *   conversation?: Conversation, WebSocket?: any, maxFrame?: number, backoff?: number,
  *   maxBackoff?: number, random?: () => number, setTimeout?: (fn: () => void, ms: number) => any,
- *   clearTimeout?: (handle: any) => void}} ConnectOptions
+ *   clearTimeout?: (handle: any) => void, live?: boolean}} ConnectOptions
+ * @typedef {'connecting' | 'connected' | 'disconnected' | 'closed'} ConnectionState
  */
 
 /** Deep equality of JSON values (messages, authors, aside values). */
@@ -1270,7 +1273,8 @@ function needInts(message, fields) {
 export class ReplicaSession {
   /**
    * @param {string} client this replica's client id (push seqs rise under it)
-   * @param {{local?: Conversation, maxFrame?: number, maxBatch?: number, seq?: number}} [options]
+   * @param {{local?: Conversation, maxFrame?: number, maxBatch?: number, seq?: number, live?: boolean}} [options]
+   *   `live`: ask for drafts and presence (SPEC §7) and keep them in `drafts` and `presence`.
    */
   constructor(client, options = {}) {
     const local = options.local ?? new Conversation();
@@ -1299,6 +1303,12 @@ export class ReplicaSession {
     this.partial = null;
     /** @type {Entry[]} */
     this.partialEntries = [];
+    this.live = options.live === true;
+    /** Open drafts by id (live only): the hub's view, as it streams. @type {Map<string, Draft>} */
+    this.drafts = new Map();
+    /** Live connections by connection id (live only). @type {Map<string, any>} */
+    this.presence = new Map();
+    this.draftsFresh = false;
   }
 
   /** Records made here that the hub has not acknowledged yet. */
@@ -1331,7 +1341,7 @@ export class ReplicaSession {
       lineage: this.confirmed.lineage,
       revision: this.confirmed.revision,
       token,
-      features: [HUB_REBASE],
+      features: this.live ? [HUB_REBASE, DRAFTS, PRESENCE] : [HUB_REBASE],
     };
   }
 
@@ -1388,6 +1398,13 @@ export class ReplicaSession {
    * @throws {ProtocolError} the message breaks the protocol; drop the connection.
    */
   receive(message) {
+    const events = this.#receive(message);
+    if (this.live && this.drafts.size > 0 && events.length > 0) events.push(...sweepDrafts(this));
+    return events;
+  }
+
+  /** @param {any} message @returns {any[]} */
+  #receive(message) {
     if (!isObject(message)) throw new DecodeError('a hub message is not an object');
     switch (message.type) {
       case 'welcome':
@@ -1409,6 +1426,12 @@ export class ReplicaSession {
       case 'reject':
         needInts(message, ['seq', 'lineage', 'revision']);
         return this.#onReject(message);
+      case 'drafts':
+      case 'draft':
+      case 'draft_end':
+      case 'presence':
+      case 'presence_diff':
+        return this.live ? receiveLive(this, message) : [];
       case 'error':
         throw new ProtocolError(
           String(message.code),
@@ -1423,12 +1446,24 @@ export class ReplicaSession {
   /** The connection is gone; the session waits for the next `hello()`. */
   disconnected(reason) {
     this.welcome = null;
-    return [{ type: 'disconnected', reason }];
+    /** @type {any[]} */
+    const events = [{ type: 'disconnected', reason }];
+    if (this.live) {
+      // Drafts and presence are live facts of a connection: the next one sends them afresh.
+      for (const id of this.drafts.keys()) events.push({ type: 'draft_end', id, status: 'lost' });
+      this.drafts.clear();
+      if (this.presence.size > 0) {
+        events.push({ type: 'presence', joined: [], left: [...this.presence.keys()], changed: [] });
+        this.presence.clear();
+      }
+    }
+    return events;
   }
 
   #onWelcome(welcome) {
     if (this.welcome !== null) throw new ProtocolError('unexpected', 'a second welcome');
     this.welcome = welcome;
+    this.draftsFresh = true;
     this.seq = Math.max(this.seq, welcome.acked);
     const batch = this.inflight;
     this.inflight = null;
@@ -1552,6 +1587,7 @@ export class ReplicaSession {
     if (this.welcome === null) throw new ProtocolError('unexpected', 'state before welcome');
     this.partial = message;
     this.partialEntries = [];
+    this.draftsFresh = true; // a drafts snapshot follows every state
     return message.more ? [] : this.#takeState();
   }
 
@@ -1656,11 +1692,200 @@ export class ReplicaSession {
     for (const record of batch.records) {
       events.push(conflict(record, 'invalid', String(reject.detail ?? '')));
     }
-    return [...events, ...this.#rebaseLocal(folded(/** @type {Conversation} */ (base), batch.records))];
+    return [
+      ...events,
+      ...this.#rebaseLocal(folded(/** @type {Conversation} */ (base), batch.records)),
+    ];
   }
 }
 
 /** @param {Conversation} conversation @param {ChangeRecord[]} records */
+// ---------------------------------------------------------------- drafts and presence (SPEC §7)
+
+/**
+ * @typedef {{id: string, role: string, principal: string | null, client: string | null,
+ *   author: AuthorValue | null, after: string | null, parts: Record<string, string>,
+ *   names: Record<string, string | null>, lengths: Record<string, number>, since: number | null}} Draft
+ */
+
+/** `draft_end` statuses that refuse one op of the producer's and end nothing. */
+const NOT_AN_END = new Set(['gap', 'unknown', 'refused']);
+
+/** @param {any} value @returns {value is string} */
+function isText(value) {
+  return typeof value === 'string';
+}
+
+/** A draft from a `drafts` item, or null when it has no usable id. @returns {Draft | null} */
+function readDraft(item) {
+  if (!isObject(item) || !isText(item.id)) return null;
+  /** @type {Draft} */
+  const draft = {
+    id: item.id,
+    role: isText(item.role) ? item.role : 'assistant',
+    principal: isText(item.principal) ? item.principal : null,
+    client: isText(item.client) ? item.client : null,
+    author: isObject(item.author) ? /** @type {any} */ (item.author) : null,
+    after: isText(item.after) ? item.after : null,
+    parts: {},
+    names: {},
+    lengths: {},
+    since: typeof item.since === 'number' ? item.since : null,
+  };
+  if (isObject(item.parts)) {
+    for (const [part, text] of Object.entries(item.parts)) {
+      if (!isText(text)) continue;
+      draft.parts[part] = text;
+      draft.lengths[part] = codePoints(text);
+    }
+  }
+  if (isObject(item.names)) {
+    for (const [part, name] of Object.entries(item.names)) {
+      if (isText(name)) draft.names[part] = name;
+    }
+  }
+  return draft;
+}
+
+/**
+ * Apply one `append` to a draft: `offset` counts the code points the part had before `text`;
+ * text the draft already has is skipped (a resend), a gap is not applied (the next `drafts`
+ * snapshot brings the part whole). Returns whether the draft changed.
+ * @param {Draft} draft
+ */
+export function appendToDraft(draft, part, offset, text, name = null) {
+  if (!isText(part) || !isText(text) || !Number.isInteger(offset) || offset < 0) return false;
+  const have = draft.lengths[part] ?? 0;
+  if (offset > have) return false;
+  const added = sliceCodePoints(text, have - offset);
+  if (isText(name) && draft.names[part] === undefined) draft.names[part] = name;
+  if (added === '') {
+    if (draft.parts[part] !== undefined) return false; // a resend: nothing new
+    draft.parts[part] = ''; // a part opened empty (a tool call's name comes first)
+    draft.lengths[part] = 0;
+    return true;
+  }
+  draft.parts[part] = (draft.parts[part] ?? '') + added;
+  draft.lengths[part] = have + codePoints(added);
+  return true;
+}
+
+/** @param {ReplicaSession} session @param {any} message @returns {any[]} */
+function receiveLive(session, message) {
+  const drafts = session.drafts;
+  switch (message.type) {
+    case 'drafts': {
+      /** @type {any[]} */
+      const events = [];
+      if (session.draftsFresh) {
+        // The first chunk after a catch-up replaces what we had.
+        session.draftsFresh = false;
+        const incoming = new Set(
+          Array.isArray(message.drafts) ? message.drafts.map((d) => d?.id) : [],
+        );
+        for (const id of Array.from(drafts.keys())) {
+          if (!incoming.has(id)) {
+            drafts.delete(id);
+            events.push({ type: 'draft_end', id, status: 'gone' });
+          }
+        }
+      }
+      for (const item of Array.isArray(message.drafts) ? message.drafts : []) {
+        const draft = readDraft(item);
+        if (draft === null || session.confirmed.holds(draft.id)) continue;
+        drafts.set(draft.id, draft);
+        events.push({ type: 'draft', id: draft.id });
+      }
+      return events;
+    }
+    case 'draft': {
+      // Defaulted fields may be left out on the wire (`part` "text", `offset` 0, `text` "").
+      if (!isText(message.id) || session.confirmed.holds(message.id)) return [];
+      if (message.op === 'open') {
+        const opened = readDraft({
+          ...(isObject(message.info) ? message.info : {}),
+          id: message.id,
+        });
+        if (opened === null) return [];
+        const had = drafts.get(opened.id);
+        if (had !== undefined && Object.keys(had.parts).length > 0) return []; // keep the text
+        drafts.set(opened.id, opened);
+        return [{ type: 'draft', id: opened.id }];
+      }
+      if (message.op !== undefined && message.op !== 'append') return [];
+      let draft = drafts.get(message.id);
+      let added = false;
+      if (draft === undefined) {
+        draft = /** @type {Draft} */ (readDraft(message));
+        added = true;
+      }
+      const changed = appendToDraft(
+        draft,
+        message.part ?? 'text',
+        message.offset ?? 0,
+        message.text ?? '',
+        message.name ?? null,
+      );
+      if (added && !changed) return []; // a gap on a draft we never saw: wait for a snapshot
+      if (added) drafts.set(draft.id, draft);
+      return changed ? [{ type: 'draft', id: draft.id }] : [];
+    }
+    case 'draft_end': {
+      // `gap`, `unknown` and `refused` answer the producer's own op: the draft goes on.
+      if (NOT_AN_END.has(message.status)) return [];
+      if (!isText(message.id) || !drafts.delete(message.id)) return [];
+      const status = isText(message.status) ? message.status : 'ended';
+      return [{ type: 'draft_end', id: message.id, status }];
+    }
+    case 'presence': {
+      const before = new Set(session.presence.keys());
+      session.presence.clear();
+      const joined = [];
+      for (const item of Array.isArray(message.connections) ? message.connections : []) {
+        if (!isObject(item) || item.connection === undefined) continue;
+        const key = String(item.connection);
+        session.presence.set(key, item);
+        if (!before.delete(key)) joined.push(key);
+      }
+      return [{ type: 'presence', joined, left: [...before], changed: [] }];
+    }
+    case 'presence_diff': {
+      const joined = [];
+      const changed = [];
+      const left = [];
+      for (const item of Array.isArray(message.joined) ? message.joined : []) {
+        if (!isObject(item) || item.connection === undefined) continue;
+        session.presence.set(String(item.connection), item);
+        joined.push(String(item.connection));
+      }
+      for (const item of Array.isArray(message.changed) ? message.changed : []) {
+        if (!isObject(item) || item.connection === undefined) continue;
+        const key = String(item.connection);
+        session.presence.set(key, { ...(session.presence.get(key) ?? {}), ...item });
+        changed.push(key);
+      }
+      for (const connection of Array.isArray(message.left) ? message.left : []) {
+        if (session.presence.delete(String(connection))) left.push(String(connection));
+      }
+      return [{ type: 'presence', joined, left, changed }];
+    }
+    default:
+      return [];
+  }
+}
+
+/** Drafts whose id the log now holds end `committed` (the record replaces the draft). */
+function sweepDrafts(session) {
+  const events = [];
+  for (const id of Array.from(session.drafts.keys())) {
+    if (session.confirmed.holds(id) || session.local.holds(id)) {
+      session.drafts.delete(id);
+      events.push({ type: 'draft_end', id, status: 'committed' });
+    }
+  }
+  return events;
+}
+
 function foldAll(conversation, records) {
   try {
     for (const record of records) conversation.apply(record);
@@ -1784,6 +2009,7 @@ export class Replica {
     this.session = new ReplicaSession(client, {
       local: options.conversation,
       maxFrame: options.maxFrame,
+      live: options.live,
     });
     this.getToken = options.getToken ?? null;
     this.WebSocket = options.WebSocket ?? globalThis.WebSocket;
@@ -1836,6 +2062,16 @@ export class Replica {
   /** The log's revision as last seen. */
   get revision() {
     return this.session.confirmed.revision;
+  }
+
+  /** Open drafts by id, as they stream (with `live: true`). */
+  get drafts() {
+    return this.session.drafts;
+  }
+
+  /** Live connections by connection id (with `live: true`). */
+  get presence() {
+    return this.session.presence;
   }
 
   /**
@@ -1902,7 +2138,8 @@ export class Replica {
     };
     ws.onopen = () => {
       const hello = /** @type {any} */ (this.session.hello(token));
-      if (this.getToken !== null) hello.features = ['auth'];
+      if (this.getToken !== null)
+        hello.features = this.session.live ? [...hello.features, 'auth'] : ['auth'];
       ws.send(JSON.stringify(hello));
     };
     ws.onmessage = (message) => {
@@ -2056,4 +2293,143 @@ export function connect(url, conversationId, options = {}) {
   const replica = new Replica(url, conversationId, options);
   void replica.start();
   return replica;
+}
+
+// ---------------------------------------------------------------- the summary feed (SPEC §8)
+
+/**
+ * The rows of `/v1/summary`: every conversation under `prefix` with its revision, last
+ * message and who is online, kept up to date. It reconnects with backoff like a `Replica`;
+ * each (re)connection's snapshot replaces the rows, so nothing is missed across a gap.
+ * Events: `rows` (`{type, rows: Row[], snapshot: boolean}`: the rows that changed) and
+ * `state` (as a `Replica`'s).
+ */
+export class SummaryFeed {
+  /**
+   * @param {string} url the hub's base url (`ws://host:port`)
+   * @param {{prefix?: string, after?: string | null, limit?: number, getToken?: () => string | null | Promise<string | null>,
+   *   WebSocket?: any, backoff?: number, maxBackoff?: number, random?: () => number}} [options]
+   */
+  constructor(url, options = {}) {
+    this.url = `${url.replace(/\/+$/, '')}/v1/summary`;
+    this.prefix = options.prefix ?? '';
+    this.after = options.after ?? null;
+    this.limit = options.limit ?? 100;
+    this.getToken = options.getToken ?? null;
+    this.WebSocket = options.WebSocket ?? globalThis.WebSocket;
+    this.backoff = options.backoff ?? 50;
+    this.maxBackoff = options.maxBackoff ?? 5000;
+    this.random = options.random ?? Math.random;
+    /** @type {Map<string, any>} */
+    this.rows = new Map();
+    this.more = false;
+    /** @type {ConnectionState} */
+    this.state = 'disconnected';
+    this.failures = 0;
+    this.closing = false;
+    /** @type {any} */
+    this.ws = null;
+    /** @type {any} */
+    this.timer = null;
+    /** @type {Map<string, Set<(event: any) => void>>} */
+    this.listeners = new Map();
+  }
+
+  /** @param {'rows' | 'state'} type @param {(event: any) => void} listener */
+  on(type, listener) {
+    let set = this.listeners.get(type);
+    if (set === undefined) this.listeners.set(type, (set = new Set()));
+    set.add(listener);
+    return () => set.delete(listener);
+  }
+
+  #emit(type, event) {
+    const set = this.listeners.get(type);
+    if (set !== undefined) for (const listener of Array.from(set)) listener(event);
+  }
+
+  #setState(state, code = null, reason = '') {
+    if (this.state === state) return;
+    this.state = state;
+    this.#emit('state', { type: 'state', state, code, reason });
+  }
+
+  /** Take one message from the hub (exposed for tests); returns the rows it changed. */
+  receive(message) {
+    if (!isObject(message)) throw new DecodeError('a summary message is not an object');
+    if (message.type === 'error') {
+      throw new ProtocolError(String(message.code), `summary: ${message.detail}`, true);
+    }
+    if (message.type !== 'summary' && message.type !== 'summary_diff') return [];
+    if (!Array.isArray(message.rows)) throw new DecodeError('summary: rows is not a list');
+    const snapshot = message.type === 'summary';
+    if (snapshot) {
+      this.rows.clear();
+      this.more = message.more === true;
+    }
+    const rows = message.rows.filter((row) => isObject(row) && isText(row.id));
+    for (const row of rows) this.rows.set(row.id, row);
+    this.#emit('rows', { type: 'rows', rows, snapshot });
+    return rows;
+  }
+
+  /** Open the feed (and keep it open until `close()`). */
+  async start() {
+    if (this.closing || this.ws !== null) return;
+    this.#setState('connecting');
+    let token = null;
+    try {
+      token = this.getToken !== null ? await this.getToken() : null;
+    } catch {
+      token = null;
+    }
+    const ws = new this.WebSocket(this.url, SUBPROTOCOL);
+    this.ws = ws;
+    let code = null;
+    ws.onopen = () => {
+      const hello = { type: 'hello', token, prefix: this.prefix, after: this.after };
+      ws.send(JSON.stringify({ ...hello, limit: this.limit }));
+    };
+    ws.onmessage = (event) => {
+      try {
+        this.receive(JSON.parse(String(event.data)));
+        this.failures = 0;
+        this.#setState('connected');
+      } catch (error) {
+        if (error instanceof ProtocolError && error.fromHub) code = error.reason;
+        try {
+          ws.close(4002, 'protocol error');
+        } catch {
+          // already closing
+        }
+      }
+    };
+    ws.onerror = () => {};
+    ws.onclose = (event) => {
+      if (this.ws !== ws) return;
+      this.ws = null;
+      if (this.closing) return this.#setState('closed');
+      const rule = retryRule(code, event.code ?? null, this.getToken !== null, event.reason ?? '');
+      if (rule === 'refused') return this.#setState('closed', code, event.reason ?? '');
+      this.#setState('disconnected', code, event.reason ?? '');
+      this.failures += 1;
+      const delay =
+        rule === 'at_once'
+          ? 0
+          : backoffDelay(this.failures, this.backoff, this.maxBackoff, this.random);
+      this.timer = setTimeout(() => {
+        this.timer = null;
+        void this.start();
+      }, delay);
+    };
+  }
+
+  /** Stop for good. */
+  close() {
+    this.closing = true;
+    if (this.timer !== null) clearTimeout(this.timer);
+    this.timer = null;
+    if (this.ws !== null) this.ws.close(1000, '');
+    else this.#setState('closed');
+  }
 }

@@ -1,0 +1,560 @@
+// The convsync viewer: `/` lists conversations live, `/c/{id}` shows one live and steers it.
+//
+// How this works: the page is an embedder of convsync.js like any other. The conversation page
+// opens a `Replica` with `live: true` and redraws from its value on every event, at most once a
+// frame: entries are keyed by id and reused, and only the last WINDOW entries are in the page
+// until the reader scrolls up (so 10,000 messages cost what 150 do). The list page follows a
+// `SummaryFeed`. Everything a model, a tool or a presence status wrote goes in with
+// `textContent` (or an attribute value): never as markup.
+
+import { Author, Message, SummaryFeed, connect, isStopMarker, madeMs } from './convsync.js';
+
+const WINDOW = 150; // entries drawn at first
+const STEP = 200; // more when the reader scrolls to the top
+const NEAR_BOTTOM = 80; // px: a reader this close to the end follows new messages
+
+// ---------------------------------------------------------------- the token (SPEC §8)
+
+/** Read `#token=...` once, take it out of the address bar, keep it in memory only. */
+function takeToken() {
+  const fragment = new URLSearchParams(location.hash.slice(1));
+  const token = fragment.get('token');
+  if (token !== null) {
+    history.replaceState(history.state, '', location.pathname + location.search);
+  }
+  return token;
+}
+
+const token = takeToken();
+const getToken = token === null ? undefined : () => token;
+const hubUrl = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}`;
+
+// ---------------------------------------------------------------- DOM helpers (text only)
+
+/**
+ * An element with attributes and children; strings become text nodes. No markup is parsed.
+ * @param {string} tag @param {Record<string, string | null | undefined>} [attrs]
+ * @param {...(Node | string | null | undefined | false)} children
+ */
+function h(tag, attrs = {}, ...children) {
+  const element = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs)) {
+    if (value !== null && value !== undefined) element.setAttribute(name, value);
+  }
+  for (const child of children) {
+    if (child === null || child === undefined || child === false) continue;
+    element.append(typeof child === 'string' ? document.createTextNode(child) : child);
+  }
+  return element;
+}
+
+function timeOf(ms) {
+  if (typeof ms !== 'number') return '';
+  const date = new Date(ms);
+  const today = new Date().toDateString() === date.toDateString();
+  return today ? date.toLocaleTimeString() : date.toLocaleString();
+}
+
+function authorLabel(author, role) {
+  if (author === null || author === undefined) return role;
+  const name = author.name ?? author.title;
+  return name ? `${role} · ${name}` : `${role} · ${author.kind}`;
+}
+
+function jsonText(value) {
+  try {
+    return JSON.stringify(value, null, 2) ?? String(value);
+  } catch {
+    return String(value);
+  }
+}
+
+// ---------------------------------------------------------------- the conversation page
+
+class ConversationView {
+  /** @param {HTMLElement} root @param {string} conversationId */
+  constructor(root, conversationId) {
+    this.root = root;
+    this.id = conversationId;
+    this.replica = connect(hubUrl, conversationId, { live: true, getToken });
+    this.window = WINDOW;
+    /** @type {Map<string, {entry: any, element: HTMLElement, stamp: string}>} */
+    this.drawn = new Map();
+    /** @type {Map<string, HTMLElement>} */
+    this.draftElements = new Map();
+    this.scheduled = false;
+    this.build();
+    this.replica.on('*', () => this.schedule());
+    this.replica.progress.add(() => this.schedule()); // acks move no value but end "sending"
+    this.replica.on('state', (event) => {
+      root.dataset.connectionState = event.state;
+      this.stateLabel.textContent = event.state + (event.code ? ` (${event.code})` : '');
+      this.schedule();
+    });
+    this.replica.on('refused', (error) => {
+      this.notice.textContent = `refused: ${error.code} ${error.detail ?? ''}`;
+      this.notice.hidden = false;
+    });
+    root.dataset.connectionState = this.replica.state;
+    this.schedule();
+  }
+
+  build() {
+    const back = h('a', { href: '/', class: 'back' }, '← all');
+    back.addEventListener('click', (event) => carryToken(event, '/'));
+    this.stateLabel = h('span', { class: 'state' }, 'connecting');
+    this.revisionLabel = h('span', { class: 'revision' });
+    this.pendingLabel = h('span', { class: 'pending', hidden: '' });
+    this.presence = h('ul', { class: 'presence', 'aria-label': 'online' });
+    this.notice = h('p', { class: 'notice', hidden: '' });
+    this.halt = h('p', { class: 'halt', hidden: '' });
+    this.more = h('button', { type: 'button', class: 'more', hidden: '' }, 'show earlier');
+    this.more.addEventListener('click', () => this.showEarlier());
+    this.log = h('ol', { class: 'log' });
+    this.drafts = h('ol', { class: 'drafts', 'aria-live': 'polite' });
+    this.scroller = h('div', { class: 'scroller' }, this.more, this.log, this.drafts);
+    this.scroller.addEventListener('scroll', () => {
+      if (this.scroller.scrollTop < 40 && !this.more.hidden) this.showEarlier();
+    });
+    this.input = /** @type {HTMLTextAreaElement} */ (
+      h('textarea', {
+        name: 'message',
+        rows: '2',
+        placeholder: 'Message (Enter sends, Shift+Enter for a new line)',
+        'aria-label': 'message',
+      })
+    );
+    this.send = h('button', { type: 'submit', 'data-action': 'send' }, 'Send');
+    this.stop = h('button', { type: 'button', 'data-action': 'stop', class: 'stop' }, 'Stop');
+    const form = h('form', { class: 'composer' }, this.input, this.send, this.stop);
+    form.addEventListener('submit', (event) => {
+      event.preventDefault();
+      this.sendMessage();
+    });
+    this.input.addEventListener('keydown', (event) => {
+      if (event.key === 'Enter' && !event.shiftKey && !event.isComposing) {
+        event.preventDefault();
+        this.sendMessage();
+      }
+    });
+    this.stop.addEventListener('click', () => {
+      this.replica.conversation.halt('stopped');
+      this.schedule();
+    });
+    const header = h(
+      'header',
+      { class: 'bar' },
+      back,
+      h('h1', {}, this.id),
+      this.stateLabel,
+      this.revisionLabel,
+      this.pendingLabel,
+      this.presence,
+    );
+    this.root.replaceChildren(header, this.notice, this.halt, this.scroller, form);
+    document.title = `${this.id} · convsync`;
+  }
+
+  sendMessage() {
+    const text = this.input.value;
+    if (text.trim() === '') return;
+    this.replica.conversation.push({ message: Message.user(text), author: Author.user() });
+    this.input.value = '';
+    this.follow = true;
+    this.schedule();
+  }
+
+  showEarlier() {
+    const before = this.scroller.scrollHeight;
+    this.window += STEP;
+    this.render();
+    this.scroller.scrollTop += this.scroller.scrollHeight - before; // keep the reader's place
+  }
+
+  schedule() {
+    if (this.scheduled) return;
+    this.scheduled = true;
+    requestAnimationFrame(() => {
+      this.scheduled = false;
+      this.render();
+    });
+  }
+
+  render() {
+    const scroller = this.scroller;
+    const atBottom =
+      this.follow ||
+      scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < NEAR_BOTTOM;
+    this.follow = false;
+    const replica = this.replica;
+    const conversation = replica.conversation;
+    this.revisionLabel.textContent = `rev ${replica.revision}`;
+    const pending = replica.pending;
+    this.pendingLabel.hidden = pending === 0;
+    this.pendingLabel.textContent = `${pending} pending`;
+    const halt = conversation.halted();
+    this.halt.hidden = halt === null;
+    this.halt.textContent = halt === 'stopped' ? 'Stopped: the agent halts here.' : `halt: ${halt}`;
+    this.renderEntries(conversation);
+    this.renderDrafts();
+    this.renderPresence();
+    if (atBottom) scroller.scrollTop = scroller.scrollHeight;
+  }
+
+  renderEntries(conversation) {
+    const length = conversation.length;
+    const start = Math.max(0, length - this.window);
+    this.more.hidden = start === 0;
+    this.more.textContent = `show earlier (${start} more)`;
+    const confirmed = this.replica.session.confirmed;
+    // Tool results by call id, and turn starts, over what is drawn (a result follows its call).
+    /** @type {Map<string, any>} */
+    const results = new Map();
+    for (let at = start; at < length; at += 1) {
+      const message = conversation.entry(at).message;
+      if (message.role !== 'user') continue;
+      for (const part of message.content) {
+        if (part.type === 'tool_result') results.set(part.call_id, part);
+      }
+    }
+    /** @type {Map<string, any>} */
+    const turns = new Map();
+    for (const [, turn] of conversation.turns()) turns.set(turn.start, turn);
+    const keep = new Set();
+    let previous = null;
+    for (let at = start; at < length; at += 1) {
+      const entry = conversation.entry(at);
+      const key = entry.id ?? `at:${at}`;
+      keep.add(key);
+      const pending = entry.id !== null && !confirmed.holds(entry.id);
+      let drawn = this.drawn.get(key);
+      const stamp = `${pending}|${turnStamp(turns.get(key))}|${resultStamp(entry, results)}`;
+      if (drawn === undefined || drawn.entry !== entry || drawn.stamp !== stamp) {
+        const element = drawEntry(entry, pending, results, turns.get(key));
+        if (drawn !== undefined) drawn.element.replaceWith(element);
+        drawn = { entry, element, stamp };
+        this.drawn.set(key, drawn);
+      }
+      const want = previous === null ? this.log.firstChild : previous.nextSibling;
+      if (want !== drawn.element) this.log.insertBefore(drawn.element, want);
+      previous = drawn.element;
+    }
+    for (const [key, drawn] of this.drawn) {
+      if (!keep.has(key)) {
+        drawn.element.remove();
+        this.drawn.delete(key);
+      }
+    }
+  }
+
+  renderDrafts() {
+    const drafts = this.replica.drafts;
+    for (const [id, element] of this.draftElements) {
+      if (!drafts.has(id)) {
+        element.remove();
+        this.draftElements.delete(id);
+      }
+    }
+    for (const [id, draft] of drafts) {
+      let element = this.draftElements.get(id);
+      if (element === undefined) {
+        element = h('li', { class: 'entry draft', 'data-draft-id': id, 'data-role': draft.role });
+        this.draftElements.set(id, element);
+        this.drafts.append(element);
+      }
+      fillDraft(element, draft);
+    }
+  }
+
+  renderPresence() {
+    /** @type {Map<string, any[]>} */
+    const byClient = new Map();
+    for (const item of this.replica.presence.values()) {
+      const client = String(item.client ?? item.principal ?? item.connection);
+      if (!byClient.has(client)) byClient.set(client, []);
+      byClient.get(client).push(item);
+    }
+    const items = [];
+    for (const [client, connections] of byClient) {
+      const first = connections[0];
+      const status = connections.map((c) => c.status).find((s) => typeof s === 'string') ?? '';
+      const label = client === this.replica.client ? 'you' : String(first.name ?? client);
+      items.push(
+        h(
+          'li',
+          { 'data-presence-client': client, title: String(first.kind ?? '') },
+          h('span', { class: 'dot' }),
+          label,
+          status ? h('span', { class: 'status' }, status) : null,
+        ),
+      );
+    }
+    this.presence.replaceChildren(...items);
+  }
+}
+
+function turnStamp(turn) {
+  return turn === undefined ? '' : `${turn.index}:${turn.end?.how ?? ''}`;
+}
+
+function resultStamp(entry, results) {
+  if (entry.message.role !== 'assistant') return '';
+  let stamp = '';
+  for (const part of entry.message.content) {
+    if (part.type === 'tool_call') stamp += results.has(part.id) ? '1' : '0';
+  }
+  return stamp;
+}
+
+/** One entry's element: role, author, time, its parts as text; calls with their results. */
+function drawEntry(entry, pending, results, turn) {
+  const message = entry.message;
+  const onlyResults =
+    message.role === 'user' &&
+    message.content.length > 0 &&
+    message.content.every((part) => part.type === 'tool_result');
+  const classes = ['entry', message.role];
+  if (onlyResults) classes.push('results');
+  if (pending) classes.push('pending');
+  if (isStopMarker(entry)) classes.push('stop-note');
+  const element = h('li', {
+    class: classes.join(' '),
+    'data-entry-id': entry.id ?? '',
+    'data-role': message.role,
+    'data-pending': pending ? 'true' : null,
+  });
+  if (turn !== undefined) {
+    const end = turn.end === null ? 'running' : turn.end.how;
+    element.append(
+      h('div', { class: 'turn', 'data-turn': String(turn.index) }, `turn ${turn.index} · ${end}`),
+    );
+  }
+  const made = entry.id !== null ? madeMs(entry.id) : null;
+  element.append(
+    h(
+      'div',
+      { class: 'meta' },
+      h('span', { class: 'who' }, authorLabel(entry.author, message.role)),
+      made !== null && !Number.isNaN(made) ? h('time', {}, timeOf(made)) : null,
+      pending ? h('span', { class: 'badge' }, 'sending') : null,
+    ),
+  );
+  if (message.role === 'system') {
+    element.append(h('div', { class: 'text' }, message.content));
+    return element;
+  }
+  for (const part of message.content) element.append(drawPart(part, results));
+  if (
+    message.role === 'assistant' &&
+    message.stop &&
+    !['stop', 'tool_use'].includes(message.stop.reason)
+  ) {
+    const why = message.stop.detail ? `: ${message.stop.detail}` : '';
+    element.append(h('div', { class: 'stopped' }, `(${message.stop.reason}${why})`));
+  }
+  return element;
+}
+
+function drawPart(part, results) {
+  switch (part.type) {
+    case 'text':
+      return h('div', { class: 'text' }, part.text);
+    case 'reasoning':
+      return h(
+        'details',
+        { class: 'reasoning' },
+        h('summary', {}, part.redacted ? 'reasoning (redacted)' : 'reasoning'),
+        h('div', { class: 'text' }, part.text),
+      );
+    case 'tool_call': {
+      const result = results.get(part.id);
+      return h(
+        'div',
+        { class: 'call', 'data-call-id': part.id },
+        h('div', { class: 'call-head' }, `⚙ ${part.name}`),
+        h('pre', { class: 'args' }, jsonText(part.arguments)),
+        result === undefined
+          ? h('div', { class: 'waiting' }, 'waiting for the result…')
+          : drawResult(result),
+      );
+    }
+    case 'tool_result':
+      return h(
+        'div',
+        { class: 'result-ref', 'data-result-ref': part.call_id },
+        `↳ ${part.is_error ? 'error from' : 'result of'} ${part.name}`,
+      );
+    case 'json':
+      return h('pre', { class: 'json' }, jsonText(part.value));
+    case 'image':
+      return h('div', { class: 'attachment' }, `[image ${part.media_type}]`);
+    case 'document':
+      return h('div', { class: 'attachment' }, `[document ${part.name ?? part.media_type}]`);
+    default:
+      return h('pre', { class: 'json' }, jsonText(part));
+  }
+}
+
+function drawResult(result) {
+  const body = result.content.map((part) =>
+    part.type === 'text'
+      ? part.text
+      : part.type === 'json'
+        ? jsonText(part.value)
+        : `[${part.type}]`,
+  );
+  return h(
+    'div',
+    { class: result.is_error ? 'result error' : 'result', 'data-result-for': result.call_id },
+    h('pre', {}, body.join('\n')),
+  );
+}
+
+function fillDraft(element, draft) {
+  const children = [
+    h(
+      'div',
+      { class: 'meta' },
+      h('span', { class: 'who' }, authorLabel(draft.author, draft.role)),
+      h('span', { class: 'badge live' }, 'writing…'),
+    ),
+  ];
+  for (const [part, text] of Object.entries(draft.parts)) {
+    if (part === 'text') children.push(h('div', { class: 'text', 'data-part': part }, text));
+    else if (part === 'reasoning') {
+      children.push(
+        h(
+          'details',
+          { class: 'reasoning' },
+          h('summary', {}, 'reasoning'),
+          h('div', { class: 'text' }, text),
+        ),
+      );
+    } else if (part.startsWith('call:')) {
+      children.push(
+        h(
+          'div',
+          { class: 'call', 'data-call-id': part.slice(5) },
+          h('div', { class: 'call-head' }, `⚙ ${draft.names[part] ?? 'tool'}`),
+          h('pre', { class: 'args' }, text),
+        ),
+      );
+    }
+  }
+  element.replaceChildren(...children);
+}
+
+// ---------------------------------------------------------------- the list page
+
+class ListView {
+  /** @param {HTMLElement} root */
+  constructor(root) {
+    this.root = root;
+    const params = new URLSearchParams(location.search);
+    this.feed = new SummaryFeed(hubUrl, {
+      prefix: params.get('prefix') ?? '',
+      getToken,
+      limit: 500,
+    });
+    this.list = h('ol', { class: 'conversations' });
+    this.empty = h('p', { class: 'empty' }, 'No conversations yet.');
+    this.more = h(
+      'p',
+      { class: 'empty', hidden: '' },
+      'More conversations exist than are shown: narrow the list with ?prefix= in the address.',
+    );
+    this.stateLabel = h('span', { class: 'state' }, 'connecting');
+    const open = /** @type {HTMLInputElement} */ (
+      h('input', {
+        name: 'open',
+        placeholder: 'conversation id',
+        'aria-label': 'conversation id',
+        pattern: '[A-Za-z0-9._:-]{1,128}',
+      })
+    );
+    const go = h('button', { type: 'submit' }, 'Open');
+    const form = h('form', { class: 'open' }, open, go);
+    form.addEventListener('submit', (event) => {
+      event.preventDefault();
+      if (open.value && open.checkValidity()) navigate(`/c/${encodeURIComponent(open.value)}`);
+    });
+    root.replaceChildren(
+      h('header', { class: 'bar' }, h('h1', {}, 'Conversations'), this.stateLabel),
+      form,
+      this.empty,
+      h('div', { class: 'scroller' }, this.list, this.more),
+    );
+    document.title = 'convsync';
+    this.scheduled = false;
+    this.feed.on('rows', () => this.schedule());
+    this.feed.on('state', (event) => {
+      root.dataset.connectionState = event.state;
+      this.stateLabel.textContent = event.state;
+    });
+    root.dataset.connectionState = 'connecting';
+    void this.feed.start();
+  }
+
+  schedule() {
+    if (this.scheduled) return;
+    this.scheduled = true;
+    requestAnimationFrame(() => {
+      this.scheduled = false;
+      this.render();
+    });
+  }
+
+  render() {
+    const rows = [...this.feed.rows.values()].sort(
+      (a, b) => (b.updated ?? 0) - (a.updated ?? 0) || (a.id < b.id ? -1 : 1),
+    );
+    this.empty.hidden = rows.length > 0;
+    this.list.replaceChildren(...rows.map(drawRow));
+    this.more.hidden = !this.feed.more;
+  }
+}
+
+function drawRow(row) {
+  const href = `/c/${encodeURIComponent(row.id)}`;
+  const link = h('a', { href, class: 'title' }, row.id);
+  link.addEventListener('click', (event) => carryToken(event, href));
+  const last = row.last === null ? '' : `${row.last.role}: ${row.last.text}`;
+  return h(
+    'li',
+    { 'data-conversation-id': row.id, 'data-revision': String(row.revision) },
+    h('div', { class: 'row-head' }, link, h('time', {}, timeOf(row.updated))),
+    h('div', { class: 'preview' }, last),
+    h(
+      'div',
+      { class: 'row-meta' },
+      `rev ${row.revision} · ${row.entries} messages`,
+      row.halt ? ` · ${row.halt}` : '',
+      row.online.length
+        ? h('span', { class: 'online' }, ` · online: ${row.online.join(', ')}`)
+        : '',
+    ),
+  );
+}
+
+/** Follow a link inside the viewer, handing the in-memory token on in the fragment. */
+function carryToken(event, href) {
+  if (token === null || event.metaKey || event.ctrlKey || event.shiftKey) return;
+  event.preventDefault();
+  navigate(href);
+}
+
+function navigate(href) {
+  location.assign(token === null ? href : `${href}#token=${encodeURIComponent(token)}`);
+}
+
+// ---------------------------------------------------------------- start
+
+const root = /** @type {HTMLElement} */ (document.getElementById('app'));
+const path = location.pathname;
+if (path.startsWith('/c/') && path.length > 3) {
+  const id = decodeURIComponent(path.slice(3));
+  // Exposed for tests and for the curious: the replica behind the page.
+  globalThis.convsyncView = new ConversationView(root, id);
+} else {
+  globalThis.convsyncView = new ListView(root);
+}

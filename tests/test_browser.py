@@ -1,0 +1,486 @@
+"""The viewer in headless Chromium (Debian's, driven by Playwright) against a real hub, with
+Python replicas on the other side."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+import pytest_asyncio
+from conftest import bound, hub_config
+
+from client import connect
+from client.demo import SCRIPT
+from client.replica import Replica
+from server import Hub, MemoryStore, SqliteStore
+from sync import Assistant, Entry, Message, Reasoning, Stop, Text, ToolCall, TurnEnd, encode
+from sync.ids import IdMinter
+
+CHROMIUM = os.environ.get("CONVSYNC_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SCREENSHOT = os.environ.get("CONVSYNC_SCREENSHOT")  # a path: the mirror test saves the page there
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+def _why_no_browser() -> str | None:
+    try:
+        import playwright.async_api  # noqa: F401
+    except ImportError:
+        return "the playwright package is not installed (pip install -e '.[test]')"
+    if shutil.which(CHROMIUM) is None:
+        return f"no Chromium at {CHROMIUM} (scripts/ensure-chromium installs Debian's)"
+    return None
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def browser() -> AsyncIterator[Any]:
+    """One headless Chromium for the module; fails instead of skipping when
+    CONVSYNC_REQUIRE_BROWSER=1."""
+    why = _why_no_browser()
+    if why is not None:
+        if os.environ.get("CONVSYNC_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"browser tests required: {why}")
+        pytest.skip(why)
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as playwright:
+        launched = await playwright.chromium.launch(
+            executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True
+        )
+        yield launched
+        await launched.close()
+
+
+class Pages:
+    """Pages of one test; records console errors and dialogs (a script that ran)."""
+
+    def __init__(self, browser: Any) -> None:
+        self.browser = browser
+        self.errors: list[str] = []
+        self.dialogs: list[str] = []
+        self.contexts: list[Any] = []
+
+    async def open(self, url: str, **context: Any) -> Any:
+        ctx = await self.browser.new_context(**context)
+        self.contexts.append(ctx)
+        page = await ctx.new_page()
+        page.set_default_timeout(bound(15) * 1000)
+        page.on(
+            "console",
+            lambda message: message.type == "error" and self.errors.append(message.text),
+        )
+        page.on("pageerror", lambda error: self.errors.append(str(error)))
+
+        async def dialog(d: Any) -> None:
+            self.dialogs.append(d.message)
+            await d.dismiss()
+
+        page.on("dialog", dialog)
+        await page.goto(url)
+        return page
+
+    async def close(self) -> None:
+        for ctx in self.contexts:
+            await ctx.close()
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def pages(browser: Any) -> AsyncIterator[Pages]:
+    """Pages for one test, closed after it."""
+    opened = Pages(browser)
+    yield opened
+    await opened.close()
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def hub() -> AsyncIterator[Hub]:
+    """A hub on 127.0.0.1, port 0."""
+    async with Hub(MemoryStore(), host="127.0.0.1", port=0, config=hub_config()) as running:
+        yield running
+
+
+def page_url(hub: Hub, path: str) -> str:
+    return f"http://127.0.0.1:{hub.port}{path}"
+
+
+async def until(replica: Replica, done: Callable[[], bool], seconds: float = 15) -> None:
+    """Wait (bounded) until `done()` holds for the replica's value, woken by each record."""
+    with anyio.fail_after(bound(seconds)):
+        while not done():
+            await replica.wait_for(replica.session.confirmed.revision + 1)
+
+
+async def page_state(page: Any) -> Any:
+    """The page replica's value, as JSON."""
+    text = await page.evaluate("JSON.stringify(globalThis.convsyncView.replica.conversation)")
+    return json.loads(text)
+
+
+async def settled(page: Any) -> None:
+    """Wait until the page replica is connected with nothing pending."""
+    await page.wait_for_function(
+        "() => { const r = globalThis.convsyncView?.replica;"
+        " return r && r.state === 'connected' && r.session.settled; }"
+    )
+
+
+def texts(replica: Replica) -> list[str]:
+    out = []
+    for message in replica.conversation.messages():
+        for part in getattr(message, "content", []):
+            if isinstance(part, Text):
+                out.append(part.text)
+    return out
+
+
+async def play_demo(worker: Replica, turns: int) -> None:
+    """The demo's agent: question, turn record, call, result, answer, turn end."""
+    conversation = worker.conversation
+    conversation.push(Message.system("You are a helpful assistant with three tools."))
+    for turn in range(turns):
+        question, tool, arguments, result, answer = SCRIPT[turn % len(SCRIPT)]
+        conversation.push(Message.user(question))
+        conversation.open_turn()
+        call = ToolCall(f"call_{turn}_{tool}", tool, arguments)
+        thought = Reasoning(f"The user wants {tool}; call it with {arguments}.")
+        conversation.push(Assistant([thought, Text("Let me check."), call], stop=Stop("tool_use")))
+        conversation.push(Message.tool_result(call.id, tool, result))
+        answer_id = conversation.push(Message.assistant(answer, stop=Stop("stop")))
+        conversation.end_turn(TurnEnd.answered(answer_id))
+        await worker.flush()
+
+
+async def test_page_mirrors_a_worker_live_with_calls_paired_with_results(
+    hub: Hub, pages: Pages
+) -> None:
+    """Every entry a worker pushes appears in the page with its id and role; each tool call
+    shows its result inside it; reasoning is folded; turns are marked."""
+    page = await pages.open(page_url(hub, "/c/demo.mirror"))
+    await page.wait_for_selector("#app[data-connection-state=connected]")
+    async with connect(hub.url, "demo.mirror", client="demo-worker") as worker:
+        with anyio.fail_after(bound(20)):
+            await play_demo(worker, 3)
+        entries = worker.conversation.entries()
+        last = entries[-1].id
+        await page.wait_for_selector(f'[data-entry-id="{last}"]')
+        drawn = await page.eval_on_selector_all(
+            "#app .log [data-entry-id]", "els => els.map(e => [e.dataset.entryId, e.dataset.role])"
+        )
+        assert drawn == [[ref.id, type(ref.message).__name__.lower()] for ref in entries]
+        for turn in range(3):
+            _, tool, _, result, _ = SCRIPT[turn]
+            call = page.locator(f'[data-call-id="call_{turn}_{tool}"]')
+            paired = call.locator(f'[data-result-for="call_{turn}_{tool}"]')
+            assert await paired.text_content() == result
+        reasoning = page.locator("details.reasoning").first
+        assert await reasoning.get_attribute("open") is None
+        assert await page.locator("[data-turn]").count() == 3
+        # The worker starts answering a follow-up: its status and its draft show live.
+        worker.conversation.push(Message.user("And what about tomorrow in Lisbon?"))
+        await worker.flush()
+        await worker.set_status("answering")
+        async with worker.draft() as draft:
+            draft.append("Tomorrow looks sunny too, around 20°C in the after")
+            await page.wait_for_selector(f'[data-draft-id="{draft.id}"] [data-part=text]')
+            await page.wait_for_selector('[data-presence-client="demo-worker"] .status')
+            if SCREENSHOT:
+                await page.set_viewport_size({"width": 900, "height": 1100})
+                await page.wait_for_timeout(100)  # the page follows the bottom on its next frame
+                await page.screenshot(path=SCREENSHOT)
+            await draft.abort()
+        await page.wait_for_selector("[data-draft-id]", state="detached")
+    assert await page_state(page) == json.loads(encode(worker.conversation.state()))
+    assert pages.errors == [] and pages.dialogs == []
+
+
+async def test_a_message_typed_in_the_page_reaches_a_python_replica(hub: Hub, pages: Pages) -> None:
+    """The composer pushes a user message; a Python replica receives it once."""
+    async with connect(hub.url, "type.1", client="py") as py:
+        py.conversation.push(Message.user("hello from python"))
+        await py.flush()
+        page = await pages.open(page_url(hub, "/c/type.1"))
+        await page.wait_for_selector("[data-entry-id]")
+        await page.fill("textarea[name=message]", "hello from the browser 👋")
+        await page.click("button[data-action=send]")
+        await until(py, lambda: "hello from the browser 👋" in texts(py))
+        assert texts(py) == ["hello from python", "hello from the browser 👋"]
+        assert await page.input_value("textarea[name=message]") == ""
+        await settled(page)
+        await page.wait_for_selector("[data-pending]", state="detached")
+
+
+async def test_stop_lands_a_halt(hub: Hub, pages: Pages) -> None:
+    """The Stop button pushes a `stopped` halt that a worker sees."""
+    async with connect(hub.url, "stop.1", client="worker") as py:
+        py.conversation.push(Message.user("run forever"))
+        await py.flush()
+        page = await pages.open(page_url(hub, "/c/stop.1"))
+        await page.wait_for_selector("[data-entry-id]")
+        await page.click("button[data-action=stop]")
+        await until(py, lambda: py.conversation.halted() == "stopped")
+        await page.wait_for_selector(".halt:not([hidden])")
+
+
+async def test_the_page_reconnects_after_a_hub_restart_and_sends_a_pending_message_once(
+    pages: Pages, tmp_path: Path
+) -> None:
+    """The hub goes away under the page; a message typed meanwhile waits (pending), and is
+    sent exactly once when the hub is back; page and Python replica converge."""
+    store = tmp_path / "hub.db"
+    config = hub_config()
+    async with Hub(SqliteStore(store), host="127.0.0.1", port=0, config=config) as first:
+        port = first.port
+        async with connect(first.url, "restart.1", client="py") as py:
+            py.conversation.push(Message.user("before"))
+            await py.flush()
+        page = await pages.open(f"http://127.0.0.1:{port}/c/restart.1")
+        await page.wait_for_selector("[data-entry-id]")
+    await page.wait_for_selector("#app:not([data-connection-state=connected])")
+    await page.fill("textarea[name=message]", "sent while the hub was down")
+    await page.click("button[data-action=send]")
+    await page.wait_for_selector(".pending:not([hidden])")
+    assert await page.locator("[data-pending=true]").count() == 1
+    async with Hub(SqliteStore(store), host="127.0.0.1", port=port, config=config) as second:
+        await page.wait_for_selector("#app[data-connection-state=connected]")
+        await settled(page)
+        async with connect(second.url, "restart.1", client="py") as py:
+            await until(py, lambda: len(py.conversation) == 2)
+            assert texts(py) == ["before", "sent while the hub was down"]
+            assert await page_state(page) == json.loads(encode(py.conversation.state()))
+        room = await second.room_for_read("restart.1")
+        assert room is not None and room.revision == 2
+
+
+async def test_two_pages_and_a_python_replica_editing_at_once_converge(
+    hub: Hub, pages: Pages
+) -> None:
+    """Two pages type while a Python replica pushes; all three end with the hub's value and
+    every message exactly once."""
+    first = await pages.open(page_url(hub, "/c/busy.1"))
+    second = await pages.open(page_url(hub, "/c/busy.1"))
+    for page in (first, second):
+        await page.wait_for_selector("#app[data-connection-state=connected]")
+    async with connect(hub.url, "busy.1", client="py") as py:
+
+        async def type_in(page: Any, name: str) -> None:
+            for n in range(6):
+                await page.fill("textarea[name=message]", f"{name} {n}")
+                await page.press("textarea[name=message]", "Enter")
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(type_in, first, "first")
+            group.start_soon(type_in, second, "second")
+            for n in range(6):
+                py.conversation.push(Message.user(f"py {n}"))
+                await anyio.sleep(0.02)  # spread over the pages' typing
+        await py.flush()
+        await until(py, lambda: len(py.conversation) == 18, seconds=20)
+        for page in (first, second):
+            await settled(page)
+            await page.wait_for_function(
+                "n => globalThis.convsyncView.replica.revision >= n", arg=py.revision
+            )
+        expected = json.loads(encode(py.conversation.state()))
+        assert await page_state(first) == expected
+        assert await page_state(second) == expected
+        got = sorted(texts(py))
+        assert got == sorted(f"{who} {n}" for who in ("first", "second", "py") for n in range(6))
+        for who in ("first", "second", "py"):  # each author's order kept
+            mine = [t for t in texts(py) if t.startswith(who + " ")]
+            assert mine == [f"{who} {n}" for n in range(6)]
+
+
+async def test_the_list_shows_a_new_conversation_without_a_reload(hub: Hub, pages: Pages) -> None:
+    """The list page follows /v1/summary: a conversation created later appears, and its row
+    moves when it changes."""
+    async with connect(hub.url, "list.old", client="py") as py:
+        py.conversation.push(Message.user("old one"))
+        await py.flush()
+    page = await pages.open(page_url(hub, "/"))
+    await page.wait_for_selector('[data-conversation-id="list.old"]')
+    assert await page.locator('[data-conversation-id="list.new"]').count() == 0
+    async with connect(hub.url, "list.new", client="newcomer") as py:
+        py.conversation.push(Message.user("brand new"))
+        await py.flush()
+        row = page.locator('[data-conversation-id="list.new"]')
+        await row.wait_for()
+        assert "brand new" in (await row.locator(".preview").text_content() or "")
+        await page.wait_for_selector('[data-conversation-id="list.new"] .online')
+        py.conversation.push(Message.user("second"))
+        await py.flush()
+        await page.wait_for_selector('[data-conversation-id="list.new"][data-revision="2"]')
+    await page.click('[data-conversation-id="list.new"] a')
+    await page.wait_for_selector("[data-entry-id]")
+    assert page.url.endswith("/c/list.new")
+
+
+MARKUP = "<img src=x onerror=alert(1)>"
+
+
+async def test_markup_in_a_message_shows_as_text_and_runs_nothing(hub: Hub, pages: Pages) -> None:
+    """A message that looks like HTML is shown as those characters; no element is made from
+    it and no script runs (checked in a message, a tool call, a result and reasoning)."""
+    async with connect(hub.url, "xss.1", client="py") as py:
+        call = ToolCall("call_x", MARKUP, {"q": MARKUP})
+        py.conversation.push(Message.user(MARKUP))
+        py.conversation.push(Assistant([Reasoning(MARKUP), call], stop=Stop("tool_use")))
+        py.conversation.push(Message.tool_result("call_x", MARKUP, MARKUP))
+        await py.flush()
+        page = await pages.open(page_url(hub, "/c/xss.1"))
+        first = py.conversation.entries()[0].id
+        await page.wait_for_selector('[data-result-for="call_x"]')
+        text = await page.locator(f'[data-entry-id="{first}"] .text').text_content()
+        assert text == MARKUP
+        assert await page.locator('[data-result-for="call_x"]').text_content() == MARKUP
+        assert await page.locator("#app img").count() == 0
+        assert pages.dialogs == []
+
+
+async def test_emoji_and_joined_sequences_render_intact(hub: Hub, pages: Pages) -> None:
+    """Emoji, ZWJ families, flags, skin tones and combining marks arrive as the same code
+    points, both ways."""
+    text = "family 👩‍👩‍👧‍👦 flag 🇵🇹 thumbs 👍🏽 café e\u0301 𝄞"
+    async with connect(hub.url, "emoji.1", client="py") as py:
+        py.conversation.push(Message.user(text))
+        await py.flush()
+        page = await pages.open(page_url(hub, "/c/emoji.1"))
+        first = py.conversation.entries()[0].id
+        shown = await page.locator(f'[data-entry-id="{first}"] .text').text_content()
+        assert shown == text
+        await page.fill("textarea[name=message]", "back: " + text)
+        await page.click("button[data-action=send]")
+        await until(py, lambda: len(py.conversation) == 2)
+        assert texts(py)[1] == "back: " + text
+
+
+async def test_the_token_in_the_fragment_goes_in_hello_and_leaves_the_address_bar(
+    hub: Hub, pages: Pages
+) -> None:
+    """`#token=...` is read, removed from the address bar and sent only in `hello`; the page
+    runs under the hub's CSP with no violation."""
+    sent: list[str] = []
+    ctx = await pages.browser.new_context()
+    pages.contexts.append(ctx)
+    page = await ctx.new_page()
+    page.on("websocket", lambda ws: ws.on("framesent", lambda data: sent.append(str(data))))
+    errors: list[str] = []
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    response = await page.goto(page_url(hub, "/c/token.1#token=s3cret.tok"))
+    assert response is not None
+    csp = response.headers["content-security-policy"]
+    assert csp == "default-src 'self'; frame-ancestors 'none'"
+    await page.wait_for_selector("#app[data-connection-state=connected]")
+    assert page.url == page_url(hub, "/c/token.1")
+    hellos = [json.loads(frame) for frame in sent if '"hello"' in frame]
+    assert hellos and hellos[0]["token"] == "s3cret.tok"
+    assert errors == []
+
+
+async def test_a_long_conversation_draws_only_its_tail(hub: Hub, pages: Pages) -> None:
+    """At 2,000 messages the page draws its last ones and adds earlier ones on demand."""
+    async with connect(hub.url, "long.1", client="py") as py:
+        py.conversation.extend(Message.user(f"message {n}") for n in range(2000))
+        await py.flush()
+        page = await pages.open(page_url(hub, "/c/long.1"))
+        last = py.conversation.entries()[-1].id
+        await page.wait_for_selector(f'[data-entry-id="{last}"]')
+        drawn = await page.locator(".log [data-entry-id]").count()
+        assert 0 < drawn < 400
+        await page.click("button.more")
+        assert await page.locator(".log [data-entry-id]").count() > drawn
+
+
+async def test_a_streamed_draft_grows_intact_and_is_replaced_by_one_message(
+    hub: Hub, pages: Pages
+) -> None:
+    """Draft frames (SPEC 7) fed to the page's socket grow a draft element, emoji sequences
+    split across appends by code-point offsets intact; the record with the draft's id replaces
+    it with exactly one entry. (The hub does not send drafts yet: the frames are delivered to
+    the page's socket handler, as the hub would.)"""
+    draft_id = IdMinter().message_id()
+    text = "Hi 👩‍👩‍👧‍👦 and 🇵🇹, thumbs 👍🏽!"
+    points = list(text)
+    async with connect(hub.url, "draft.1", client="agent") as py:
+        py.conversation.push(Message.user("stream something"))
+        await py.flush()
+        page = await pages.open(page_url(hub, "/c/draft.1"))
+        await page.wait_for_selector("[data-entry-id]")
+        deliver = "frame => globalThis.convsyncView.replica.ws.onmessage({data: frame})"
+        opened = {"id": draft_id, "role": "assistant", "client": "agent", "parts": {"text": ""}}
+        await page.evaluate(deliver, json.dumps({"type": "drafts", "drafts": [opened]}))
+        draft = page.locator(f'[data-draft-id="{draft_id}"] [data-part=text]')
+        for start in range(0, len(points), 3):  # cuts inside the ZWJ family and the flag
+            chunk = "".join(points[start : start + 3])
+            frame = {"type": "draft", "id": draft_id, "op": "append", "part": "text"}
+            frame |= {"offset": start, "text": chunk, "name": None}
+            await page.evaluate(deliver, json.dumps(frame))
+            await page.wait_for_function(
+                "([id, n]) => globalThis.convsyncView.replica.drafts.get(id)?.lengths.text === n",
+                arg=[draft_id, min(start + 3, len(points))],
+            )
+        await page.wait_for_function(
+            "([id, t]) => document.querySelector(`[data-draft-id='${id}'] [data-part=text]`)"
+            "?.textContent === t",
+            arg=[draft_id, text],
+        )
+        assert await draft.text_content() == text
+        py.conversation.push(Entry(Message.assistant(text, stop=Stop("stop")), id=draft_id))
+        await py.flush()
+        await page.wait_for_selector(f'[data-entry-id="{draft_id}"]')
+        await page.wait_for_selector("[data-draft-id]", state="detached")
+        assert await page.locator(f'[data-entry-id="{draft_id}"]').count() == 1
+        shown = await page.locator(f'[data-entry-id="{draft_id}"] .text').text_content()
+        assert shown == text
+
+
+async def test_a_draft_from_a_python_worker_streams_into_the_page_with_presence(
+    hub: Hub, pages: Pages
+) -> None:
+    """Against the hub's real drafts and presence: a worker's status shows in the page, its
+    draft grows step by step with emoji sequences cut across appends kept intact, and the
+    committed message replaces the draft with exactly one entry."""
+    text = "Sure 👩‍👩‍👧‍👦 and 🇵🇹, 👍🏽 café e\u0301!"
+    points = list(text)
+    async with connect(hub.url, "stream.1", client="agent") as py:
+        py.conversation.push(Message.user("stream an answer"))
+        await py.flush()
+        page = await pages.open(page_url(hub, "/c/stream.1"))
+        await page.wait_for_selector("#app[data-connection-state=connected]")
+        await py.set_status("thinking")
+        await page.wait_for_selector('[data-presence-client="agent"] .status')
+        status = page.locator('[data-presence-client="agent"] .status')
+        assert await status.text_content() == "thinking"
+        async with py.draft() as draft:
+            for start in range(0, len(points), 3):  # cuts inside the family, flag and tone
+                draft.append("".join(points[start : start + 3]))
+                so_far = "".join(points[: start + 3])
+                await page.wait_for_function(
+                    "([id, t]) => document.querySelector("
+                    "`[data-draft-id='${id}'] [data-part=text]`)?.textContent === t",
+                    arg=[draft.id, so_far],
+                )
+            final_id = await draft.commit(Message.assistant(text, stop=Stop("stop")))
+        await py.flush()
+        await page.wait_for_selector(f'[data-entry-id="{final_id}"]')
+        await page.wait_for_selector("[data-draft-id]", state="detached")
+        assert final_id == draft.id
+        assert await page.locator(f'[data-entry-id="{final_id}"]').count() == 1
+        shown = await page.locator(f'[data-entry-id="{final_id}"] .text').text_content()
+        assert shown == text
+        assert await page_state(page) == json.loads(encode(py.conversation.state()))

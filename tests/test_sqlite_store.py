@@ -1,0 +1,230 @@
+"""SqliteStore beyond the shared contract: a commit's mix of writes, the file as the only
+truth, database errors, and the schema migration."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from server.store import ClientMark, Loaded, LogMoved, SeqTaken, SqliteStore, StoreError
+from server.store.sqlite import SCHEMA_VERSION
+
+TIMEOUT = 10.0 * float(os.environ.get("CONVSYNC_TIMEOUT_SCALE", "1"))
+
+L1 = 1111
+L2 = 2222
+
+
+def recs(*names: str) -> list[bytes]:
+    return [name.encode() for name in names]
+
+
+@contextmanager
+def write_lock_held(path: Path) -> Iterator[None]:
+    """Hold the database's write lock from another connection, so appends queue up."""
+    blocker = sqlite3.connect(path, isolation_level=None)
+    try:
+        blocker.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        finally:
+            blocker.execute("ROLLBACK")
+    finally:
+        blocker.close()
+
+
+def foreign_write(path: Path, sql: str, *args: object) -> None:
+    """Change the file behind the store's back (what no supported use does)."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute(sql, args)
+    finally:
+        conn.close()
+
+
+async def test_one_commit_holds_chained_refused_and_other_writes_in_queue_order(
+    tmp_path: Path,
+) -> None:
+    """In one transaction: appends that build on each other land, a stale one and a resent
+    seq are refused alone, a snapshot and a rewrite see the appends queued before them."""
+    path = tmp_path / "db"
+    async with SqliteStore(path) as store:
+        await store.append("r", L1, 0, recs("old"))
+        commits = store.commits
+        with write_lock_held(path):
+            tasks = [
+                asyncio.create_task(call)
+                for call in (
+                    store.append("c", L1, 0, recs("c1"), client="a", mark=ClientMark(1, 1, 1)),
+                    store.append(
+                        "c", L1, 1, recs("c2", "c3"), client="a", mark=ClientMark(2, 2, 3)
+                    ),
+                    store.append("c", L1, 1, recs("stale")),
+                    store.append("c", L1, 3, recs("resent"), client="a", mark=ClientMark(2, 9, 9)),
+                    store.append("d", L1, 0, recs("d1")),
+                    store.write_snapshot("c", L1, 3, b"state@3"),
+                    store.append("r", L1, 1, recs("r2")),
+                    store.rewrite("r", L2, recs("reset")),
+                    store.append("r", L1, 2, recs("late")),
+                    store.append("r", L2, 1, recs("after")),
+                    store.append("c", L1, 3, recs("c4")),
+                )
+            ]
+            await asyncio.sleep(0)  # every call has queued its job
+        async with asyncio.timeout(TIMEOUT):
+            outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+        assert store.commits == commits + 1
+    assert outcomes[:2] == [1, 3]
+    assert isinstance(outcomes[2], LogMoved) and outcomes[2].revision == 3
+    assert isinstance(outcomes[3], SeqTaken) and outcomes[3].mark == ClientMark(2, 2, 3)
+    assert outcomes[4:8] == [1, None, 2, None]
+    assert isinstance(outcomes[8], LogMoved) and (outcomes[8].lineage, outcomes[8].revision) == (
+        L2,
+        1,
+    )
+    assert outcomes[9:] == [2, 4]
+    async with SqliteStore(path) as reopened:
+        assert await reopened.load("c") == Loaded(
+            L1, 4, b"state@3", 3, recs("c4"), {"a": ClientMark(2, 2, 3)}
+        )
+        assert await reopened.read("d", L1, 0) == recs("d1")
+        assert await reopened.read("r", L2, 0) == recs("reset", "after")
+
+
+async def test_a_log_moved_behind_the_store_is_caught_not_overwritten(tmp_path: Path) -> None:
+    """A log moved in the file behind the store's back refuses an append on the old position
+    with the file's position, writes nothing, and the store goes on from the file."""
+    path = tmp_path / "db"
+    async with SqliteStore(path) as store:
+        await store.append("c", L1, 0, recs("r1"))
+        foreign_write(path, "UPDATE conversations SET revision = 5 WHERE id = 'c'")
+        with pytest.raises(LogMoved) as moved:
+            await store.append("c", L1, 1, recs("r2"))
+        assert (moved.value.lineage, moved.value.revision) == (L1, 5)
+        assert await store.read("c", L1, 1) is None  # record 2 was not written
+        foreign_write(path, "UPDATE conversations SET revision = 1 WHERE id = 'c'")
+        assert await store.append("c", L1, 1, recs("r2")) == 2
+        assert await store.read("c", L1, 0) == recs("r1", "r2")
+
+
+async def test_a_mark_moved_behind_the_store_is_caught(tmp_path: Path) -> None:
+    """A client's seq taken in the file behind the store's back refuses the push (SeqTaken)."""
+    path = tmp_path / "db"
+    async with SqliteStore(path) as store:
+        await store.append("c", L1, 0, recs("r1"), client="a", mark=ClientMark(1, 1, 1))
+        foreign_write(path, "UPDATE clients SET seq = 7 WHERE client = 'a'")
+        with pytest.raises(SeqTaken) as taken:
+            await store.append("c", L1, 1, recs("r2"), client="a", mark=ClientMark(2, 2, 2))
+        assert taken.value.mark == ClientMark(7, 1, 1)
+        assert await store.read("c", L1, 0) == recs("r1")
+
+
+async def test_an_append_on_the_files_position_lands_whatever_the_store_saw_before(
+    tmp_path: Path,
+) -> None:
+    """An append on the file's position and the file's next seq lands even when both moved
+    behind the store's back (nothing the store remembers can refuse it)."""
+    path = tmp_path / "db"
+    async with SqliteStore(path) as store:
+        await store.append("c", L1, 0, recs("r1"), client="a", mark=ClientMark(1, 1, 1))
+        for revision in (2, 3):
+            foreign_write(path, "INSERT INTO records VALUES ('c', ?, x'00')", revision)
+        foreign_write(path, "UPDATE conversations SET revision = 3 WHERE id = 'c'")
+        foreign_write(path, "UPDATE clients SET seq = 0 WHERE client = 'a'")
+        async with asyncio.timeout(TIMEOUT):
+            assert (
+                await store.append("c", L1, 3, recs("r4"), client="a", mark=ClientMark(1, 4, 4))
+                == 4
+            )
+        assert await store.client_mark("c", "a") == ClientMark(1, 4, 4)
+        assert await store.read("c", L1, 3) == recs("r4")
+
+
+async def test_a_database_error_fails_only_the_append_at_fault(tmp_path: Path) -> None:
+    """A database error (a record row already in the file) fails only its append, with
+    StoreError; the other append of the same commit lands."""
+    path = tmp_path / "db"
+    async with SqliteStore(path) as store:
+        await store.append("c", L1, 0, recs("c1"))
+        await store.append("d", L1, 0, recs("d1"))
+        foreign_write(path, "INSERT INTO records VALUES ('c', 2, x'00')")
+        with write_lock_held(path):
+            bad = asyncio.create_task(store.append("c", L1, 1, recs("c2")))
+            good = asyncio.create_task(store.append("d", L1, 1, recs("d2")))
+            await asyncio.sleep(0)
+        async with asyncio.timeout(TIMEOUT):
+            with pytest.raises(StoreError):
+                await bad
+            assert await good == 2
+        assert await store.read("d", L1, 0) == recs("d1", "d2")
+        foreign_write(path, "DELETE FROM records WHERE conversation_id = 'c' AND revision = 2")
+        assert await store.append("c", L1, 1, recs("c2")) == 2  # the log stayed at 1
+        assert await store.read("c", L1, 0) == recs("c1", "c2")
+
+
+def write_version_1(path: Path) -> None:
+    """A file as version 1 of the schema left it: records clustered on their key."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.executescript(
+        """
+        PRAGMA journal_mode = WAL;
+        CREATE TABLE conversations (id TEXT PRIMARY KEY, lineage INTEGER NOT NULL,
+            revision INTEGER NOT NULL) WITHOUT ROWID;
+        CREATE TABLE records (conversation_id TEXT NOT NULL, revision INTEGER NOT NULL,
+            data BLOB NOT NULL, PRIMARY KEY (conversation_id, revision)) WITHOUT ROWID;
+        CREATE TABLE snapshots (conversation_id TEXT PRIMARY KEY, lineage INTEGER NOT NULL,
+            revision INTEGER NOT NULL, data BLOB NOT NULL);
+        CREATE TABLE clients (conversation_id TEXT NOT NULL, client TEXT NOT NULL,
+            seq INTEGER NOT NULL, ack_from INTEGER NOT NULL, ack_revision INTEGER NOT NULL,
+            PRIMARY KEY (conversation_id, client)) WITHOUT ROWID;
+        INSERT INTO conversations VALUES ('c', 1111, 3), ('d', 1111, 1);
+        INSERT INTO records VALUES ('c', 1, x'7231'), ('c', 2, x'7232'), ('c', 3, x'7233'),
+            ('d', 1, x'6431');
+        INSERT INTO snapshots VALUES ('c', 1111, 1, x'7331');
+        INSERT INTO clients VALUES ('c', 'a', 4, 2, 3);
+        PRAGMA user_version = 1;
+        """
+    )
+    conn.close()
+
+
+async def test_a_version_1_file_is_migrated_with_everything_in_it(tmp_path: Path) -> None:
+    """Opening a version 1 file moves its records to the current layout; loads, reads and
+    appends then behave as before."""
+    path = tmp_path / "db"
+    write_version_1(path)
+    async with SqliteStore(path) as store:
+        assert await store.load("c") == Loaded(
+            L1, 3, b"s1", 1, recs("r2", "r3"), {"a": ClientMark(4, 2, 3)}
+        )
+        assert await store.append("d", L1, 1, recs("d2")) == 2
+        assert await store.read("d", L1, 0) == recs("d1", "d2")
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+        (sql,) = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'records'").fetchone()
+        assert "WITHOUT ROWID" not in sql
+    finally:
+        conn.close()
+
+
+async def test_a_newer_schema_is_refused_and_left_alone(tmp_path: Path) -> None:
+    """A file of an unknown (newer) schema version fails with StoreError and is not changed."""
+    path = tmp_path / "db"
+    write_version_1(path)
+    foreign_write(path, f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    with pytest.raises(StoreError):
+        async with SqliteStore(path):
+            pass
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION + 1,)
+        assert conn.execute("SELECT count(*) FROM records").fetchone() == (4,)
+    finally:
+        conn.close()
