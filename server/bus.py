@@ -43,6 +43,7 @@ NOTIFY_LIMIT = 7900
 """Bytes per `NOTIFY` payload (PostgreSQL refuses 8000 and more)."""
 REDIS_LIMIT = 512 * 1024
 """Bytes per Redis message (Redis takes far more; this keeps one message one frame's worth)."""
+_MAX_UNSENT = 10_000  # bus messages kept while the bus is down
 
 
 class Bus(Protocol):
@@ -282,6 +283,7 @@ class Relay:
 
     async def _publish_loop(self) -> None:
         interval = self.config.draft_interval
+        failures = 0
         while True:
             await self._wake.wait()
             self._wake = anyio.Event()
@@ -293,8 +295,16 @@ class Relay:
                     messages.append(BusMessage(self.id, room.id, ops))
             try:
                 await self._send(messages)
-            except Exception as exc:  # lost: other hubs see a gap and ask again
+                failures = 0
+            except Exception as exc:
+                # Kept, in order, for the next try (up to a bound; past it other hubs see
+                # gaps and ask, and silent drafts are asked for).
+                failures += 1
                 log.warning("publishing on the bus failed: %s", exc)
+                if len(messages) + len(self._outbox) <= _MAX_UNSENT:
+                    self._outbox[:0] = messages
+                self._wake.set()
+                await anyio.sleep(random.uniform(0, min(5.0, 0.1 * 2 ** (failures - 1))))
             if interval > 0:
                 await anyio.sleep(interval)  # coalesce: one message per room per interval
 

@@ -408,6 +408,35 @@ async def test_presence_on_hub_a_shows_on_hub_b(
         assert set(ui.presence) == {"ui"}
 
 
+async def test_a_publish_that_fails_is_sent_again(
+    postgres_dsn: str, pg_schema: str, bus: str | None
+) -> None:
+    """Hub A's bus refuses a publish (a Redis or PostgreSQL hiccup): what it held is sent on
+    the next try, so a status set at that moment still shows on hub B."""
+    async with (
+        bus_hubs(postgres_dsn, pg_schema, bus) as (a, b),
+        connect(b.url, "retried", client="ui") as ui,
+        connect(a.url, "retried", client="worker") as worker,
+    ):
+        await until(lambda: "worker" in ui.presence, 2)
+        relay = a._relay
+        assert relay is not None
+        publish = relay.bus.publish
+        failed = 0
+
+        async def flaky(payloads: list[bytes]) -> None:
+            nonlocal failed
+            if failed < 2:
+                failed += 1
+                raise ConnectionError("the bus is down")
+            await publish(payloads)
+
+        relay.bus.publish = flaky  # type: ignore[method-assign]
+        await worker.set_status("thinking")
+        await until(lambda: ui.presence["worker"].status == "thinking", 3)
+        assert failed == 2
+
+
 async def test_a_hub_killed_mid_draft_ends_its_draft_on_other_hubs(
     postgres_dsn: str, pg_schema: str, bus: str | None
 ) -> None:
