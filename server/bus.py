@@ -310,7 +310,10 @@ class Relay:
 
     async def _beat_once(self) -> None:
         try:
-            alive = await self.bus.beat(self.id, self.config.heartbeat_ttl)
+            # The heartbeat expires one interval early: the others check once an interval,
+            # so they act within `heartbeat_ttl` of this hub's death, not an interval later.
+            config = self.config
+            alive = await self.bus.beat(self.id, config.heartbeat_ttl - config.heartbeat_interval)
         except Exception as exc:
             log.warning("the heartbeat failed: %s", exc)
             return

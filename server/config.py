@@ -43,8 +43,10 @@ class HubConfig:
             extra), or None for `NOTIFY` on the store's own database. Unused on a store only
             this hub writes.
         heartbeat_interval: seconds between two heartbeats of this hub on the bus's store.
-        heartbeat_ttl: seconds after its last heartbeat that other hubs take a hub for dead:
-            they end its drafts (`timeout`) and drop its presence.
+        heartbeat_ttl: seconds within which, once a hub died, the other hubs end its drafts
+            (`timeout`) and drop its presence (its heartbeat lives `heartbeat_ttl -
+            heartbeat_interval`, and they look once an interval); at least twice
+            `heartbeat_interval`.
     """
 
     max_frame: int = MAX_FRAME
@@ -76,8 +78,10 @@ class HubConfig:
             raise UsageError("bad_setting", "draft times are not negative")
         if self.draft_max_bytes < 1:
             raise UsageError("bad_setting", "draft_max_bytes must be positive")
-        if not 0 < self.heartbeat_interval < self.heartbeat_ttl:
-            raise UsageError("bad_setting", "0 < heartbeat_interval < heartbeat_ttl, in seconds")
+        if not 0 < 2 * self.heartbeat_interval <= self.heartbeat_ttl:
+            raise UsageError(
+                "bad_setting", "heartbeat_ttl must be at least twice heartbeat_interval (> 0)"
+            )
         if self.bus is not None and not self.bus.startswith(("redis://", "rediss://")):
             raise UsageError("bad_setting", "bus is a redis:// or rediss:// URL")
         if self.compression not in (None, "deflate"):
