@@ -49,6 +49,7 @@ bench: $(STAMP)
 	$(PY) bench/peer.py
 	scripts/ensure-services $(PY)
 	$(PY) bench/multihub.py
+	PYTHONPATH=. $(PY) bench/auth.py
 
 # The viewer in headless Chromium: catch-up of a 10,000-message conversation to first paint;
 # figures go to docs/benchmarks.md.

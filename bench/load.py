@@ -48,7 +48,8 @@ from server import Hub, HubConfig, SqliteStore
 
 async def main(path):
     async with Hub(SqliteStore(path), host="127.0.0.1", port=0,
-                   config=HubConfig(max_connections=100_000)) as hub:
+                   config=HubConfig(max_connections=100_000, rate=1e9, rate_burst=1e9,
+                                    max_waiting_per_address=1_000_000)) as hub:
         print(hub.port, os.getpid(), flush=True)
         await hub.serve_forever()
 

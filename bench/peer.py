@@ -156,7 +156,8 @@ async def serve_convsync(db: str | None, profile_out: str | None) -> None:
     from server.store import MemoryStore, SqliteStore
 
     store = MemoryStore() if db is None else SqliteStore(db)
-    config = HubConfig(compression=None)
+    # No per-socket rate limit (SPEC 6): the runs push as fast as acks come back.
+    config = HubConfig(compression=None, rate=1e9, rate_burst=1e9)
     async with Hub(store, host=HOST, port=0, config=config) as hub:
         with _signal_profiler(profile_out):
             print(f"PORT {hub.port}", flush=True)

@@ -1,4 +1,5 @@
-"""The `convsync` command: run a hub, watch, write to, export and import conversations.
+"""The `convsync` command: run a hub, mint tokens, watch, write to, export and import
+conversations.
 
 How this works: `main(argv)` parses the command line with one argparse parser per subcommand
 and runs the command's coroutine with `asyncio.run`; it returns the exit code instead of
@@ -17,6 +18,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import ssl
 import sys
 import time
 import urllib.parse
@@ -25,6 +27,7 @@ from typing import IO, Any, NoReturn
 
 import anyio
 
+from server.auth import KeyRing, mint_token
 from server.config import HubConfig
 from server.session import is_conversation_id
 from sync import ConvsyncError, Message, UsageError
@@ -105,6 +108,21 @@ def _seconds(text: str) -> float:
     return value
 
 
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _duration(text: str) -> float:
+    """`900`, `30s`, `15m`, `12h` or `7d`, in seconds."""
+    number, unit = (text[:-1], text[-1]) if text[-1:] in _UNITS else (text, "s")
+    try:
+        value = float(number) * _UNITS[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 900, 15m, 12h)") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive duration")
+    return value
+
+
 def _conversation_id(text: str) -> str:
     if not is_conversation_id(text):
         raise argparse.ArgumentTypeError(
@@ -156,6 +174,18 @@ def _client_options(parser: argparse.ArgumentParser) -> None:
         default=10.0,
         help="seconds to wait for the hub to connect or answer (default 10)",
     )
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("CONVSYNC_TOKEN"),
+        help="access token for a hub with auth (env CONVSYNC_TOKEN; `convsync token` mints one)",
+    )
+    parser.add_argument(
+        "--ca-file",
+        default=os.environ.get("CONVSYNC_CA_FILE"),
+        metavar="FILE",
+        help="trust this CA (PEM) for a wss:// hub with a private certificate (env "
+        "CONVSYNC_CA_FILE)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -203,6 +233,73 @@ def build_parser() -> argparse.ArgumentParser:
         help="with a postgresql:// store: relay drafts and presence between hubs over Redis "
         "at this redis:// URL (env CONVSYNC_BUS; default: NOTIFY on the database)",
     )
+    keys = serve.add_mutually_exclusive_group()
+    keys.add_argument(
+        "--auth-secret-file",
+        metavar="FILE",
+        help="check tokens with this HS256 secret (env CONVSYNC_AUTH_SECRET holds the secret "
+        "itself); every socket and /v1 request then needs a token",
+    )
+    keys.add_argument(
+        "--auth-public-key",
+        metavar="PATH",
+        help="check tokens with this PEM public key (ES256, RS256, EdDSA), or with the keys of "
+        "a directory of <kid>.pem / <kid>.secret files, reread every 10 s to rotate keys",
+    )
+    serve.add_argument("--audience", default=None, help="the aud tokens must carry (convsync)")
+    serve.add_argument(
+        "--allow-origin",
+        action="append",
+        default=None,
+        metavar="ORIGIN",
+        help="a browser origin allowed besides the hub's own (repeatable; '*' for any)",
+    )
+    serve.add_argument(
+        "--public-url", default=None, help="the URL browsers reach the hub at (its origin)"
+    )
+    serve.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow a non-loopback bind without auth (anyone reaching it can read and write)",
+    )
+    serve.add_argument("--tls-cert", default=None, metavar="FILE", help="serve wss:// with this")
+    serve.add_argument("--tls-key", default=None, metavar="FILE", help="the TLS private key")
+    serve.add_argument(
+        "--metrics-token", default=None, help="/metrics then needs this bearer token"
+    )
+
+    token = commands.add_parser(
+        "token",
+        help="mint an access token",
+        description="Print a signed access token (a JWT) for a hub run with the same secret: "
+        "for development and scripts.",
+    )
+    token.add_argument(
+        "--secret-file",
+        metavar="FILE",
+        default=None,
+        help="the hub's HS256 secret (default: env CONVSYNC_AUTH_SECRET)",
+    )
+    token.add_argument("--sub", required=True, help="the principal")
+    token.add_argument(
+        "--scope", default="read", help='space-separated: read, write, presence (default "read")'
+    )
+    token.add_argument(
+        "--conv",
+        action="append",
+        default=None,
+        metavar="ID|PREFIX*",
+        help="a conversation, a prefix ending in *, or * (repeatable; default *)",
+    )
+    token.add_argument("--ttl", type=_duration, default=900.0, help="lifetime (default 15m)")
+    token.add_argument(
+        "--kind",
+        choices=["agent", "ui", "dashboard", "service"],
+        default=None,
+        help="shown in presence",
+    )
+    token.add_argument("--kid", default=None, help="key id for a hub with a key directory")
+    token.add_argument("--audience", default="convsync", help="the hub's audience (convsync)")
 
     tail = commands.add_parser(
         "tail",
@@ -394,17 +491,33 @@ async def cmd_serve(args: argparse.Namespace) -> int:
         strict_pairing=False if args.no_strict_pairing else None,
         compression=args.compression,
         bus=args.bus,
+        audience=args.audience,
+        allow_origin=tuple(args.allow_origin) if args.allow_origin else None,
+        public_url=args.public_url,
+        insecure=True if args.insecure else None,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        metrics_token=args.metrics_token,
     )
+    keys, reload = _server_keys(args)
     stop = asyncio.Event()
     with _on_signals(stop.set):
         try:
-            async with Hub(store=open_store(db), host=host, port=port, config=config) as hub:
+            async with (
+                Hub(store=open_store(db), host=host, port=port, config=config, keys=keys) as hub,
+                anyio.create_task_group() as group,
+            ):
                 pairing = "on" if config.strict_pairing else "off"
+                auth = "off" if keys is None else f"on (keys {_kids(keys)})"
                 print(
-                    f"convsync hub at {hub.url} (store {_shown(db)}, strict pairing {pairing})",
+                    f"convsync hub at {hub.url} (store {_shown(db)}, strict pairing {pairing}, "
+                    f"auth {auth})",
                     flush=True,
                 )
+                if reload is not None:
+                    group.start_soon(_reload_keys, hub, reload)
                 await stop.wait()
+                group.cancel_scope.cancel()
                 print("convsync: stopping", file=sys.stderr, flush=True)
         except (OSError, BaseExceptionGroup) as exc:
             error = _sole(exc)
@@ -424,14 +537,106 @@ def _shown(db: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(netloc=user + netloc))
 
 
+def _read_key_file(path: str, what: str) -> bytes:
+    try:
+        with open(path, "rb") as file:
+            return file.read()
+    except OSError as exc:
+        raise CliError(f"cannot read the {what} {path}: {exc.strerror or exc}", 2) from exc
+
+
+def _key_dir(path: str) -> KeyRing:
+    files = {
+        name: _read_key_file(os.path.join(path, name), "key file")
+        for name in os.listdir(path)
+        if os.path.isfile(os.path.join(path, name))
+    }
+    return KeyRing.from_files(files)
+
+
+def _server_keys(args: argparse.Namespace) -> tuple[KeyRing | None, Callable[[], KeyRing] | None]:
+    """The hub's keys from the flags or the environment, and how to reread them (a key
+    directory is reread so keys rotate without a restart)."""
+    from server.auth import Key
+
+    if args.auth_public_key is not None:
+        path = args.auth_public_key
+        if os.path.isdir(path):
+            return _key_dir(path), lambda: _key_dir(path)
+        return KeyRing.of(Key.public_pem(_read_key_file(path, "public key"))), None
+    if args.auth_secret_file is not None:
+        return KeyRing.of(Key.secret(_read_key_file(args.auth_secret_file, "secret"))), None
+    secret = os.environ.get("CONVSYNC_AUTH_SECRET")
+    if secret:
+        return KeyRing.of(Key.secret(secret)), None
+    return None, None
+
+
+def _kids(keys: KeyRing) -> str:
+    return ", ".join(kid or "unnamed" for kid in keys.kids)
+
+
+async def _reload_keys(hub: Any, reload: Callable[[], KeyRing]) -> None:
+    """Reread the key directory every 10 s; a broken directory keeps the keys in use."""
+    while True:
+        await anyio.sleep(10)
+        try:
+            keys = reload()
+        except (ConvsyncError, CliError, OSError) as exc:
+            print(f"convsync: keeping the current keys: {exc}", file=sys.stderr, flush=True)
+            continue
+        if keys != hub.keys:
+            hub.keys = keys
+            print(f"convsync: keys now {_kids(keys)}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------- token
+
+
+async def cmd_token(args: argparse.Namespace) -> int:
+    """Print a signed token."""
+    if args.secret_file is not None:
+        secret = _read_key_file(args.secret_file, "secret")
+    else:
+        env = os.environ.get("CONVSYNC_AUTH_SECRET")
+        if not env:
+            raise CliError("give --secret-file or set CONVSYNC_AUTH_SECRET", 2)
+        secret = env.encode()
+    print(
+        mint_token(
+            secret,
+            args.sub,
+            args.scope.split(),
+            args.conv or ["*"],
+            args.ttl,
+            kind=args.kind,
+            kid=args.kid,
+            audience=args.audience,
+        )
+    )
+    return 0
+
+
 # ---------------------------------------------------------------------- tail, send
+
+
+def _tls(args: argparse.Namespace) -> ssl.SSLContext | None:
+    """The TLS context trusting `--ca-file`, or None (the system's CAs)."""
+    if args.ca_file is None:
+        return None
+    try:
+        return ssl.create_default_context(cafile=args.ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise CliError(f"cannot read the CA file {args.ca_file}: {exc}", 2) from exc
 
 
 async def cmd_tail(args: argparse.Namespace) -> int:
     """Show a conversation, live until SIGINT/SIGTERM, or once."""
     out = sys.stdout
     urls = _hub_urls(args)
-    async with connect_checked(urls, args.id, connect_timeout=args.timeout) as replica:
+    async with connect_checked(
+        urls, args.id, connect_timeout=args.timeout, token=args.token, ssl=_tls(args)
+    ) as replica:
         if args.once:
             await tail(replica, out, once=True, tty=False)
             return 0
@@ -445,7 +650,12 @@ async def cmd_send(args: argparse.Namespace) -> int:
     # A given client id continues its push numbering (the welcome says where it stands).
     client = args.client or f"convsync-send-{os.urandom(4).hex()}"
     async with connect_checked(
-        _hub_urls(args), args.id, connect_timeout=args.timeout, client=client
+        _hub_urls(args),
+        args.id,
+        connect_timeout=args.timeout,
+        client=client,
+        token=args.token,
+        ssl=_tls(args),
     ) as replica:
         replica.conversation.push(Message.user(args.text))
         await flush_edits(replica, args.timeout, "the message")
@@ -459,7 +669,12 @@ async def cmd_send(args: argparse.Namespace) -> int:
 async def cmd_export(args: argparse.Namespace) -> int:
     """Write a conversation's snapshot or state to a file or stdout."""
     exported = await export_conversation(
-        _hub_urls(args)[0], args.id, format=args.format, request_timeout=args.timeout
+        _hub_urls(args)[0],
+        args.id,
+        format=args.format,
+        request_timeout=args.timeout,
+        token=args.token,
+        ssl=_tls(args),
     )
     if args.output is None or args.output == "-":
         sys.stdout.buffer.write(exported.data + b"\n")
@@ -537,6 +752,8 @@ async def cmd_import(args: argparse.Namespace) -> int:
             step_timeout=args.timeout,
             progress=show if args.progress or sys.stderr.isatty() else None,
             where=where,
+            token=args.token,
+            ssl=_tls(args),
         )
     except ImportRefused as exc:
         raise CliError(exc.message + _IMPORT_HINTS.get(exc.reason, ""), 2) from exc
@@ -574,6 +791,7 @@ async def cmd_demo(args: argparse.Namespace) -> int:
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
     "serve": cmd_serve,
+    "token": cmd_token,
     "tail": cmd_tail,
     "send": cmd_send,
     "export": cmd_export,

@@ -9,6 +9,7 @@ a private network), each bounded by `request_timeout` seconds. Every failure is 
 
 from __future__ import annotations
 
+import ssl as _ssl
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -62,10 +63,20 @@ def http_url(url: str, conversation_id: str | None = None) -> str:
 _opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via a proxy
 
 
-def _get(url: str, timeout: float) -> tuple[int, bytes]:
-    """Status and body of a GET (blocking; an HTTP error status is an answer, not a raise)."""
+def _get(
+    url: str, timeout: float, token: str | None = None, ssl: _ssl.SSLContext | None = None
+) -> tuple[int, bytes]:
+    """Status and body of a GET (blocking; an HTTP error status is an answer, not a raise),
+    with `Authorization: Bearer <token>` when a token is given, and `ssl` for `https://`."""
+    request = urllib.request.Request(url)
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    opener = _opener
+    if ssl is not None:
+        https = urllib.request.HTTPSHandler(context=ssl)
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), https)
     try:
-        with _opener.open(url, timeout=timeout) as response:
+        with opener.open(request, timeout=timeout) as response:
             return int(response.status), bytes(response.read())
     except urllib.error.HTTPError as exc:
         try:
@@ -77,18 +88,25 @@ def _get(url: str, timeout: float) -> tuple[int, bytes]:
         raise HubError("unreachable", f"cannot reach the hub at {url}: {reason}") from exc
 
 
-async def _get_async(url: str, request_timeout: float) -> tuple[int, bytes]:
-    return await anyio.to_thread.run_sync(_get, url, request_timeout)
+async def _get_async(
+    url: str,
+    request_timeout: float,
+    token: str | None = None,
+    ssl: _ssl.SSLContext | None = None,
+) -> tuple[int, bytes]:
+    return await anyio.to_thread.run_sync(_get, url, request_timeout, token, ssl)
 
 
-async def check_hub(url: str, *, request_timeout: float = 10.0) -> None:
+async def check_hub(
+    url: str, *, request_timeout: float = 10.0, ssl: _ssl.SSLContext | None = None
+) -> None:
     """Return once the hub at ws(s) `url` answers its health check (within
     `request_timeout` seconds).
 
     Raises:
         HubError: `unreachable`, or `bad_status` when something else answers there.
     """
-    status, _ = await _get_async(http_url(url) + "/healthz", request_timeout)
+    status, _ = await _get_async(http_url(url) + "/healthz", request_timeout, None, ssl)
     if status != 200:
         raise HubError(
             "bad_status", f"{url} does not look like a convsync hub (healthz answered {status})"
@@ -96,7 +114,12 @@ async def check_hub(url: str, *, request_timeout: float = 10.0) -> None:
 
 
 async def fetch_conversation(
-    url: str, conversation_id: str, *, request_timeout: float = 10.0
+    url: str,
+    conversation_id: str,
+    *,
+    request_timeout: float = 10.0,
+    token: str | None = None,
+    ssl: _ssl.SSLContext | None = None,
 ) -> FetchedConversation:
     """The hub's current copy of a conversation: lineage, revision and value.
 
@@ -104,12 +127,14 @@ async def fetch_conversation(
         url: the hub's websocket url (`ws://host:port` or `wss://...`).
         conversation_id: the conversation.
         request_timeout: seconds the request may take.
+        token: the access token, for a hub with auth (sent as a bearer header).
+        ssl: the TLS context for a `wss://` hub with a private CA (default: the system's).
 
     Raises:
         HubError: `no_conversation` when the hub has no log for it, `unreachable`,
             `bad_status` (another HTTP status) or `bad_answer` (a body that is not one).
     """
-    status, body = await _get_async(http_url(url, conversation_id), request_timeout)
+    status, body = await _get_async(http_url(url, conversation_id), request_timeout, token, ssl)
     if status == 404:
         raise HubError("no_conversation", f"the hub has no conversation {conversation_id!r}")
     if status != 200:

@@ -4,17 +4,21 @@ How this works: the pure `ReplicaSession` decides everything; this module only m
 One task keeps a connection up (reconnecting with capped exponential backoff and full jitter)
 and, per connection, reads frames into the session while a pusher task sends the next batch
 whenever the application edits `replica.conversation` or the session becomes able to send.
+With a token (SPEC 6), each connection asks for one (`token=` may be a callable), sends it in
+`hello`, and a third task sends a fresh one (`auth`) before the hub's `expires_in` runs out.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import random
+import ssl
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Self
 
@@ -35,15 +39,29 @@ from sync.errors import (
     retry_of,
 )
 from sync.frames import MAX_FRAME
-from sync.protocol import SUBPROTOCOL, decode_hub_message, encode_message
+from sync.protocol import (
+    SUBPROTOCOL,
+    Auth,
+    AuthOk,
+    Welcome,
+    decode_hub_message,
+    encode_message,
+)
 
 from .drafting import DraftWriter
 from .live import FEATURES, Draft, DraftChanged, DraftEnded, Presence
 from .session import Connected, Event, ReplicaSession
 
-__all__ = ["Replica", "connect"]
+__all__ = ["Replica", "Token", "connect"]
+
+Token = str | Callable[[], str | Awaitable[str]]
+"""A token, or a function (sync or async) returning a fresh one: called on every connect
+and before the current one expires."""
 
 log = logging.getLogger("convsync.replica")
+_ws_log = logging.getLogger("convsync.replica.websockets")
+# websockets logs frames (a hello holds the token) at DEBUG: never below INFO.
+_ws_log.setLevel(logging.INFO)
 
 
 class Replica:
@@ -71,6 +89,12 @@ class Replica:
             append at once).
         keep_every: seconds of silence after which an open draft is kept alive (`keep`).
         kind: what this replica is (`user`, `agent`), shown in presence without a token.
+        token: the access token for a hub with auth: a string, or a callable (sync or async)
+            returning one. A callable is called on every (re)connect and again before the
+            token expires (sent as `auth`); after `unauthorized` the replica retries with a
+            new token. A string that the hub refuses raises `Refused`.
+        ssl: the TLS context for `wss://` (e.g. `ssl.create_default_context(cafile=...)`
+            for a hub with a private CA); the system's defaults when omitted.
     """
 
     def __init__(
@@ -88,6 +112,8 @@ class Replica:
         draft_interval: float = 0.05,
         keep_every: float = 10.0,
         kind: str | None = None,
+        token: Token | None = None,
+        ssl: ssl.SSLContext | None = None,
     ) -> None:
         self.urls = conversation_urls(url, conversation_id)
         self.url = self.urls[0]  # the one connected to, or tried next
@@ -103,6 +129,10 @@ class Replica:
         self._max_backoff = max_backoff
         self._connect_timeout = connect_timeout
         self._compression = compression
+        self._token = token
+        self._ssl = ssl
+        self._refresh_at = asyncio.Event()  # a welcome or auth_ok said when the token expires
+        self._expires_at: float | None = None
         self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._wake = asyncio.Event()  # something may be pushable
         self._progress = asyncio.Event()  # the session moved (for flush and ready waits)
@@ -307,6 +337,8 @@ class Replica:
                     max_size=None,
                     compression="deflate" if self._compression == "deflate" else None,
                     open_timeout=self._connect_timeout,
+                    logger=_ws_log,
+                    **({"ssl": self._ssl} if self._ssl is not None else {}),  # type: ignore[arg-type]
                 ) as ws:
                     self._ws = ws
                     try:
@@ -318,8 +350,10 @@ class Replica:
                         reason = f"closed {close.code} {close.reason}".strip()
                         retry = _retry_after(close.code, close.reason, reason)
             except Refused as exc:
-                self._stop_refused(exc)
-                return
+                if not self._retry_with_new_token(exc.code):
+                    self._stop_refused(exc)
+                    return
+                reason, retry = f"{exc.code}: {exc.detail}", "backoff"
             except InvalidStatus as exc:
                 status = exc.response.status_code
                 body = exc.response.body or b""
@@ -335,8 +369,9 @@ class Replica:
                     try:
                         retry = _retry_after(rcvd.code, rcvd.reason, reason)
                     except Refused as refused:
-                        self._stop_refused(refused)
-                        return
+                        if not self._retry_with_new_token(refused.code):
+                            self._stop_refused(refused)
+                            return
             except InvalidURI as exc:
                 raise UsageError("bad_url", str(exc)) from exc
             except Unavailable as exc:
@@ -361,6 +396,22 @@ class Replica:
             cap = min(self._max_backoff, self._backoff * 2 ** max(failures - 1, 0))
             await anyio.sleep(random.uniform(0, cap))
 
+    def _retry_with_new_token(self, code: str) -> bool:
+        """Whether a refusal with `code` is retried: `unauthorized` when a callable can give
+        a new token (the table's `new_token`); a static token would be refused again."""
+        return retry_of(code) == "new_token" and callable(self._token)
+
+    async def _fresh_token(self) -> str | None:
+        token = self._token
+        if token is None or isinstance(token, str):
+            return token
+        value = token()
+        if inspect.isawaitable(value):
+            value = await value
+        if not isinstance(value, str):
+            raise UsageError("bad_token", "the token callable must return a string")
+        return value
+
     def _fail_over(self) -> None:
         """Move to the next hub url (round robin); with one url, nothing changes."""
         self._url_at = (self._url_at + 1) % len(self.urls)
@@ -376,16 +427,24 @@ class Replica:
         """Read frames into the session until the connection ends; a protocol error from the
         hub or the session ends it too, and is raised (outside the task group, unwrapped)."""
         session = self.session
+        token = await self._fresh_token()
+        self._expires_at = None
         with contextlib.suppress(ConnectionClosed):  # a refusal may already be on its way
-            await ws.send(encode_message(session.hello()), text=True)
+            await ws.send(encode_message(session.hello(token)), text=True)
         failure: ConvsyncError | None = None
         async with anyio.create_task_group() as group:
             group.start_soon(self._push_loop, ws)
             group.start_soon(self._live_loop, ws)
+            if callable(self._token):
+                group.start_soon(self._refresh_loop, ws)
             try:
                 while True:
                     data = await ws.recv(decode=False)
-                    events = session.receive(decode_hub_message(data))
+                    message = decode_hub_message(data)
+                    if isinstance(message, Welcome | AuthOk) and message.expires_in is not None:
+                        self._expires_at = time.monotonic() + message.expires_in
+                        self._refresh_at.set()
+                    events = session.receive(message)
                     if events and isinstance(events[0], Connected):
                         self._welcomed = True
                         self.connects += 1
@@ -400,6 +459,24 @@ class Replica:
                 group.cancel_scope.cancel()
         if failure is not None:
             raise failure
+
+    async def _refresh_loop(self, ws: ClientConnection) -> None:
+        """Send a fresh token when three quarters of the current one's life have passed."""
+        with contextlib.suppress(ConnectionClosed):
+            while True:
+                await self._refresh_at.wait()
+                self._refresh_at.clear()
+                expires_at = self._expires_at
+                if expires_at is None:
+                    continue
+                life = expires_at - time.monotonic()
+                with anyio.move_on_after(max(0.0, 0.75 * life)):
+                    await self._refresh_at.wait()  # a newer expiry came first: start over
+                    continue
+                token = await self._fresh_token()
+                if token is not None:
+                    self._expires_at = None
+                    await ws.send(encode_message(Auth(token)), text=True)
 
     async def _push_loop(self, ws: ClientConnection) -> None:
         session = self.session

@@ -21,8 +21,8 @@ on top of that batch). At most one batch is in flight.
 - Records that arrive while something is pending fold into `confirmed`; the batch in flight
   is doomed (the hub will reject it as `behind`: it handles pushes in log order) and every
   pending record is replayed on the new log by `sync.rebase`.
-- `ack` folds the batch into `confirmed`; `reject invalid` reports each of its records as a
-  `Conflict` and rebases what was made on top of it.
+- `ack` folds the batch into `confirmed`; `reject invalid` (or `forbidden`, a token without
+  `write`) reports each of its records as a `Conflict` and rebases what was made on top of it.
 
 `receive` raises `ProtocolError` for a message that breaks the protocol; the caller then drops
 the connection and resumes with a new `hello()`.
@@ -35,10 +35,11 @@ from collections.abc import Callable, Sequence
 import msgspec
 
 from sync import ApplyError, ChangeRecord, Conversation, Entry, Lineage, UsageError, encode
-from sync.errors import ProtocolError, Refused, RemoteProtocolError, Unavailable, retry_of
+from sync.errors import Refused, RemoteProtocolError, Unavailable, retry_of
 from sync.frames import MAX_FRAME, PUSH_OVERHEAD, push_frame, runs
 from sync.protocol import (
     Ack,
+    AuthOk,
     DraftEnd,
     Drafts,
     DraftState,
@@ -304,19 +305,21 @@ class ReplicaSession:
                 return self._on_ack(message) + self._drafts_landed()
             case Reject():
                 return self._on_reject(message)
+            case AuthOk():
+                return []  # a refreshed token was taken; the shell schedules the next one
             case Error(code, detail):
                 if retry_of(code) in ("never", "new_token"):
                     raise Refused(code, detail)
                 raise Unavailable(code, detail)
             case Drafts() | DraftUpdate() | DraftState() | DraftEnd():
                 if self._welcome is None:
-                    raise ProtocolError("unexpected", "a draft message before welcome")
+                    raise RemoteProtocolError("unexpected", "a draft message before welcome")
                 return self.live.receive(message)
             case PresenceSnapshot() | PresenceDiff():
                 if self._welcome is None:
-                    raise ProtocolError("unexpected", "a presence message before welcome")
+                    raise RemoteProtocolError("unexpected", "a presence message before welcome")
                 return self.live.receive(message)
-        raise ProtocolError("unexpected", f"unexpected {type(message).__name__}")
+        raise RemoteProtocolError("unexpected", f"unexpected {type(message).__name__}")
 
     def _drafts_landed(self) -> list[Event]:
         """Drafts whose ids the log now holds are done: a UI never shows both."""
@@ -331,7 +334,7 @@ class ReplicaSession:
 
     def _on_welcome(self, welcome: Welcome) -> list[Event]:
         if self._welcome is not None:
-            raise ProtocolError("unexpected", "a second welcome")
+            raise RemoteProtocolError("unexpected", "a second welcome")
         self._welcome = welcome
         # A client id reused by a new process continues after the seqs the hub holds.
         self.seq = max(self.seq, welcome.acked)
@@ -385,12 +388,12 @@ class ReplicaSession:
 
     def _on_records(self, message: Records) -> list[Event]:
         if self._welcome is None:
-            raise ProtocolError("unexpected", "records before welcome")
+            raise RemoteProtocolError("unexpected", "records before welcome")
         lag = self._lag
         revision = self._confirmed.revision + len(lag) + len(self._held)
         skip = revision - message.from_
         if skip < 0:
-            raise ProtocolError("gap", f"records from {message.from_}, at {revision}")
+            raise RemoteProtocolError("gap", f"records from {message.from_}, at {revision}")
         records = message.records[skip:] if skip else message.records
         if not records:
             return []
@@ -408,7 +411,7 @@ class ReplicaSession:
                     local.apply(record)
                     lag.append(record)  # once it fits: `revision` counts what `local` holds
             except Exception as exc:
-                raise ProtocolError(
+                raise RemoteProtocolError(
                     "diverged", f"a record from the hub does not fit: {exc}"
                 ) from exc
             if len(lag) > self._lag_limit:
@@ -491,18 +494,20 @@ class ReplicaSession:
             for record in records:
                 conversation.apply(record)
         except Exception as exc:
-            raise ProtocolError("diverged", f"a record from the hub does not fit: {exc}") from exc
+            raise RemoteProtocolError(
+                "diverged", f"a record from the hub does not fit: {exc}"
+            ) from exc
 
     def _on_state(self, message: State) -> list[Event]:
         if self._welcome is None:
-            raise ProtocolError("unexpected", "state before welcome")
+            raise RemoteProtocolError("unexpected", "state before welcome")
         self._partial = message
         self._partial_entries = []
         return [] if message.more else self._take_state()
 
     def _on_entries(self, message: Entries) -> list[Event]:
         if self._partial is None:
-            raise ProtocolError("unexpected", "entries without a state")
+            raise RemoteProtocolError("unexpected", "entries without a state")
         self._partial_entries.extend(message.entries)
         return [] if message.more else self._take_state()
 
@@ -518,7 +523,7 @@ class ReplicaSession:
         try:
             confirmed = Conversation.from_state(state)
         except Exception as exc:
-            raise ProtocolError(
+            raise RemoteProtocolError(
                 "malformed", f"the hub sent a state that is not valid: {exc}"
             ) from exc
         confirmed.continue_log(message.lineage, message.revision)
@@ -540,14 +545,14 @@ class ReplicaSession:
         if batch is None or batch.seq != ack.seq:
             return []  # an ack for a batch settled already (a resend's duplicate answer)
         if batch.doomed:
-            raise ProtocolError("unexpected", f"ack of push {ack.seq} after the log moved")
+            raise RemoteProtocolError("unexpected", f"ack of push {ack.seq} after the log moved")
         confirmed = self.confirmed
         landed = batch.landed
         if landed is not None:
             # Placed by the hub: `confirmed` holds it already, as it landed. Replay what was
             # made on top of the batch as sent onto the log as it is.
             if ack.revision != confirmed.revision or ack.from_ != ack.revision - len(landed):
-                raise ProtocolError(
+                raise RemoteProtocolError(
                     "gap",
                     f"ack {ack.from_}..{ack.revision} for {len(landed)} placed records "
                     f"at {confirmed.revision}",
@@ -557,7 +562,7 @@ class ReplicaSession:
             events: list[Event] = [Applied(len(landed), confirmed.revision)]
             return events + self._rebase_local(batch.base)
         if ack.from_ != confirmed.revision or ack.revision != ack.from_ + len(batch.records):
-            raise ProtocolError(
+            raise RemoteProtocolError(
                 "gap",
                 f"ack {ack.from_}..{ack.revision} for {len(batch.records)} records "
                 f"at {confirmed.revision}",
@@ -591,17 +596,19 @@ class ReplicaSession:
             return []
         # What the batch (and what was made on top of it) was made on: `confirmed` before the
         # records that overtook it, copied only when a pure insertion needs it.
+        # `forbidden` (a token without `write`) is final like `invalid`: resending cannot help.
+        final = reject.reason in ("invalid", "forbidden")
         pending = batch.records + self.local.unsaved()
-        base = self.confirmed.copy() if needs_base(pending) or reject.reason == "invalid" else None
+        base = self.confirmed.copy() if needs_base(pending) or final else None
         events = self._fold_held()
-        if reject.reason != "invalid":
+        if not final:
             # The hub could not place it: the records it missed came first (held, or on
             # their way); replay the batch and what followed it on the log.
             self.local.return_unsaved(batch.records)
             if not events:
                 return []  # nothing overtook it here yet: they are on their way
             return events + self._rebase_local(base)
-        events += [Conflict(record, "invalid", reject.detail) for record in batch.records]
+        events += [Conflict(record, reject.reason, reject.detail) for record in batch.records]
         assert base is not None
         return events + self._rebase_local(_folded(base, batch.records))
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import AsyncIterator, Callable, Sequence
+from ssl import SSLContext
 from typing import IO, Literal, NamedTuple
 
 import anyio
@@ -129,8 +130,11 @@ async def export_conversation(
     *,
     format: ExportFormat = "snapshot",
     request_timeout: float = 10.0,
+    token: str | None = None,
+    ssl: SSLContext | None = None,
 ) -> Exported:
-    """Read a conversation from the hub at ws(s) `url` and encode it.
+    """Read a conversation from the hub at ws(s) `url` and encode it (with `token`, for a
+    hub with auth: it needs `read` on the conversation).
 
     Returns:
         The document (`Exported.data`; write it with a newline after it to get what
@@ -140,7 +144,9 @@ async def export_conversation(
         HubError: `no_conversation` when the hub has no log for it, or the hub could not be
             read (see `fetch_conversation`).
     """
-    fetched = await fetch_conversation(url, conversation_id, request_timeout=request_timeout)
+    fetched = await fetch_conversation(
+        url, conversation_id, request_timeout=request_timeout, token=token, ssl=ssl
+    )
     data = encode_conversation(fetched.conversation, format)
     return Exported(data, fetched.lineage, fetched.revision, len(fetched.conversation))
 
@@ -241,6 +247,8 @@ async def connect_checked(
     connect_timeout: float = 10.0,
     client: str | None = None,
     max_frame: int = MAX_FRAME,
+    token: str | None = None,
+    ssl: SSLContext | None = None,
 ) -> AsyncIterator[Replica]:
     """A connected replica, for a task that ends: a hub that is not there is an error at
     once (an HTTP health check first) instead of a replica that keeps reconnecting.
@@ -249,7 +257,9 @@ async def connect_checked(
         HubError: `unreachable`, `bad_status` (not a convsync hub) or `timeout` (no welcome
             within `connect_timeout` seconds).
     """
-    urls = await _answering_first([url] if isinstance(url, str) else list(url), connect_timeout)
+    urls = await _answering_first(
+        [url] if isinstance(url, str) else list(url), connect_timeout, ssl
+    )
     try:
         replica = connect(
             urls,
@@ -257,6 +267,8 @@ async def connect_checked(
             client=client,
             connect_timeout=connect_timeout,
             max_frame=max_frame,
+            token=token,
+            ssl=ssl,
         )
         await replica.__aenter__()
     except TimeoutError:
@@ -269,7 +281,9 @@ async def connect_checked(
         await replica.aclose()
 
 
-async def _answering_first(urls: list[str], request_timeout: float) -> list[str]:
+async def _answering_first(
+    urls: list[str], request_timeout: float, ssl: SSLContext | None = None
+) -> list[str]:
     """`urls` turned so the first hub that answers its health check comes first.
 
     Raises:
@@ -280,7 +294,7 @@ async def _answering_first(urls: list[str], request_timeout: float) -> list[str]
     failure: HubError | None = None
     for at, url in enumerate(urls):
         try:
-            await check_hub(url, request_timeout=request_timeout)
+            await check_hub(url, request_timeout=request_timeout, ssl=ssl)
         except HubError as exc:
             failure = exc
             continue
@@ -328,6 +342,8 @@ async def import_conversation(
     progress: ProgressCallback | None = None,
     where: str | None = None,
     client: str | None = None,
+    token: str | None = None,
+    ssl: SSLContext | None = None,
 ) -> Imported:
     """Load a snapshot v1 or state document into a conversation of the hub at ws(s) `url`.
 
@@ -345,6 +361,8 @@ async def import_conversation(
         progress: called as `progress(done, total)` before the first batch and after each.
         where: names the input in messages (default: the path, or "input").
         client: client id to push as (default: a fresh `convsync-import-...`).
+        token: the access token, for a hub with auth (needs `write`).
+        ssl: the TLS context for a `wss://` hub with a private CA (default: the system's).
 
     Returns:
         How many messages and asides went in and the revision the log reached.
@@ -384,7 +402,13 @@ async def import_conversation(
 
     client = client or f"convsync-import-{os.urandom(4).hex()}"
     async with connect_checked(
-        url, conversation_id, connect_timeout=step_timeout, client=client, max_frame=max_frame
+        url,
+        conversation_id,
+        connect_timeout=step_timeout,
+        client=client,
+        max_frame=max_frame,
+        token=token,
+        ssl=ssl,
     ) as replica:
         target = replica.conversation
         if len(target) or any(aside.saved for _, aside in target.asides()):

@@ -47,6 +47,25 @@ class HubConfig:
             (`timeout`) and drop its presence (its heartbeat lives `heartbeat_ttl -
             heartbeat_interval`, and they look once an interval); at least twice
             `heartbeat_interval`.
+        hello_timeout: seconds a new socket has to send its `hello`; then `error no_hello`.
+        max_hello_frame: the largest first frame (the hello), in bytes; then `error too_big`.
+        max_waiting_per_address: sockets one remote address may hold open before their
+            `hello`; more handshakes from it get HTTP 503.
+        max_per_principal: with auth, sockets one principal (token `sub`) may hold at once;
+            one more gets `error rate_limited` (4008).
+        rate: inbound messages per second a socket may send on average...
+        rate_burst: ...with bursts of up to this many; over it: `error rate_limited` (4008).
+        audience: the `aud` every token must carry.
+        allow_origin: browser origins allowed besides the hub's own (`*`: any); a handshake
+            or request with another `Origin` gets HTTP 403. Comma-separated in the env var.
+        public_url: the URL browsers reach the hub at (behind a proxy): its origin is the
+            hub's own, and without auth its host is an accepted `Host`.
+        insecure: allow binding a non-loopback address without an auth key.
+        metrics_token: when set, `GET /metrics` needs `Authorization: Bearer <it>`.
+        tls_cert: a PEM certificate chain file: serve `wss://` directly (with `tls_key`).
+        tls_key: the PEM private key file of `tls_cert`.
+        expiry_grace: seconds a socket stays open after its token's `exp`, waiting for a
+            refreshed one (`auth`); then `error unauthorized`, close 4001.
     """
 
     max_frame: int = MAX_FRAME
@@ -66,6 +85,20 @@ class HubConfig:
     bus: str | None = None
     heartbeat_interval: float = 1.0
     heartbeat_ttl: float = 5.0
+    hello_timeout: float = 5.0
+    max_hello_frame: int = 64 * 1024
+    max_waiting_per_address: int = 64
+    max_per_principal: int = 100
+    rate: float = 200.0
+    rate_burst: float = 400.0
+    audience: str = "convsync"
+    allow_origin: tuple[str, ...] = ()
+    public_url: str | None = None
+    insecure: bool = False
+    metrics_token: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    expiry_grace: float = 30.0
 
     def __post_init__(self) -> None:
         if self.max_frame < MIN_FRAME:
@@ -86,6 +119,16 @@ class HubConfig:
             raise UsageError("bad_setting", "bus is a redis:// or rediss:// URL")
         if self.compression not in (None, "deflate"):
             raise UsageError("bad_setting", "compression is None or 'deflate'")
+        if not self.hello_timeout > 0 or self.max_hello_frame < 1024:
+            raise UsageError(
+                "bad_setting", "hello_timeout must be positive, max_hello_frame >= 1024"
+            )
+        if min(self.max_waiting_per_address, self.max_per_principal, self.max_connections) < 1:
+            raise UsageError("bad_setting", "connection caps must be at least 1")
+        if not self.rate > 0 or not self.rate_burst >= 1:
+            raise UsageError("bad_setting", "rate must be positive and rate_burst at least 1")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise UsageError("bad_setting", "tls_cert and tls_key go together")
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> HubConfig:
@@ -103,6 +146,8 @@ class HubConfig:
 
 def _parse(name: str, raw: str, default: Any) -> Any:
     try:
+        if isinstance(default, tuple):
+            return tuple(part.strip() for part in raw.split(",") if part.strip())
         if isinstance(default, bool):
             if raw.lower() not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
                 raise ValueError(raw)

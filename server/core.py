@@ -15,7 +15,10 @@ exception raised) back to `resume`, which continues the same operation. The shel
 operation at a time per conversation, so the core never sees two interleaved. Every protocol
 rule of SPEC 2.4 lives here once: resend acks, lineage / behind / invalid rejects, strict
 pairing, catch-up by records or by state, broadcast, and what to do when the store says the
-log moved under us (another hub appended) or failed. The core never awaits, never reads a
+log moved under us (another hub appended) or failed. So do the access rules of SPEC 6 that
+concern the log: each connection joins with a `Grant` (verified by the session), needs `read`
+to join and `write` for every push, is known by (principal, client) for seqs and marks, and
+replaces an older socket of the same pair. The core never awaits, never reads a
 clock of its own and imports no I/O library; the test fake link drives it directly.
 """
 
@@ -41,6 +44,7 @@ from sync import (
     Splice,
     ToolResult,
     User,
+    Via,
     decode_record,
     decode_state,
     encode,
@@ -49,6 +53,7 @@ from sync.errors import ApplyError, ErrorCode, LocalProtocolError
 from sync.frames import RECORDS_OVERHEAD, records_frames, state_frames
 from sync.protocol import (
     Ack,
+    AuthOk,
     DraftEnd,
     DraftOp,
     DraftUpdate,
@@ -65,6 +70,7 @@ from sync.protocol import (
 from sync.rebase import place
 from sync.strict import strict_violation
 
+from .auth import ANONYMOUS, AuthError, Grant
 from .drafts import Delta, DraftBoard, DraftConfig, Frame, Out, Owner
 from .metrics import Metrics
 from .presence import PresenceBoard
@@ -92,6 +98,8 @@ log = logging.getLogger("convsync.hub")
 
 HUB_REBASE = "hub_rebase"
 """The feature a replica lists when it takes a placed push's records as its batch."""
+AUTH = "auth"
+"""The feature a hub with auth lists in `welcome` (SPEC 5)."""
 
 C = TypeVar("C", bound=Hashable)
 """A connection, as the shell names it (the core only compares and hashes it)."""
@@ -217,6 +225,9 @@ class CoreConfig:
     drafts: DraftConfig = field(default_factory=DraftConfig)
     presence_throttle: int = 100
     """Least ms between two presence diffs."""
+    auth: bool = False
+    """Whether the hub checks tokens: marks are then keyed by (principal, client) and every
+    accepted record is stamped `via`; without auth, by the client id alone, as before."""
 
 
 LIVE_FEATURES = ("drafts", "presence")
@@ -252,6 +263,7 @@ class RoomCore(Generic[C]):
         self.exists = False
         self.marks: dict[str, ClientMark] = {}
         self.subscribers: dict[C, str] = {}  # connection -> its client id
+        self.grants: dict[C, Grant] = {}  # connection -> what its token allows
         self._placing: set[C] = set()  # connections whose stale pushes the hub may place
         self.closing = False
         self._recent: list[bytes] = []
@@ -323,25 +335,51 @@ class RoomCore(Generic[C]):
 
     # ------------------------------------------------------------------ joining
 
-    def join(self, conn: C, hello: Hello, now: int | None = None) -> list[Action[C]]:
+    def join(
+        self, conn: C, hello: Hello, now: int | None = None, grant: Grant = ANONYMOUS
+    ) -> list[Action[C]]:
         """Welcome `conn`, bring it up to date; from then on it gets every record appended.
-        `now` (ms) dates its presence entry."""
+        `now` (ms) dates its presence entry and gives `welcome.expires_in`.
+
+        `grant` is what the connection's token allows (verified already; `ANONYMOUS` without
+        auth) and must hold `read` on this conversation, else `conn` is closed `forbidden`.
+        With auth, an older connection of the same principal and client is closed `replaced`.
+        """
+        try:
+            grant.require(self.id, "read")
+        except AuthError as refused:
+            return [Close(conn, refused.code, refused.detail)]
         self._now = self._now if now is None else now
         self._hellos[conn] = hello
+        self.grants[conn] = grant
         if self.config.shared_store:
             return self._fresh(lambda: self._read_mark(conn, hello))
         return self._fresh(lambda: self._join(conn, hello))
 
     def _join(self, conn: C, hello: Hello) -> list[Action[C]]:
+        grant = self.grants.get(conn, ANONYMOUS)
         if self._stale:
             return [Close(conn, "unavailable", "the log cannot be read now; reconnect later")]
-        mark = self.marks.get(hello.client)
+        actions: list[Action[C]] = []
+        # With auth only: without it no one owns a client id, and sockets sharing one (tools
+        # that reuse a fixed id, probes) have always been served side by side.
+        for other, client in list(self.subscribers.items()) if self.config.auth else []:
+            if client == hello.client and self.grants.get(other, ANONYMOUS).sub == grant.sub:
+                self.leave(other, self._now)
+                actions.append(Close(other, "replaced", "the same client connected again"))
+        mark = self.marks.get(self._mark_key(grant, hello.client))
         features = [HUB_REBASE] if self.config.hub_rebase else []
         if HUB_REBASE in features and HUB_REBASE in hello.features:
             self._placing.add(conn)
         features += [feature for feature in LIVE_FEATURES if feature in hello.features]
+        if self.config.auth:
+            features.append(AUTH)  # tokens are checked; `scopes` and `expires_in` follow
         welcome = Welcome(self.lineage, self.revision, mark.seq if mark else 0, features)
-        actions: list[Action[C]] = [Send(conn, encode_message(welcome), True)]
+        if self.config.auth:
+            welcome = msgspec.structs.replace(
+                welcome, scopes=grant.scope_list, expires_in=grant.expires_in(self._now / 1000)
+            )
+        actions.append(Send(conn, encode_message(welcome), True))
         lineage, revision = hello.lineage, hello.revision
         fresh = lineage == Lineage.EMPTY and revision == 0
         if (lineage == self.lineage or fresh) and revision <= self.revision:
@@ -364,9 +402,8 @@ class RoomCore(Generic[C]):
     def _read_mark(self, conn: C, hello: Hello) -> list[Action[C]]:
         """On a shared store, the welcome's `acked` comes from the store (SPEC 9): the client
         may have pushed through another hub since this room last heard of it."""
-        return self._call(
-            ReadMark(hello.client), lambda outcome: self._mark_read(conn, hello, outcome)
-        )
+        key = self._mark_key(self.grants.get(conn, ANONYMOUS), hello.client)
+        return self._call(ReadMark(key), lambda outcome: self._mark_read(conn, hello, outcome))
 
     def _mark_read(self, conn: C, hello: Hello, outcome: object) -> list[Action[C]]:
         if isinstance(outcome, Exception):
@@ -377,12 +414,13 @@ class RoomCore(Generic[C]):
         if outcome is None:
             return self._join(conn, hello)
         assert isinstance(outcome, ClientMark)
-        cached = self.marks.get(hello.client)
+        key = self._mark_key(self.grants.get(conn, ANONYMOUS), hello.client)
+        cached = self.marks.get(key)
         if cached is not None and cached.seq >= outcome.seq:
             return self._join(conn, hello)
         # A push this room has not seen landed through another hub: fold what the room lacks
         # first, so the welcome's `acked` never runs ahead of the records the replica gets.
-        self.marks[hello.client] = outcome
+        self.marks[key] = outcome
         return self._forward_missing(lambda: self._join(conn, hello))
 
     def _caught_up(self, conn: C, client: str, revision: int, outcome: object) -> list[Action[C]]:
@@ -418,8 +456,26 @@ class RoomCore(Generic[C]):
         """`conn` is gone; it gets nothing more. Its presence entry goes at the next `tick`;
         drafts it produced wait `draft_grace` for their producer to come back."""
         self.subscribers.pop(conn, None)
+        self.grants.pop(conn, None)
         self._placing.discard(conn)
         self._live_leave(conn, self._now if now is None else now)
+
+    def regrant(self, conn: C, grant: Grant, now: float) -> list[Action[C]]:
+        """`conn` refreshed its token (`auth`, verified by the session for the same principal
+        and conversation): its new scopes apply from the next message on; answer `auth_ok`."""
+        if conn not in self.grants:
+            return []
+        self.grants[conn] = grant
+        return [Send(conn, encode_message(AuthOk(grant.expires_in(now))))]
+
+    def _mark_key(self, grant: Grant, client: str) -> str:
+        """The store's key for a client's mark: the client id without auth (so stores and
+        marks from before auth stay valid); with auth, the principal too, so one principal
+        can never spend or read another's seqs (`/` in `sub` escaped: the key splits once)."""
+        if not self.config.auth:
+            return client
+        sub = grant.sub.replace("%", "%25").replace("/", "%2F")
+        return f"{sub}/{client}"
 
     # ------------------------------------------------------------------ pushing
 
@@ -435,7 +491,13 @@ class RoomCore(Generic[C]):
         client = self.subscribers.get(conn)
         if client is None:
             raise LocalProtocolError("no_join", "a push from a connection that has not joined")
-        mark = self.marks.get(client)
+        grant = self.grants.get(conn, ANONYMOUS)
+        if not grant.can_write or now >= grant.exp * 1000:
+            # Checked before anything else, a resend too: the token decides, not the seq.
+            why = "token expired" if grant.can_write else "token lacks the write scope"
+            return [Send(conn, self._reject(batch, "forbidden", why))]
+        key = self._mark_key(grant, client)
+        mark = self.marks.get(key)
         if mark is not None and batch.seq <= mark.seq:
             # A resend of a push that landed: answer with its ack, append nothing.
             return [Send(conn, _ack(batch.seq, mark))]
@@ -451,13 +513,18 @@ class RoomCore(Generic[C]):
         placed = batch.revision != self.revision
         if placed:
             # Made on an older revision: place it by intent when every record replays without
-            # conflict and the pusher understands a placed push (SPEC 2.4.6); else `behind`.
+            # conflict and unchanged (SPEC 2.4.6) and the pusher understands a placed push;
+            # else `behind`. Unchanged: what lands is exactly what was sent, so a lost ack
+            # and the replica's resend or welcome still name the very records in the log.
             outcome = (
                 place(self.conversation, batch.records)
                 if batch.revision < self.revision and conn in self._placing
                 else None
             )
-            if not isinstance(outcome, tuple) or not outcome[0]:
+            if isinstance(outcome, tuple) and not _unchanged(outcome[0], batch.records):
+                outcome[1]()
+                outcome = None
+            if not isinstance(outcome, tuple):
                 detail = f"the log is at {self.revision}"
                 return [Send(conn, self._reject(batch, "behind", detail))]
             landed, undo = outcome
@@ -477,14 +544,21 @@ class RoomCore(Generic[C]):
                 detail = f"strict pairing: {violation}"
                 rejected = Send(conn, self._reject(batch, "invalid", detail))
                 return [rejected, *self._drafts_refused(conn, batch.records)]
-        records = [
-            record if record.at is not None else msgspec.structs.replace(record, at=now)
-            for record in landed
-        ]
+        if self.config.auth:
+            via = Via(grant.sub, client)
+            records = [
+                msgspec.structs.replace(record, via=via, at=now if record.at is None else record.at)
+                for record in landed
+            ]
+        else:
+            records = [
+                record if record.at is not None else msgspec.structs.replace(record, at=now)
+                for record in landed
+            ]
         encoded = [encode(record) for record in records]
         from_ = self.revision
         append = AppendRecords(
-            self.lineage, from_, encoded, client, ClientMark(batch.seq, from_, from_ + len(encoded))
+            self.lineage, from_, encoded, key, ClientMark(batch.seq, from_, from_ + len(encoded))
         )
         return self._call(
             append, lambda outcome: self._appended(conn, batch, append, undo, placed, outcome)
@@ -523,7 +597,8 @@ class RoomCore(Generic[C]):
         self.revision = append.mark.ack_revision
         self.marks[append.client] = append.mark
         self._remember(append.records)
-        origin = PushOrigin(append.client, batch.seq)
+        # The bare client id (a replica knows its own pushes by it), not the mark's store key.
+        origin = PushOrigin(self.subscribers.get(conn, append.client), batch.seq)
         frames = records_frames(from_, append.records, origin, self.config.max_frame)
         # A placed push may differ from what was sent: the pusher gets what landed, then the ack.
         actions: list[Action[C]] = [Send(conn, frame) for frame in frames] if placed else []
@@ -684,9 +759,10 @@ class RoomCore(Generic[C]):
         return actions + self.tick(now)
 
     def status(self, conn: C, update: StatusUpdate, now: int) -> list[Action[C]]:
-        """`conn` set its presence status (checked by the hub session)."""
+        """`conn` set its presence status (checked by the hub session); ignored unless its
+        grant holds `presence` or `write`."""
         self._now = now
-        if conn in self.subscribers:
+        if conn in self.subscribers and self.grants.get(conn, ANONYMOUS).can_presence:
             self.presence.set_status(conn, update.status, update.detail)
         return self.tick(now)
 
@@ -712,12 +788,13 @@ class RoomCore(Generic[C]):
         return (self._principal(conn), hello.client)
 
     def _principal(self, conn: C) -> str:
-        # AUTH HOOK (issue 9): the token's `sub`; `anonymous` while the hub runs without auth.
-        return "anonymous"
+        """The token's `sub` (`anonymous` without auth)."""
+        return self.grants.get(conn, ANONYMOUS).sub
 
     def _may_write(self, conn: C) -> bool:
-        # AUTH HOOK (issue 9): False for a read-only grant, so it cannot open a draft.
-        return True
+        """Whether `conn`'s grant holds `write` on this conversation (drafts need it)."""
+        grant = self.grants.get(conn, ANONYMOUS)
+        return grant.can_write and grant.allows(self.id) and self._now < grant.exp * 1000
 
     def _open_refusal(self, conn: C, op: DraftOp) -> DraftEnd | None:
         """Why `open` may not start draft `op.id`, for the sender only; None: it may."""
@@ -735,7 +812,10 @@ class RoomCore(Generic[C]):
         if hello is None:
             return []
         principal, client = self._owner(conn)
-        self.presence.join(conn, principal, client, hello.kind, None, self._now)
+        # With auth, presence shows what the token says (kind, name), not what the hello claims.
+        grant = self.grants.get(conn, ANONYMOUS)
+        kind = grant.kind if self.config.auth else hello.kind
+        self.presence.join(conn, principal, client, kind, grant.name, self._now)
         actions: list[Action[C]] = []
         if "drafts" in hello.features:
             actions += [Send(conn, frame, True) for frame in self.drafts.subscribe(conn)]
@@ -840,6 +920,11 @@ def deliver(
 def error_frame(code: ErrorCode, detail: str) -> bytes:
     """The `error` message sent before a close."""
     return encode_message(Error(code, detail))
+
+
+def _unchanged(landed: Sequence[ChangeRecord], sent: Sequence[ChangeRecord]) -> bool:
+    """Whether `place` replayed every sent record as it was (none dropped or re-targeted)."""
+    return len(landed) == len(sent) and all(a is b for a, b in zip(landed, sent, strict=True))
 
 
 def _ack(seq: int, mark: ClientMark) -> bytes:

@@ -10,18 +10,30 @@ timer that wakes each room's core at its next deadline live in one anyio task gr
 connection's writer lives in a task group of that connection's handler, which ends with it. On
 a store other hubs share (PostgreSQL), two more tasks keep loaded rooms up to the store: a
 watcher on the store's notices and a periodic head check (see "other hubs" below).
+unload when nobody has used them for `idle_unload` seconds. Every long-lived task (the server,
+the unloader, each connection's writer) lives in one anyio task group.
+
+Access control (SPEC 6): the session verifies tokens and keeps the per-socket deadlines and
+rate limit, the core checks scopes; this shell only carries the handshake's `Authorization`
+header to the session, sleeps until `session.next_deadline()`, counts sockets per address
+and per principal (`limits.Caps`), and answers HTTP requests by the origin, host and token
+rules. No token is ever logged: every refusal's detail is a fixed phrase, and the websockets
+library's own logger (which logs headers and frames at DEBUG) is held at INFO.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 import random
+import ssl
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Any, Self
+from urllib.parse import urlsplit
 
 import anyio
 from websockets.asyncio.server import Server, ServerConnection, serve
@@ -30,15 +42,17 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from sync import Conversation
-from sync.errors import ProtocolError
+from sync.errors import ConvsyncError, ProtocolError, UsageError
 from sync.ids import now_ms
-from sync.protocol import SUBPROTOCOL, DraftOp, Hello, PushBatch, StatusUpdate
+from sync.protocol import SUBPROTOCOL, Auth, DraftOp, Hello, PushBatch, StatusUpdate
 
+from .auth import AuthError, KeyRing, bearer_token, verify
 from .bus import Relay, open_bus
 from .config import HubConfig
+from .limits import Caps, host_allowed, is_loopback_bind, origin_allowed, own_origins
 from .metrics import Metrics
 from .room import Room, is_shared
-from .session import HubSession, conversation_id_of, is_conversation_id
+from .session import Access, HubSession, Limits, conversation_id_of, is_conversation_id
 from .store import LogStore, MemoryStore, StoreError
 from .subscriber import Subscriber
 from .web import Web, is_summary_path
@@ -46,6 +60,9 @@ from .web import Web, is_summary_path
 __all__ = ["Hub"]
 
 log = logging.getLogger("convsync.hub")
+_ws_log = logging.getLogger("convsync.hub.websockets")
+# websockets logs request headers and frames at DEBUG: they hold tokens. Never below INFO.
+_ws_log.setLevel(logging.INFO)
 
 
 class Hub:
@@ -61,6 +78,12 @@ class Hub:
         host: the address to bind.
         port: the port to bind; 0 picks a free one.
         config: every other setting (`HubConfig`).
+        keys: the keys tokens are checked with; None serves without auth, which is refused
+            on a non-loopback `host` unless `config.insecure`. Assign `hub.keys` to rotate.
+
+    Raises:
+        UsageError: a non-loopback bind without keys and without `insecure`, or TLS files
+            that cannot be loaded.
     """
 
     def __init__(
@@ -70,8 +93,31 @@ class Hub:
         host: str = "127.0.0.1",
         port: int = 0,
         config: HubConfig | None = None,
+        keys: KeyRing | None = None,
     ) -> None:
         self.config = config or HubConfig()
+        if keys is None and not is_loopback_bind(host) and not self.config.insecure:
+            raise UsageError(
+                "insecure_bind",
+                f"refusing to serve {host} without auth: anyone who reaches it could read and "
+                "rewrite every conversation; give an auth key (--auth-secret-file or "
+                "--auth-public-key), bind 127.0.0.1, or pass --insecure",
+            )
+        self.keys = keys
+        self._ssl = _ssl_context(self.config)
+        self._own_origins: set[str] = set()
+        self._public_host = (
+            urlsplit(self.config.public_url).hostname if self.config.public_url else None
+        )
+        self._waiting = Caps(self.config.max_waiting_per_address)
+        self._principals = Caps(self.config.max_per_principal)
+        self._limits = Limits(
+            hello_timeout=self.config.hello_timeout,
+            first_frame=self.config.max_hello_frame,
+            rate=self.config.rate,
+            burst=self.config.rate_burst,
+            expiry_grace=self.config.expiry_grace,
+        )
         self.metrics = Metrics()
         self._store: LogStore = store if store is not None else MemoryStore()
         self._host = host
@@ -98,9 +144,19 @@ class Hub:
 
     @property
     def url(self) -> str:
-        """`ws://host:port`, the base replicas connect to."""
+        """`ws://host:port` (`wss://` with TLS), the base replicas connect to."""
         host = self._host if ":" not in self._host else f"[{self._host}]"
-        return f"ws://{host}:{self.port}"
+        scheme = "wss" if self._ssl is not None else "ws"
+        return f"{scheme}://{host}:{self.port}"
+
+    @property
+    def auth(self) -> bool:
+        """Whether this hub checks tokens."""
+        return self.keys is not None
+
+    def _access(self) -> Access | None:
+        keys = self.keys
+        return None if keys is None else Access(keys, self.config.audience)
 
     @property
     def store(self) -> LogStore:
@@ -135,9 +191,14 @@ class Hub:
                 max_size=4 * self.config.max_frame,
                 compression="deflate" if self.config.compression == "deflate" else None,
                 ping_interval=self.config.ping_interval,
+                ssl=self._ssl,
+                logger=_ws_log,
             ) as server,
         ):
             self._server = server
+            self._own_origins = own_origins(
+                self.config.public_url, self.port, tls=self._ssl is not None
+            )
             self._group = group
             group.start_soon(self._unload_idle)
             if is_shared(self._store):
@@ -194,6 +255,7 @@ class Hub:
                         self.config,
                         self.metrics,
                         self._deadline_moved.set,
+                        auth=self.auth,
                     )
                     await room.load()
                     if self._relay is not None:
@@ -361,19 +423,33 @@ class Hub:
 
     async def _http(self, connection: ServerConnection, request: Request) -> Response | None:
         path = request.path.split("?", 1)[0]
-        upgrade = request.headers.get("Upgrade", "").lower() == "websocket"
+        headers = request.headers
+        upgrade = headers.get("Upgrade", "").lower() == "websocket"
+        if path == "/healthz" and not upgrade:
+            return connection.respond(200, "ok\n")  # open: load balancers probe by address
+        if not origin_allowed(headers.get("Origin"), self.config.allow_origin, self._own_origins):
+            return connection.respond(403, "origin not allowed\n")
+        if not host_allowed(headers.get("Host"), self._public_host, self.auth):
+            return connection.respond(
+                403, "host not allowed (use a loopback name or the public url)\n"
+            )
         if upgrade:
             if self._closing:
                 return connection.respond(503, "shutting down\n")
             if self.metrics.connections >= self.config.max_connections:
                 return connection.respond(503, "too many connections\n")
-            return None  # the handshake goes on; bad ids are answered on the socket
+            if self._waiting.count(_address(connection)) >= self._waiting.limit:
+                return connection.respond(503, "too many sockets waiting for hello\n")
+            return None  # the handshake goes on; bad ids and tokens are answered on the socket
         response = await self._web.respond(connection, request)  # the viewer and the list
         if response is not None:
             return response
-        if path == "/healthz":
-            return connection.respond(200, "ok\n")
         if path == "/metrics":
+            wanted = self.config.metrics_token
+            if wanted is not None:
+                given = bearer_token(headers.get("Authorization")) or ""
+                if not hmac.compare_digest(given.encode(), wanted.encode()):
+                    return connection.respond(401, "metrics need the metrics token\n")
             response = connection.respond(200, self.metrics.render())
             response.headers["Content-Type"] = "text/plain; version=0.0.4"
             return response
@@ -382,15 +458,24 @@ class Hub:
             return connection.respond(404, "not found\n")
         if not is_conversation_id(conversation_id):
             return connection.respond(400, "bad conversation id\n")
+        keys = self.keys
+        if keys is not None:
+            token = bearer_token(headers.get("Authorization"))
+            try:
+                grant = verify(token, keys, now=time.time(), audience=self.config.audience)
+                grant.require(conversation_id, "read")
+            except AuthError as refused:
+                status = 401 if refused.code == "unauthorized" else 403
+                return connection.respond(status, f"{refused.code}: {refused.detail}\n")
         room = await self.room_for_read(conversation_id)
         if room is None:
             return connection.respond(404, "no such conversation\n")
         async with room.lock:
             body = room.snapshot_json()
-        headers = Headers(
+        response_headers = Headers(
             [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
         )
-        return Response(200, "OK", headers, body)
+        return Response(200, "OK", response_headers, body)
 
     # ------------------------------------------------------------------ websockets
 
@@ -401,61 +486,192 @@ class Hub:
         metrics = self.metrics
         metrics.connections += 1
         sub = Subscriber(ws, self.config.send_queue, metrics)
-        room: Room | None = None
+        held = _Held(_address(ws))
         try:
             async with anyio.create_task_group() as group:
                 group.start_soon(sub.run)
                 try:
-                    room = await self._serve(ws, sub)
+                    await self._serve(ws, sub, held)
+                    if sub.closing:
+                        await _drain(ws)
                 finally:
                     sub.close(1000, "")  # the writer flushes what is queued, then closes
                     group.cancel_scope.deadline = anyio.current_time() + 10
         finally:
             metrics.connections -= 1
-            if room is not None:
-                room.leave(sub)
-                self._web.touched(room)
-                self._release(room)
+            self._let_go(held, sub)
 
-    async def _serve(self, ws: ServerConnection, sub: Subscriber) -> Room | None:
-        """Read and handle frames until the socket closes or fails; returns the room used."""
+    def _let_go(self, held: _Held, sub: Subscriber) -> None:
+        if held.waiting:
+            self._waiting.release(held.address)
+            held.waiting = False
+        if held.principal is not None:
+            self._principals.release(held.principal)
+            held.principal = None
+        if held.room is not None:
+            held.room.leave(sub)
+            self._web.touched(held.room)
+            self._release(held.room)
+            held.room = None
+
+    async def _serve(self, ws: ServerConnection, sub: Subscriber, held: _Held) -> None:
+        """Read and handle frames until the socket closes, fails or passes its deadline."""
         conversation_id = conversation_id_of(ws.request.path if ws.request else "")
         if conversation_id is None or not is_conversation_id(conversation_id):
             self._fail(sub, ProtocolError("bad_conversation_id", "expected /v1/conversations/{id}"))
-            return None
-        session = HubSession(self.config.max_frame)
-        room: Room | None = None
+            return
+        if not self._waiting.acquire(held.address):
+            self._fail(sub, ProtocolError("rate_limited", "too many sockets waiting for hello"))
+            return
+        held.waiting = True
+        header = ws.request.headers.get("Authorization") if ws.request else None
+        session = HubSession(
+            self.config.max_frame,
+            access=self._access(),
+            conversation_id=conversation_id,
+            bearer=bearer_token(header),
+            limits=self._limits,
+            now=time.time(),
+        )
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._watch, session, sub, held.moved)
+            await self._read(ws, sub, held, session, conversation_id)
+            group.cancel_scope.cancel()
+
+    async def _watch(self, session: HubSession, sub: Subscriber, moved: asyncio.Event) -> None:
+        """Sleep until the session's deadline, or until `moved` says a hello or a refresh
+        changed it; close the socket once it has passed (no hello in time, a token expired).
+        A task of its own, so reading a frame arms no timer."""
+        while not sub.closing:
+            with anyio.move_on_after(max(0.0, session.next_deadline() - time.time())):
+                await moved.wait()
+                moved.clear()
+                continue
+            late = session.expired(time.time())
+            if late is not None:
+                self._fail(sub, late)  # the writer closes the socket; the reader then ends
+
+    async def _read(
+        self,
+        ws: ServerConnection,
+        sub: Subscriber,
+        held: _Held,
+        session: HubSession,
+        conversation_id: str,
+    ) -> None:
         while not sub.closing:
             try:
                 data = await ws.recv(decode=False)
             except ConnectionClosed:
                 break
+            now = time.time()
+            if sub.closing:  # the watchdog closed it meanwhile
+                break
             try:
-                message = session.receive(data)
+                message = session.receive(data, now)
                 match message:
                     case Hello():
-                        room = await self._acquire(conversation_id)
-                        await room.join(sub, message)
-                        self._web.touched(room)
+                        held.moved.set()
+                        await self._join(session, message, sub, held, conversation_id, now)
+                        assert held.room is not None
+                        self._web.touched(held.room)
                     case PushBatch():
-                        assert room is not None
-                        await room.push(sub, message)
-                        self._web.touched(room)
+                        assert held.room is not None
+                        await held.room.push(sub, message)
+                        self._web.touched(held.room)
+                    case Auth():
+                        assert held.room is not None
+                        # The keys of now, not of the connect: a retired key refreshes nothing.
+                        session.access = self._access() or session.access
+                        grant = session.refresh(message, now)
+                        held.moved.set()
+                        await held.room.regrant(sub, grant, now)
                     case DraftOp():
-                        assert room is not None
-                        await room.draft(sub, message)
+                        assert held.room is not None
+                        await held.room.draft(sub, message)
                     case StatusUpdate():
-                        assert room is not None
-                        await room.status(sub, message)
-            except ProtocolError as error:
+                        assert held.room is not None
+                        await held.room.status(sub, message)
+            except (ProtocolError, AuthError) as error:
                 self._fail(sub, error)
                 break
             except Exception:  # a bug of ours: this socket goes, the hub and the log stay
                 log.exception("connection to %s failed", conversation_id)
                 self._fail(sub, ProtocolError("internal", "the hub failed on this message"))
                 break
-        return room
 
-    def _fail(self, sub: Subscriber, error: ProtocolError) -> None:
+    async def _join(
+        self,
+        session: HubSession,
+        hello: Hello,
+        sub: Subscriber,
+        held: _Held,
+        conversation_id: str,
+        now: float,
+    ) -> None:
+        self._waiting.release(held.address)
+        held.waiting = False
+        grant = session.authorize(hello, now)
+        if self.auth:
+            if not self._principals.acquire(grant.sub):
+                raise ProtocolError("rate_limited", "too many connections for this principal")
+            held.principal = grant.sub
+        held.room = await self._acquire(conversation_id)
+        if self.auth:
+            log.debug(
+                "%s joins %s as client %r (key %s)",
+                grant.sub,
+                conversation_id,
+                hello.client,
+                grant.kid,
+            )
+        await held.room.join(sub, hello, grant)
+
+    def _fail(self, sub: Subscriber, error: ConvsyncError) -> None:
+        # Details are short phrases of ours; an auth detail never quotes a token.
+        log.info("closing a socket: %s: %s", error.reason, error.message)
         self.metrics.protocol_errors[error.reason] += 1
         sub.fail(error.reason, error.message)
+
+
+class _Held:
+    """What one connection holds and gives back when it ends."""
+
+    __slots__ = ("address", "moved", "principal", "room", "waiting")
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.moved = asyncio.Event()  # the session's deadline may have changed
+        self.waiting = False
+        self.principal: str | None = None
+        self.room: Room | None = None
+
+
+async def _drain(ws: ServerConnection) -> None:
+    """Read and drop what a peer we are closing still sends, for a moment: websockets stops
+    reading a socket whose unread messages pile up, and then would not see the peer's close
+    frame (a flood cut by the rate limit would hang in the close handshake)."""
+    with anyio.move_on_after(2):
+        try:
+            while True:
+                await ws.recv(decode=False)
+        except ConnectionClosed:
+            pass
+
+
+def _address(connection: ServerConnection) -> str:
+    """The remote IP address of a connection (its port differs per socket)."""
+    remote = connection.remote_address
+    return str(remote[0]) if remote else "?"
+
+
+def _ssl_context(config: HubConfig) -> ssl.SSLContext | None:
+    """A server TLS context from `tls_cert`/`tls_key`, or None without them."""
+    if config.tls_cert is None or config.tls_key is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(config.tls_cert, config.tls_key)
+    except (OSError, ssl.SSLError) as exc:
+        raise UsageError("bad_setting", f"cannot load the TLS certificate or key: {exc}") from exc
+    return context

@@ -17,6 +17,7 @@ from sync import Conversation, Lineage
 from sync.ids import now_ms
 from sync.protocol import DraftOp, Hello, PushBatch, StatusUpdate
 
+from .auth import ANONYMOUS, Grant
 from .config import HubConfig
 from .core import (
     Action,
@@ -52,6 +53,8 @@ class Room:
         config: HubConfig,
         metrics: Metrics,
         on_deadline: Callable[[], None] | None = None,
+        *,
+        auth: bool = False,
     ) -> None:
         self.id = conversation_id
         self._store = store
@@ -71,6 +74,7 @@ class Room:
                     max_bytes=min(config.draft_max_bytes, config.max_frame // 2),
                     relay=is_shared(store),
                 ),
+                auth=auth,
             ),
             metrics,
         )
@@ -102,10 +106,16 @@ class Room:
         """Fold the store's log (its latest snapshot, then the records after it)."""
         self.core.load(await self._store.load(self.id))
 
-    async def join(self, sub: Subscriber, hello: Hello) -> None:
-        """Welcome `sub`, bring it up to date, then deliver every record appended after."""
+    async def join(self, sub: Subscriber, hello: Hello, grant: Grant = ANONYMOUS) -> None:
+        """Welcome `sub` (holding `grant`), bring it up to date, then deliver every record
+        appended after."""
         async with self.lock:
-            await self._carry_out(self.core.join(sub, hello, now_ms()))
+            await self._carry_out(self.core.join(sub, hello, now_ms(), grant))
+
+    async def regrant(self, sub: Subscriber, grant: Grant, now: float) -> None:
+        """`sub` refreshed its token: its new grant applies from now on."""
+        async with self.lock:
+            await self._carry_out(self.core.regrant(sub, grant, now))
 
     def leave(self, sub: Subscriber) -> None:
         self.core.leave(sub, now_ms())

@@ -1,20 +1,30 @@
 """What a hub connection may receive and when: pure, no sockets.
 
 `HubSession.receive` takes one frame's bytes and returns the decoded `Hello`, `PushBatch`,
-`DraftOp` or `StatusUpdate`, or raises `ProtocolError` with the code the hub sends in its
-`error` message before closing that socket. A session expects exactly one `hello` first, then
-pushes, draft ops and statuses.
+`Auth`, `DraftOp` or `StatusUpdate`, or raises `ProtocolError` with the code the hub sends in
+its `error` message before closing that socket. A session expects exactly one `hello` first,
+then pushes, token refreshes, draft ops and statuses.
+
+The session also holds the connection's access state (SPEC 6): `authorize` verifies the token
+of the hello (or of the handshake's `Authorization` header) and `refresh` the token of an
+`auth` message; the inbound token bucket and the first frame's size limit are checked in
+`receive`; `next_deadline` says when the shell must wake it (the hello deadline, then the
+token's expiry plus its grace) and `expired` whether that moment has come. Time always comes
+in as `now`, in seconds since the epoch.
 """
 
 from __future__ import annotations
 
+import math
 import re
+from dataclasses import dataclass
 
 import msgspec
 
-from sync.errors import DecodeError, ProtocolError
+from sync.errors import DecodeError, ProtocolError, RemoteProtocolError
 from sync.lineage import Lineage
 from sync.protocol import (
+    Auth,
     ClientMessage,
     DraftOp,
     Hello,
@@ -23,15 +33,31 @@ from sync.protocol import (
     decode_client_message,
 )
 
+from .auth import (
+    ANONYMOUS,
+    AUDIENCE,
+    EXPIRY_GRACE_S,
+    Grant,
+    KeyRing,
+    verify,
+    verify_refresh,
+)
 from .drafts import valid_part
+from .limits import TokenBucket
 from .presence import status_problem
 
-__all__ = ["CONVERSATION_PATH", "HubSession", "conversation_id_of", "is_conversation_id"]
+__all__ = [
+    "CONVERSATION_PATH",
+    "Access",
+    "HubSession",
+    "conversation_id_of",
+    "is_conversation_id",
+]
 
 CONVERSATION_PATH = "/v1/conversations/"
 _CONVERSATION_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _CLIENT_ID = re.compile(r"[^\x00-\x1f]{1,128}")
-_KNOWN_TYPES = frozenset({"hello", "push", "draft", "status"})
+_KNOWN_TYPES = frozenset({"hello", "push", "auth", "draft", "status"})
 
 
 def is_conversation_id(value: str) -> bool:
@@ -47,26 +73,83 @@ def conversation_id_of(path: str) -> str | None:
     return path[len(CONVERSATION_PATH) :]
 
 
+@dataclass(frozen=True)
+class Access:
+    """How a hub with auth checks tokens: the keys it trusts now and its audience."""
+
+    keys: KeyRing
+    audience: str = AUDIENCE
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The per-connection limits a session enforces (SPEC 6); `HubConfig` holds the settings.
+
+    Attributes:
+        hello_timeout: seconds a socket has to send its hello.
+        first_frame: the largest first frame (the hello), in bytes.
+        rate: inbound messages per second, on average...
+        burst: ...with bursts of up to this many.
+        expiry_grace: seconds after a token's `exp` before the socket is closed (4001),
+            unless an `auth` refreshed it meanwhile.
+    """
+
+    hello_timeout: float = math.inf
+    first_frame: int | None = None
+    rate: float | None = None
+    burst: float = 1.0
+    expiry_grace: float = EXPIRY_GRACE_S
+
+
 class HubSession:
-    """The protocol state of one replica connection.
+    """The protocol and access state of one replica connection.
 
     Args:
         max_frame: the largest frame accepted, in bytes.
+        access: how to check tokens; None for a hub without auth (every socket is
+            `ANONYMOUS`).
+        conversation_id: the conversation the socket opened (a refreshed token must allow it).
+        bearer: the token of the handshake's `Authorization: Bearer` header, if any.
+        limits: the hello deadline, first-frame size and rate limit.
+        now: when the socket opened (the hello deadline counts from here).
     """
 
-    def __init__(self, max_frame: int) -> None:
+    def __init__(
+        self,
+        max_frame: int,
+        *,
+        access: Access | None = None,
+        conversation_id: str = "",
+        bearer: str | None = None,
+        limits: Limits | None = None,
+        now: float = 0.0,
+    ) -> None:
         self.max_frame = max_frame
         self.hello: Hello | None = None
+        self.access = access
+        self.conversation_id = conversation_id
+        self.grant: Grant = ANONYMOUS
+        self._bearer = bearer
+        self.limits = limits or Limits()
+        self.hello_deadline = now + self.limits.hello_timeout
+        rate = self.limits.rate
+        self._bucket = TokenBucket(rate, self.limits.burst, now) if rate is not None else None
 
-    def receive(self, data: bytes | str) -> ClientMessage:
-        """Decode and check one frame.
+    def receive(self, data: bytes | str, now: float = 0.0) -> ClientMessage:
+        """Decode and check one frame that arrived at `now`.
 
         Raises:
-            ProtocolError: with code `too_big`, `malformed_json`, `unknown_type`,
-                `bad_message`, `no_hello`, `unexpected` (a second hello) or `bad_client`.
+            ProtocolError: with code `too_big`, `rate_limited`, `malformed_json`,
+                `unknown_type`, `bad_message`, `no_hello`, `unexpected` (a second hello) or
+                `bad_client`.
         """
-        if len(data) > self.max_frame:
-            raise ProtocolError("too_big", f"frame of {len(data)} bytes over {self.max_frame}")
+        limit = self.max_frame
+        if self.hello is None and self.limits.first_frame is not None:
+            limit = min(limit, self.limits.first_frame)
+        if len(data) > limit:
+            raise RemoteProtocolError("too_big", f"frame of {len(data)} bytes over {limit}")
+        if self._bucket is not None and not self._bucket.take(now):
+            raise RemoteProtocolError("rate_limited", "too many messages; slow down and reconnect")
         try:
             message = decode_client_message(data)
         except DecodeError as exc:
@@ -74,42 +157,98 @@ class HubSession:
         match message:
             case Hello(client, lineage, revision):
                 if self.hello is not None:
-                    raise ProtocolError("unexpected", "hello was already received")
+                    raise RemoteProtocolError("unexpected", "hello was already received")
                 if _CLIENT_ID.fullmatch(client) is None:
-                    raise ProtocolError("bad_client", "client id must be 1 to 128 printable chars")
+                    raise RemoteProtocolError(
+                        "bad_client", "client id must be 1 to 128 printable chars"
+                    )
                 _check_position(lineage, revision)
                 self.hello = message
             case PushBatch(seq, lineage, revision, records):
                 if self.hello is None:
-                    raise ProtocolError("no_hello", "push before hello")
+                    raise RemoteProtocolError("no_hello", "push before hello")
                 if seq < 1:
-                    raise ProtocolError("bad_message", "push seq starts at 1")
+                    raise RemoteProtocolError("bad_message", "push seq starts at 1")
                 if not records:
-                    raise ProtocolError("bad_message", "a push carries at least one record")
+                    raise RemoteProtocolError("bad_message", "a push carries at least one record")
                 _check_position(lineage, revision)
+            case Auth():
+                if self.hello is None:
+                    raise RemoteProtocolError("no_hello", "auth before hello")
+                if self.access is None:
+                    raise RemoteProtocolError("unexpected", "this hub does not check tokens")
             case DraftOp(op=op, part=part, offset=offset, epoch=epoch, role=role):
                 if self.hello is None:
-                    raise ProtocolError("no_hello", "draft before hello")
+                    raise RemoteProtocolError("no_hello", "draft before hello")
                 if offset < 0 or epoch < 0:
-                    raise ProtocolError("bad_message", "draft offset and epoch are not negative")
+                    raise RemoteProtocolError(
+                        "bad_message", "draft offset and epoch are not negative"
+                    )
                 if op == "append" and not valid_part(part):
-                    raise ProtocolError(
+                    raise RemoteProtocolError(
                         "bad_message", "a draft part is text, reasoning or call:<id>"
                     )
                 if op == "open" and role != "assistant":
-                    raise ProtocolError("bad_message", "a draft's role is assistant")
+                    raise RemoteProtocolError("bad_message", "a draft's role is assistant")
             case StatusUpdate(status, detail):
                 if self.hello is None:
-                    raise ProtocolError("no_hello", "status before hello")
+                    raise RemoteProtocolError("no_hello", "status before hello")
                 problem = status_problem(status, detail)
                 if problem is not None:
-                    raise ProtocolError("bad_message", problem)
+                    raise RemoteProtocolError("bad_message", problem)
         return message
+
+    # ------------------------------------------------------------------ access
+
+    def authorize(self, hello: Hello, now: float) -> Grant:
+        """The grant of this socket: `ANONYMOUS` without auth, else what the token of `hello`
+        (or of the handshake's bearer header) allows. The core then checks the conversation
+        and the `read` scope.
+
+        Raises:
+            AuthError: `unauthorized`, the token is missing or not valid.
+        """
+        if self.access is not None:
+            token = hello.token if hello.token is not None else self._bearer
+            self.grant = verify(token, self.access.keys, now=now, audience=self.access.audience)
+        return self.grant
+
+    def refresh(self, auth: Auth, now: float) -> Grant:
+        """Take the token of an `auth` message: valid, same principal, this conversation.
+
+        Raises:
+            AuthError: `unauthorized`; the socket is closed (the old grant stays meanwhile).
+        """
+        assert self.access is not None, "receive refuses auth without access"
+        self.grant = verify_refresh(
+            self.grant,
+            auth.token,
+            self.access.keys,
+            self.conversation_id,
+            now=now,
+            audience=self.access.audience,
+        )
+        return self.grant
+
+    def next_deadline(self) -> float:
+        """When the shell must call `expired` next (seconds since the epoch; `inf`: never):
+        the hello deadline until the hello, then the token's expiry plus its grace."""
+        if self.hello is None:
+            return self.hello_deadline
+        return self.grant.exp + self.limits.expiry_grace
+
+    def expired(self, now: float) -> ProtocolError | None:
+        """The error to close the socket with if its deadline has passed at `now`, else None."""
+        if now < self.next_deadline():
+            return None
+        if self.hello is None:
+            return RemoteProtocolError("no_hello", "no hello in time")
+        return RemoteProtocolError("unauthorized", "token expired")
 
 
 def _check_position(lineage: int, revision: int) -> None:
     if not Lineage.EMPTY <= lineage <= Lineage.DETACHED or revision < 0:
-        raise ProtocolError("bad_message", "lineage or revision out of range")
+        raise RemoteProtocolError("bad_message", "lineage or revision out of range")
 
 
 def _explain(data: bytes | str, exc: DecodeError) -> ProtocolError:
@@ -117,9 +256,9 @@ def _explain(data: bytes | str, exc: DecodeError) -> ProtocolError:
     try:
         raw = msgspec.json.decode(data)
     except (msgspec.DecodeError, RecursionError):  # deep nesting: found by fuzzing
-        return ProtocolError("malformed_json", exc.message)
+        return RemoteProtocolError("malformed_json", exc.message)
     kind = raw.get("type") if isinstance(raw, dict) else None
     if not isinstance(kind, str) or kind not in _KNOWN_TYPES:
         shown = kind if isinstance(kind, str) else type(kind).__name__
-        return ProtocolError("unknown_type", f"unknown message type {shown!r}")
-    return ProtocolError("bad_message", exc.message)
+        return RemoteProtocolError("unknown_type", f"unknown message type {shown!r}")
+    return RemoteProtocolError("bad_message", exc.message)

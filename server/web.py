@@ -9,14 +9,18 @@ tick and, every `SUMMARY_INTERVAL` seconds, sends the rows of those that changed
 coalesced to at most one per conversation per interval. A room object keeps its last state after
 it unloads, so a conversation touched and unloaded between two ticks is still reported.
 
-Access: `visible(request_token, conversation_id)` decides which rows a reader may see. Without
-auth it allows everything; the auth work replaces `Web.grant_for` (see docs/design.md).
+Access: `grant_for(token)` decides which rows a reader may see: without auth every one; with
+auth the conversations the token's grant allows (`read` needed), the token coming from the
+list request's `Authorization: Bearer` header or the summary socket's `hello.token`. A bad
+token is answered 401 (list) or `error unauthorized`, close 4001 (summary); one without `read`,
+403 or `forbidden` (4003). The viewer's static files need no token: they hold no data.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 import urllib.parse
 from collections.abc import Callable
 from http import HTTPStatus
@@ -29,6 +33,7 @@ from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
+from sync.errors import close_code_of
 from sync.ids import is_message_id, made_ms
 from sync.messages import (
     Assistant,
@@ -43,6 +48,7 @@ from sync.messages import (
     User,
 )
 
+from .auth import AuthError, bearer_token, verify
 from .session import CONVERSATION_PATH, is_conversation_id
 
 if TYPE_CHECKING:
@@ -164,10 +170,17 @@ class Web:
     def grant_for(self, token: str | None) -> Visible:
         """Which conversations a reader holding `token` may see. Without auth: every one.
 
-        The auth work replaces this with the token's grant (`Grant.allows`), raising
-        `AuthError` for a bad token; `respond` answers 401/403 and the summary socket closes.
+        Raises:
+            AuthError: `unauthorized` for a missing or bad token, `forbidden` for one
+                without `read`.
         """
-        return lambda _conversation_id: True
+        keys = self._hub.keys
+        if keys is None:
+            return lambda _conversation_id: True
+        grant = verify(token, keys, now=time.time(), audience=self._hub.config.audience)
+        if not grant.can_read:
+            raise AuthError("forbidden", "token lacks the read scope")
+        return grant.allows
 
     # ------------------------------------------------------------------ HTTP
 
@@ -180,7 +193,7 @@ class Web:
         if static is not None:
             return self._file(*static)
         if path == LIST_PATH:
-            return await self._list(query)
+            return await self._list(query, bearer_token(request.headers.get("Authorization")))
         return None
 
     def _file(self, name: str, content_type: str) -> Response:
@@ -190,7 +203,7 @@ class Web:
             return _response(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain; charset=utf-8")
         return _response(HTTPStatus.OK, body, content_type)
 
-    async def _list(self, query: str) -> Response:
+    async def _list(self, query: str, token: str | None = None) -> Response:
         params = urllib.parse.parse_qs(query, keep_blank_values=True)
         try:
             prefix, after, limit = _page_args(
@@ -199,7 +212,12 @@ class Web:
         except ValueError as error:
             body = json.dumps({"error": "bad_request", "detail": str(error)}).encode()
             return _response(HTTPStatus.BAD_REQUEST, body, "application/json")
-        visible = self.grant_for(None)
+        try:
+            visible = self.grant_for(token)
+        except AuthError as refused:
+            status = HTTPStatus.UNAUTHORIZED if refused.code == "unauthorized" else 403
+            body = json.dumps({"error": refused.code, "detail": refused.detail}).encode()
+            return _response(HTTPStatus(status), body, "application/json")
         rows, more = await self.rows(prefix, after, limit, visible)
         body = json.dumps({"conversations": rows, "more": more}, ensure_ascii=False).encode()
         return _response(HTTPStatus.OK, body, "application/json")
@@ -246,7 +264,11 @@ class Web:
             await _close_with(ws, "bad_message", f"summary: {error}")
             return
         token = hello.get("token")
-        visible = self.grant_for(token if isinstance(token, str) else None)
+        try:
+            visible = self.grant_for(token if isinstance(token, str) else None)
+        except AuthError as refused:
+            await _close_with(ws, refused.code, refused.detail)
+            return
         watcher = _Touched()
         self._watchers.add(watcher)  # before the snapshot: no change falls between the two
         try:
@@ -306,7 +328,7 @@ async def _drain(ws: ServerConnection, scope: anyio.CancelScope) -> None:
 async def _close_with(ws: ServerConnection, code: str, detail: str) -> None:
     try:
         await ws.send(json.dumps({"type": "error", "code": code, "detail": detail}))
-        await ws.close(1008, code)
+        await ws.close(close_code_of(code), code)
     except ConnectionClosed:
         pass
 

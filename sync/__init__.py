@@ -15,6 +15,7 @@ from .changes import (
     Push,
     Reset,
     Splice,
+    Via,
 )
 from .codec import decode, decode_message, decode_record, decode_state, encode
 from .conversation import Conversation, Spliced
@@ -103,6 +104,7 @@ __all__ = [
     "TurnRecord",
     "UsageError",
     "User",
+    "Via",
     "decode",
     "decode_message",
     "decode_record",

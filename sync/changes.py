@@ -17,6 +17,7 @@ __all__ = [
     "Push",
     "Reset",
     "Splice",
+    "Via",
 ]
 
 
@@ -71,9 +72,21 @@ class Reset(Change, frozen=True, tag="reset"):
 AnyChange = Push | Splice | HaltChange | AsideChange | Reset
 
 
+class Via(msgspec.Struct, frozen=True, gc=False):
+    """Who really sent a record, as the hub saw it: the token's principal and the client id."""
+
+    sub: str
+    client: str
+
+
 class ChangeRecord(msgspec.Struct, frozen=True, gc=False):
-    """A change with who made it and when (ms since the epoch; the hub stamps a null `at`)."""
+    """A change with who made it and when (ms since the epoch; the hub stamps a null `at`).
+
+    `via` is stamped by a hub running with auth (SPEC 6), whatever `by` claims. It is `UNSET`
+    otherwise and then left out of the JSON, so records of a hub without auth keep their bytes.
+    """
 
     change: AnyChange
     by: Author | None = None
     at: int | None = None
+    via: Via | msgspec.UnsetType = msgspec.UNSET

@@ -1,12 +1,12 @@
 """The wire protocol `convsync.v1`: one JSON message per websocket text frame.
 
-Replica -> hub: `Hello`, `PushBatch`, and for live drafts and presence (SPEC 7) `DraftOp`,
-`StatusUpdate`. Hub -> replica: `Welcome`, `Records`, `State`, `Entries`, `Ack`, `Reject`,
-`Error`, and `Drafts`, `DraftUpdate`, `DraftState`, `DraftEnd`, `PresenceSnapshot`,
-`PresenceDiff`. Each direction is one tagged union (tag field `"type"`) with its
-decoder built once. The hub sends records it already holds as JSON bytes, joined into frames
-without decoding them (`sync.frames`), so a record is encoded once however many replicas
-receive it.
+Replica -> hub: `Hello`, `PushBatch`, `Auth` (SPEC 6), and for live drafts and presence (SPEC 7)
+`DraftOp`, `StatusUpdate`. Hub -> replica: `Welcome`, `Records`, `State`, `Entries`, `Ack`,
+`Reject`, `Error`, `AuthOk` (SPEC 6), and `Drafts`, `DraftUpdate`, `DraftState`, `DraftEnd`,
+`PresenceSnapshot`, `PresenceDiff`. Each direction is one tagged union (tag field `"type"`)
+with its decoder built once. The hub sends records it already holds as JSON bytes, joined into
+frames without decoding them (`sync.frames`), so a record is encoded once however many
+replicas receive it.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from .errors import DecodeError
 __all__ = [
     "SUBPROTOCOL",
     "Ack",
+    "Auth",
+    "AuthOk",
     "ClientMessage",
     "DraftEnd",
     "DraftEndStatus",
@@ -52,7 +54,7 @@ __all__ = [
 
 SUBPROTOCOL = "convsync.v1"
 
-RejectReason = Literal["behind", "lineage", "invalid"]
+RejectReason = Literal["behind", "lineage", "invalid", "forbidden"]
 
 
 # ---------------------------------------------------------------- replica -> hub
@@ -79,6 +81,21 @@ class PushBatch(msgspec.Struct, frozen=True, tag_field="type", tag="push"):
     lineage: int
     revision: int
     records: list[ChangeRecord]
+
+
+# ---------------------------------------------------------------- access control (SPEC 6)
+
+
+class Auth(msgspec.Struct, frozen=True, tag_field="type", tag="auth"):
+    """A fresh token for this connection (same principal); its scopes apply at once."""
+
+    token: str
+
+
+class AuthOk(msgspec.Struct, frozen=True, tag_field="type", tag="auth_ok"):
+    """The token of an `Auth` was taken; it expires in `expires_in` seconds."""
+
+    expires_in: float
 
 
 # ---------------------------------------------------------------- hub -> replica
@@ -269,7 +286,7 @@ class PresenceDiff(
     changed: list[PresenceEntry] = []
 
 
-ClientMessage = Hello | PushBatch | DraftOp | StatusUpdate
+ClientMessage = Hello | PushBatch | Auth | DraftOp | StatusUpdate
 
 HubMessage = (
     Welcome
@@ -279,6 +296,7 @@ HubMessage = (
     | Ack
     | Reject
     | Error
+    | AuthOk
     | Drafts
     | DraftUpdate
     | DraftState

@@ -522,3 +522,90 @@ def test_demo_mirrors_the_worker_and_checks_the_hub(tmp_path: Path) -> None:
     assert any(line.startswith("ui   | … assistant is typing: It") for line in ui)
     assert "ui   | draft ended: stopped" in lines
     assert any(line.startswith("agent| stopped by the ui after") for line in lines)
+
+
+def test_token_protected_serve_with_send_tail_export_and_import(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """`serve --auth-secret-file`: `send`/`export`/`import`/`tail` work with a token from
+    `convsync token` and are refused with one line without one or with a read-only one."""
+    secret = tmp_path / "hub.secret"
+    secret.write_text("a-secret-of-at-least-thirty-two-bytes\n")
+    code, writer, err = run(
+        capsys, "token", "--secret-file", str(secret), "--sub", "w", "--scope", "write"
+    )
+    assert code == 0, err
+    writer = writer.strip()
+    code, reader, _ = run(
+        capsys, "token", "--secret-file", str(secret), "--sub", "r", "--conv", "auth-*"
+    )
+    reader = reader.strip()
+    proc = Running("serve", "--db", ":memory:", "--port", "0", "--auth-secret-file", str(secret))
+    try:
+        url = proc.url()
+        code, out, err = run(capsys, "send", "auth-1", "hi", "--url", url, "--token", writer)
+        assert (code, out.strip()) == (0, "1"), err
+        code, _, err = run(capsys, "send", "auth-1", "no", "--url", url)
+        assert code == 1
+        assert "the hub refused: unauthorized" in err
+        code, _, err = run(capsys, "send", "auth-1", "no", "--url", url, "--token", reader)
+        assert code == 1 and "forbidden" in err
+        code, out, err = run(capsys, "tail", "auth-1", "--once", "--url", url, "--token", reader)
+        assert code == 0 and "hi" in out, err
+        code, _, err = run(capsys, "export", "auth-1", "--url", url)
+        assert code == 1 and "401" in err
+        target = tmp_path / "auth.json"
+        code, _, err = run(
+            capsys, "export", "auth-1", "--url", url, "--token", reader, "-o", str(target)
+        )
+        assert code == 0, err
+        code, _, err = run(capsys, "import", str(target), "auth-2", "--url", url, "--token", writer)
+        assert code == 0, err
+        code, out, err = run(capsys, "tail", "auth-2", "--once", "--url", url, "--token", reader)
+        assert code == 0 and "hi" in out, err
+    finally:
+        proc.stop()
+
+
+def test_serve_refuses_a_public_bind_without_a_key_and_token_needs_a_secret(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`serve --host 0.0.0.0` without a key exits 2 naming `--insecure`; `token` without a
+    secret exits 2."""
+    monkeypatch.delenv("CONVSYNC_AUTH_SECRET", raising=False)
+    code, _, err = run(capsys, "serve", "--host", "0.0.0.0", "--port", "0", "--db", ":memory:")
+    assert code == 2 and "--insecure" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run(capsys, "token", "--sub", "x")
+    assert code == 2 and "CONVSYNC_AUTH_SECRET" in err
+
+
+def test_cli_over_wss_with_a_private_ca(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """`serve --tls-cert/--tls-key` serves wss://; `send`, `export` and `tail` reach it with
+    `--ca-file`, and without it fail with one line."""
+    from test_access import _self_signed
+
+    cert, key = _self_signed(tmp_path)
+    secret = tmp_path / "hub.secret"
+    secret.write_text("a-secret-of-at-least-thirty-two-bytes\n")
+    _, minted, _ = run(
+        capsys, "token", "--secret-file", str(secret), "--sub", "w", "--scope", "write"
+    )
+    token = minted.strip()
+    proc = Running(
+        "serve", "--db", ":memory:", "--port", "0", "--auth-secret-file", str(secret),
+        "--tls-cert", cert, "--tls-key", key,
+    )  # fmt: skip
+    try:
+        url = proc.url()
+        assert url.startswith("wss://127.0.0.1:")
+        tls = ["--url", url, "--token", token, "--ca-file", cert]
+        code, out, err = run(capsys, "send", "tls-1", "over tls", *tls)
+        assert (code, out.strip()) == (0, "1"), err
+        code, out, err = run(capsys, "export", "tls-1", *tls)
+        assert code == 0 and "over tls" in out, err
+        code, out, err = run(capsys, "tail", "tls-1", "--once", *tls)
+        assert code == 0 and "over tls" in out, err
+        code, _, err = run(capsys, "send", "tls-1", "no", "--url", url, "--token", token)
+        assert code == 1 and len(err.strip().splitlines()) == 1
+    finally:
+        proc.stop()

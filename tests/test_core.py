@@ -19,7 +19,7 @@ from server.core import (
     Send,
 )
 from server.store import ClientMark, Loaded, LogMoved, SeqTaken, StoreError
-from sync import ChangeRecord, Conversation, Lineage, Message, Push, encode
+from sync import ChangeRecord, Conversation, Lineage, Message, Push, Splice, encode
 from sync.entries import Entry
 from sync.protocol import (
     Ack,
@@ -272,3 +272,29 @@ def test_a_stale_push_is_placed_for_a_replica_that_understands_it() -> None:
     [reject] = frames_to(refused, "a")
     assert isinstance(reject, Reject) and reject.reason == "behind"
     assert len(room.conversation) == 2
+
+
+def test_a_stale_push_that_would_land_changed_is_not_placed() -> None:
+    """Placement is for records that replay unchanged: a splice the log moved (it would land
+    at another index) is rejected `behind`, so an acknowledged batch is always exactly what
+    its replica sent (a lost ack, a resend or a welcome name the very records in the log)."""
+    room = core()
+    room.join("a", Hello("a", room.lineage, 0, features=["hub_rebase"]), NOW)
+    room.join("b", Hello("b", room.lineage, 0), NOW)
+    land(room, "b", 1, "first")
+    held = room.conversation.id(0)
+    assert held is not None
+    land(room, "b", 2, "second")
+    # Made on revision 1: replace "first" (index 0) — still at index 0: lands unchanged.
+    edit = ChangeRecord(Splice(0, 1, [held], [Entry(Message.user("FIRST"), id=held)]))
+    same_place = room.push("a", PushBatch(1, room.lineage, 1, [edit]), NOW)
+    assert isinstance(same_place[-1], AppendRecords)
+    room.resume(3)
+    # Made on revision 1: a splice of the entry now at index 1 would land re-targeted.
+    second = room.conversation.id(1)
+    assert second is not None
+    moved = ChangeRecord(Splice(2, 3, [second], [Entry(Message.user("SECOND"), id=second)]))
+    actions = room.push("a", PushBatch(2, room.lineage, 2, [moved]), NOW)
+    [reject] = frames_to(actions, "a")
+    assert isinstance(reject, Reject) and reject.reason == "behind"
+    assert room.revision == 3

@@ -51,3 +51,23 @@ def test_readme_draft_example_stops_the_model_call(tmp_path: Path) -> None:
     assert "drafting" in result.stdout or "thinking" in result.stdout
     stopped_at = int(result.stdout.split("stopped after ")[1].split()[0])
     assert stopped_at < 100  # the model call was cancelled about a round trip after the halt
+
+
+def test_readme_running_it_for_real_example_runs(tmp_path: Path) -> None:
+    """The token-protected example in "Running it for real" runs: the read-only UI's edit is
+    refused as `forbidden` and a conversation outside its token is refused at once."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Running it for real") :]
+    start = section.index("```python\n") + len("```python\n")
+    code = section[start : section.index("```", start)]
+    assert "token=" in code and "mint_token" in code
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        text=True,
+        timeout=bound(60),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["ui edit: forbidden", "billing-1: forbidden"]

@@ -1679,10 +1679,11 @@ export class ReplicaSession {
     // What the batch (and what was made on top of it) was made on: `confirmed` before the
     // records that overtook it, copied only when needed.
     const pending = batch.records.concat(this.local.unsaved());
-    const invalid = reject.reason === 'invalid';
-    const base = needsBase(pending) || invalid ? confirmed.copy() : null;
+    // `forbidden` (a token without `write`) is final like `invalid`: resending cannot help.
+    const final = reject.reason === 'invalid' || reject.reason === 'forbidden';
+    const base = needsBase(pending) || final ? confirmed.copy() : null;
     const events = this.#foldHeld();
-    if (!invalid) {
+    if (!final) {
       // The hub could not place it: the records it missed came first (held, or on their way);
       // replay the batch and what followed it on the log.
       this.local.returnUnsaved(batch.records);
@@ -1690,7 +1691,7 @@ export class ReplicaSession {
       return [...events, ...this.#rebaseLocal(base)];
     }
     for (const record of batch.records) {
-      events.push(conflict(record, 'invalid', String(reject.detail ?? '')));
+      events.push(conflict(record, reject.reason, String(reject.detail ?? '')));
     }
     return [
       ...events,

@@ -1,0 +1,216 @@
+"""The access rules in the pure core and session, without sockets or event loop."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import msgspec
+import pytest
+from test_core import NOW, frames_to, record
+
+from server.auth import ANONYMOUS, AuthError, Grant, Key, KeyRing, mint_token
+from server.core import AppendRecords, Close, CoreConfig, RoomCore
+from server.session import Access, HubSession, Limits
+from sync.errors import ProtocolError
+from sync.protocol import (
+    Auth,
+    AuthOk,
+    DraftEnd,
+    DraftOp,
+    Hello,
+    PushBatch,
+    Reject,
+    StatusUpdate,
+    Welcome,
+)
+
+SECRET = b"rules-secret-0123456789abcdefghijklmn"
+T = NOW / 1000  # the same moment in seconds
+
+
+def grant(sub: str = "alice", scopes: str = "read write", convs: tuple[str, ...] = ("*",)) -> Grant:
+    return Grant(sub, frozenset(scopes.split()), convs, exp=T + 600)  # type: ignore[arg-type]
+
+
+def auth_core() -> RoomCore[str]:
+    room: RoomCore[str] = RoomCore("c", CoreConfig(max_frame=1 << 20, auth=True))
+    room.load(None)
+    return room
+
+
+def join(room: RoomCore[str], conn: str, client: str, held: Grant) -> list[Any]:
+    return room.join(conn, Hello(client, room.lineage, room.revision), NOW, held)
+
+
+def test_join_needs_read_on_the_conversation() -> None:
+    """A grant without the conversation or without `read` is closed `forbidden`; nothing joins."""
+    room = auth_core()
+    for held in (grant(convs=("other",)), grant(scopes="presence")):
+        actions = join(room, "x", "x", held)
+        assert [type(a) for a in actions] == [Close]
+        assert actions[0].code == "forbidden"
+    assert room.subscribers == {} and room.grants == {}
+
+
+def test_welcome_lists_scopes_and_expires_in() -> None:
+    """With auth, `welcome` carries the granted scopes and the seconds left."""
+    room = auth_core()
+    [welcome] = frames_to(join(room, "a", "w", grant(scopes="read")), "a")
+    assert isinstance(welcome, Welcome)
+    assert (welcome.scopes, welcome.expires_in) == (["read"], 600)
+    assert "auth" in welcome.features
+
+
+def test_push_without_write_is_rejected_forbidden_before_anything() -> None:
+    """A read-only grant's push is `reject forbidden` with no store call and nothing folded;
+    after `regrant` to `write` the same push lands."""
+    room = auth_core()
+    join(room, "a", "w", grant(scopes="read"))
+    batch = PushBatch(1, room.lineage, 0, [record("no")])
+    actions = room.push("a", batch, NOW)
+    [reject] = frames_to(actions, "a")
+    assert isinstance(reject, Reject) and reject.reason == "forbidden"
+    assert not room.waiting and len(room.conversation) == 0
+    [ok] = frames_to(room.regrant("a", grant(), T), "a")
+    assert ok == AuthOk(600)
+    assert isinstance(room.push("a", batch, NOW)[-1], AppendRecords)
+
+
+def test_push_after_exp_is_forbidden() -> None:
+    """In the grace after `exp` a socket may still refresh, but not push."""
+    room = auth_core()
+    join(room, "a", "w", grant())
+    late = int((T + 601) * 1000)
+    [reject] = frames_to(room.push("a", PushBatch(1, room.lineage, 0, [record("x")]), late), "a")
+    assert isinstance(reject, Reject) and reject.detail == "token expired"
+
+
+def test_marks_are_keyed_by_sub_and_client_and_records_stamped_via() -> None:
+    """With auth the store key is `sub/client` (a `/` in sub escaped) and `via` is stamped."""
+    room = auth_core()
+    join(room, "a", "w", grant("team/a"))
+    call = room.push("a", PushBatch(1, room.lineage, 0, [record("x")]), NOW)[-1]
+    assert isinstance(call, AppendRecords)
+    assert call.client == "team%2Fa/w"
+    assert msgspec.json.decode(call.records[0])["via"] == {"sub": "team/a", "client": "w"}
+
+
+def test_without_auth_marks_and_records_are_as_before() -> None:
+    """Without auth: the plain client id, no `via` key, and no replacing."""
+    room: RoomCore[str] = RoomCore("c", CoreConfig(max_frame=1 << 20))
+    room.load(None)
+    room.join("a", Hello("w", room.lineage, 0))
+    assert frames_to(room.join("b", Hello("w", room.lineage, 0)), "a") == []
+    call = room.push("a", PushBatch(1, room.lineage, 0, [record("x")]), NOW)[-1]
+    assert isinstance(call, AppendRecords) and call.client == "w"
+    assert "via" not in msgspec.json.decode(call.records[0])
+
+
+def test_same_identity_replaces_and_another_sub_does_not() -> None:
+    """A second socket of (sub, client) closes the first `replaced`; another sub with the same
+    client id lives beside them."""
+    room = auth_core()
+    join(room, "a1", "w", grant("alice"))
+    assert not any(isinstance(a, Close) for a in join(room, "b1", "w", grant("bob")))
+    actions = join(room, "a2", "w", grant("alice"))
+    closes = [a for a in actions if isinstance(a, Close)]
+    assert [(c.to, c.code) for c in closes] == [("a1", "replaced")]
+    assert set(room.subscribers) == {"b1", "a2"}
+
+
+# ---------------------------------------------------------------------- the session
+
+HELLO = b'{"type":"hello","client":"w","lineage":0,"revision":0}'
+
+
+def session(**limits: Any) -> HubSession:
+    access = Access(KeyRing.of(Key.secret(SECRET)))
+    return HubSession(1 << 20, access=access, conversation_id="c", limits=Limits(**limits), now=T)
+
+
+def test_session_deadlines_hello_then_expiry() -> None:
+    """Before hello the deadline is the hello timeout; after, the token's exp plus the grace."""
+    s = session(hello_timeout=5, expiry_grace=30)
+    assert s.next_deadline() == T + 5
+    assert s.expired(T + 4.9) is None
+    late = s.expired(T + 5)
+    assert late is not None and late.reason == "no_hello"
+    hello = s.receive(HELLO.replace(b"}", b',"token":"%s"}' % _token(60).encode()), T)
+    assert isinstance(hello, Hello)
+    held = s.authorize(hello, T)
+    assert s.next_deadline() == held.exp + 30
+    gone = s.expired(held.exp + 30)
+    assert gone is not None and gone.reason == "unauthorized"
+
+
+def _token(ttl: float, sub: str = "alice") -> str:
+    return mint_token(SECRET, sub, ["write"], ["*"], ttl, now=T)
+
+
+def test_session_refresh_same_sub_only() -> None:
+    """`refresh` takes a token of the same sub and refuses another sub as `unauthorized`."""
+    s = session()
+    hello = s.receive(HELLO, T)
+    assert isinstance(hello, Hello)
+    with pytest.raises(AuthError) as missing:
+        s.authorize(hello, T)  # no token anywhere
+    assert missing.value.code == "unauthorized"
+    s = HubSession(
+        1 << 20, access=Access(KeyRing.of(Key.secret(SECRET))), conversation_id="c",
+        bearer=_token(60), now=T,
+    )  # fmt: skip
+    s.authorize(s.receive(HELLO, T), T)  # type: ignore[arg-type]
+    assert s.refresh(Auth(_token(120)), T).exp == math.ceil(T + 120)
+    with pytest.raises(AuthError):
+        s.refresh(Auth(_token(120, sub="mallory")), T)
+
+
+def test_session_first_frame_and_rate_limit() -> None:
+    """The first frame is held to its own limit; the token bucket cuts a burst."""
+    s = session(first_frame=1024, rate=1, burst=3)
+    with pytest.raises(ProtocolError) as big:
+        s.receive(b" " * 2000, T)
+    assert big.value.reason == "too_big"
+    s = session(rate=1, burst=3)
+    s.receive(HELLO, T)
+    s.receive(b'{"type":"auth","token":"x"}', T)
+    s.receive(b'{"type":"auth","token":"x"}', T)
+    with pytest.raises(ProtocolError) as limited:
+        s.receive(b'{"type":"auth","token":"x"}', T)
+    assert limited.value.reason == "rate_limited"
+    assert isinstance(s.receive(b'{"type":"auth","token":"x"}', T + 1), Auth)  # refilled
+
+
+def test_session_without_access_is_anonymous_and_refuses_auth() -> None:
+    """Without keys every socket is `ANONYMOUS` and an `auth` message is `unexpected`."""
+    s = HubSession(1 << 20)
+    hello = s.receive(HELLO)
+    assert isinstance(hello, Hello) and s.authorize(hello, T) is ANONYMOUS
+    assert s.next_deadline() == math.inf
+    with pytest.raises(ProtocolError) as unexpected:
+        s.receive(b'{"type":"auth","token":"x"}')
+    assert unexpected.value.reason == "unexpected"
+
+
+# ---------------------------------------------------------------------- drafts and presence
+
+
+def test_drafts_need_write_and_presence_shows_the_token() -> None:
+    """A read-only grant's draft `open` is refused; presence lists the token's `sub`, kind and
+    name (not what the hello claims); a status needs `presence` or `write`."""
+    room = auth_core()
+    reader = Grant("alice", frozenset({"read"}), ("*",), kind="ui", name="Alice", exp=T + 600)
+    hello = Hello("ui", room.lineage, 0, features=["drafts", "presence"], kind="agent")
+    room.join("r", hello, NOW, reader)
+    op = DraftOp("msg_0190a5b2c3d47e0f8a1b2c3d4e5f6071", "open")
+    [end] = frames_to(room.draft("r", op, NOW), "r")
+    assert isinstance(end, DraftEnd) and end.status == "refused"
+    assert not room.drafts.drafts
+    [entry] = room.presence.entries.values()
+    assert (entry.principal, entry.client, entry.kind, entry.name) == ("alice", "ui", "ui", "Alice")
+    room.status("r", StatusUpdate("looking", None), NOW)
+    assert entry.status is None  # `read` alone may not publish a status
+    room.regrant("r", grant("alice", scopes="read presence"), T)
+    room.status("r", StatusUpdate("looking", None), NOW)
+    assert entry.status == "looking"
