@@ -28,10 +28,10 @@ services: $(STAMP)
 browser:
 	scripts/ensure-chromium
 
-# CONVSYNC_REQUIRE_PG=1 / CONVSYNC_REQUIRE_BROWSER=1: the PostgreSQL and browser tests fail rather
-# than skip when no server or no Chromium can be had.
+# CONVSYNC_REQUIRE_PG=1 / CONVSYNC_REQUIRE_REDIS=1 / CONVSYNC_REQUIRE_BROWSER=1: the PostgreSQL,
+# Redis and browser tests fail rather than skip when no server or no Chromium can be had.
 unit: $(STAMP) services js browser
-	CONVSYNC_REQUIRE_PG=1 CONVSYNC_REQUIRE_BROWSER=1 $(PY) -m pytest -q
+	CONVSYNC_REQUIRE_PG=1 CONVSYNC_REQUIRE_REDIS=1 CONVSYNC_REQUIRE_BROWSER=1 $(PY) -m pytest -q
 
 # The JavaScript replica (client/web/convsync.js) against the shared vectors; node >= 20.
 .PHONY: js

@@ -227,6 +227,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--compression", choices=["deflate"], default=None, help="offer permessage-deflate"
     )
+    serve.add_argument(
+        "--bus",
+        default=None,
+        help="with a postgresql:// store: relay drafts and presence between hubs over Redis "
+        "at this redis:// URL (env CONVSYNC_BUS; default: NOTIFY on the database)",
+    )
     keys = serve.add_mutually_exclusive_group()
     keys.add_argument(
         "--auth-secret-file",
@@ -484,6 +490,7 @@ async def cmd_serve(args: argparse.Namespace) -> int:
         max_frame=args.max_frame,
         strict_pairing=False if args.no_strict_pairing else None,
         compression=args.compression,
+        bus=args.bus,
         audience=args.audience,
         allow_origin=tuple(args.allow_origin) if args.allow_origin else None,
         public_url=args.public_url,

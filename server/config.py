@@ -38,6 +38,15 @@ class HubConfig:
         draft_grace: seconds a draft waits for its producer to reconnect.
         draft_max_bytes: UTF-8 bytes one draft may hold (at most half of `max_frame` is used,
             so a draft's text always fits one `drafts` frame).
+        bus: where hubs sharing a store (PostgreSQL) relay drafts and presence to each other
+            (SPEC 9): a `redis://` or `rediss://` URL for Redis pub/sub (needs the `redis`
+            extra), or None for `NOTIFY` on the store's own database. Unused on a store only
+            this hub writes.
+        heartbeat_interval: seconds between two heartbeats of this hub on the bus's store.
+        heartbeat_ttl: seconds within which, once a hub died, the other hubs end its drafts
+            (`timeout`) and drop its presence (its heartbeat lives `heartbeat_ttl -
+            heartbeat_interval`, and they look once an interval); at least twice
+            `heartbeat_interval`.
         hello_timeout: seconds a new socket has to send its `hello`; then `error no_hello`.
         max_hello_frame: the largest first frame (the hello), in bytes; then `error too_big`.
         max_waiting_per_address: sockets one remote address may hold open before their
@@ -76,6 +85,9 @@ class HubConfig:
     draft_timeout: float = 30.0
     draft_grace: float = 10.0
     draft_max_bytes: int = 512 * 1024
+    bus: str | None = None
+    heartbeat_interval: float = 1.0
+    heartbeat_ttl: float = 5.0
     hello_timeout: float = 5.0
     max_hello_frame: int = 64 * 1024
     max_waiting_per_address: int = 64
@@ -103,6 +115,12 @@ class HubConfig:
             raise UsageError("bad_setting", "draft times are not negative")
         if self.draft_max_bytes < 1:
             raise UsageError("bad_setting", "draft_max_bytes must be positive")
+        if not 0 < 2 * self.heartbeat_interval <= self.heartbeat_ttl:
+            raise UsageError(
+                "bad_setting", "heartbeat_ttl must be at least twice heartbeat_interval (> 0)"
+            )
+        if self.bus is not None and not self.bus.startswith(("redis://", "rediss://")):
+            raise UsageError("bad_setting", "bus is a redis:// or rediss:// URL")
         if self.compression not in (None, "deflate"):
             raise UsageError("bad_setting", "compression is None or 'deflate'")
         if not self.hello_timeout > 0 or self.max_hello_frame < 1024:
@@ -138,7 +156,7 @@ def _parse(name: str, raw: str, default: Any) -> Any:
             if raw.lower() not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
                 raise ValueError(raw)
             return raw.lower() in ("1", "true", "yes", "on")
-        if raw.lower() in ("", "none", "off") and name in ("compression", "ping_interval"):
+        if raw.lower() in ("", "none", "off") and name in ("compression", "ping_interval", "bus"):
             return None
         if isinstance(default, int):
             return int(raw)

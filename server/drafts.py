@@ -38,6 +38,7 @@ from sync.protocol import (
 )
 
 from .metrics import Metrics
+from .mirror import BusDraft, BusEnd, BusGrow, BusOp
 
 __all__ = ["Delta", "DraftBoard", "DraftConfig", "Frame", "Out", "Owner", "valid_part"]
 
@@ -66,6 +67,8 @@ class DraftConfig:
     grace: int = 10_000
     max_bytes: int = 512 * 1024
     max_per_owner: int = 8
+    relay: bool = False
+    """Keep what changed for other hubs (`take_relay`, SPEC 9): a bus is running."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +107,7 @@ class _Draft(Generic[C]):
         "epoch",
         "gone",
         "heard",
+        "hub",
         "id",
         "lengths",
         "names",
@@ -128,6 +132,18 @@ class _Draft(Generic[C]):
         self.conn: C | None = conn  # the producing socket; None once it closed
         self.heard = now
         self.gone: int | None = None
+        self.hub: str | None = None  # the hub whose socket produces it; None: this one
+
+    @classmethod
+    def foreign(cls, hub: str, meta: BusDraft, now: int) -> _Draft[C]:
+        op = DraftOp(meta.id, "open", meta.role, meta.after, meta.author)
+        draft: _Draft[C] = cls(op, (meta.principal, meta.client), None, meta.since)  # type: ignore[arg-type]
+        draft.conn, draft.hub, draft.heard = None, hub, now
+        return draft
+
+    def meta(self) -> BusDraft:
+        principal, client = self.owner
+        return BusDraft(self.id, self.role, principal, client, self.since, self.author, self.after)
 
     def text(self, part: str) -> str:
         chunks = self.parts.get(part)
@@ -174,6 +190,11 @@ class DraftBoard(Generic[C]):
         self.max_frame = max_frame
         self.drafts: dict[str, _Draft[C]] = {}
         self._subs: dict[C, _Subscriber] = {}
+        # For other hubs (config.relay): drafts opened, parts grown (from which offset) and
+        # drafts ended since the last `take_relay`.
+        self._opened: set[str] = set()
+        self._grown: dict[tuple[str, str], int] = {}
+        self._ended: dict[str, BusEnd] = {}
 
     # ------------------------------------------------------------------ reads
 
@@ -198,6 +219,8 @@ class DraftBoard(Generic[C]):
         interval = self.config.interval
         times = [sub.last_flush + interval for sub in self._subs.values() if sub.pending]
         for draft in self.drafts.values():
+            if draft.hub is not None:
+                continue  # its own hub times it out; heartbeats end it when that hub dies
             times.append(draft.heard + self.config.timeout)
             if draft.gone is not None:
                 times.append(draft.gone + self.config.grace)
@@ -242,6 +265,8 @@ class DraftBoard(Generic[C]):
             return self._answer(conn, op.id, "unknown", "no open draft with this id")
         if draft.owner != owner:
             return self._answer(conn, op.id, "refused", "the draft belongs to another client")
+        if draft.hub is not None:  # held by another hub: `open` here first takes it over
+            return self._answer(conn, op.id, "unknown", "the draft is held by another hub")
         draft.heard = now
         if draft.conn is None:  # the producer is back on a new socket
             draft.conn, draft.gone = conn, None
@@ -260,6 +285,11 @@ class DraftBoard(Generic[C]):
             if op.epoch < draft.epoch and draft.conn is not None and draft.conn != conn:
                 return self._answer(conn, op.id, "refused", "a newer epoch holds the draft")
             draft.epoch = max(draft.epoch, op.epoch)
+            if draft.hub is not None:
+                # The producer came here from another hub: this hub holds the draft from now
+                # on, and tells the others (they mirror it from this hub instead).
+                draft.hub = None
+                self._relay_opened(draft.id)
             draft.conn, draft.gone, draft.heard = conn, None, now
             return [Frame([conn], encode_message(DraftState(op.id, dict(draft.lengths))))]
         if not is_message_id(op.id):
@@ -271,6 +301,7 @@ class DraftBoard(Generic[C]):
         draft = _Draft(op, owner, conn, now)
         self.drafts[op.id] = draft
         self.metrics.drafts_open += 1
+        self._relay_opened(op.id)
         out: list[Out[C]] = []
         if self._subs:
             update = DraftUpdate(op.id, "open", info=draft.info())
@@ -295,6 +326,8 @@ class DraftBoard(Generic[C]):
         draft.parts.setdefault(part, []).append(new)
         draft.lengths[part] = length + len(new)
         draft.bytes += size
+        if self.config.relay:
+            self._grown.setdefault((draft.id, part), length)
         return self._relay(draft.id, part, length, new, name, now)
 
     def _relay(
@@ -339,6 +372,9 @@ class DraftBoard(Generic[C]):
         if draft is None:
             return []
         self.metrics.drafts_open -= 1
+        if self.config.relay and draft.hub is None:
+            self._opened.discard(draft_id)
+            self._ended[draft_id] = BusEnd(draft_id, status, detail)
         for sub in self._subs.values():
             if sub.pending:
                 for part in draft.parts:
@@ -397,8 +433,104 @@ class DraftBoard(Generic[C]):
                 out.append(self._delta(to, key, pending.offset, text, pending.name))
         config = self.config
         for draft in list(self.drafts.values()):
+            if draft.hub is not None:
+                continue
             if draft.heard + config.timeout <= now:
                 out += self.end(draft.id, "timeout", "the producer went silent")
             elif draft.gone is not None and draft.gone + config.grace <= now:
                 out += self.end(draft.id, "timeout", "the producer disconnected")
         return out
+
+    # ------------------------------------------------------------------ other hubs (SPEC 9)
+
+    def _relay_opened(self, draft_id: str) -> None:
+        if self.config.relay:
+            self._opened.add(draft_id)
+            self._ended.pop(draft_id, None)
+
+    @property
+    def relay_pending(self) -> bool:
+        """Whether `take_relay` has something for other hubs."""
+        return bool(self._opened or self._grown or self._ended)
+
+    def take_relay(self) -> list[BusOp]:
+        """What changed in this hub's own drafts since the last call, for other hubs: new
+        drafts whole (meta, then each part from 0), the text each part gained, the ends."""
+        ops: list[BusOp] = []
+        for draft_id in self._opened:
+            ops += self.snapshot_ops(draft_id)
+        for (draft_id, part), offset in self._grown.items():
+            draft = self.drafts.get(draft_id)
+            if draft is None or draft_id in self._opened or draft.hub is not None:
+                continue
+            name = draft.names.get(part) if offset == 0 else None
+            ops.append(BusGrow(draft_id, part, offset, draft.text(part)[offset:], name))
+        ops += self._ended.values()
+        self._opened, self._grown, self._ended = set(), {}, {}
+        return ops
+
+    def snapshot_ops(self, draft_id: str) -> list[BusOp]:
+        """Draft `draft_id` whole for another hub, when this hub produces it (else [])."""
+        draft = self.drafts.get(draft_id)
+        if draft is None or draft.hub is not None:
+            return []
+        ops: list[BusOp] = [draft.meta()]
+        for part in draft.parts:
+            ops.append(BusGrow(draft_id, part, 0, draft.text(part), draft.names.get(part)))
+        return ops
+
+    def own_ids(self) -> list[str]:
+        """The drafts this hub produces."""
+        return [draft.id for draft in self.drafts.values() if draft.hub is None]
+
+    def foreign_open(self, hub: str, meta: BusDraft, now: int) -> list[Out[C]]:
+        """Another hub holds draft `meta.id`: show it here (its parts follow)."""
+        draft = self.drafts.get(meta.id)
+        if draft is not None:
+            if (
+                draft.hub is None
+                and draft.conn is None
+                and draft.owner
+                == (
+                    meta.principal,
+                    meta.client,
+                )
+            ):
+                draft.hub, draft.gone = hub, None  # its producer moved to that hub
+            elif draft.hub is not None:
+                draft.hub = hub
+            return []
+        draft = _Draft.foreign(hub, meta, now)
+        self.drafts[meta.id] = draft
+        self.metrics.drafts_open += 1
+        if not self._subs:
+            return []
+        update = DraftUpdate(meta.id, "open", info=draft.info())
+        return [Frame(list(self._subs), encode_message(update))]
+
+    def foreign_grow(self, grow: BusGrow, now: int) -> list[Out[C]]:
+        """A draft another hub holds grew (`grow.offset` is where the mirror had it)."""
+        draft = self.drafts.get(grow.id)
+        if draft is None or draft.hub is None:
+            return []
+        length = draft.lengths.get(grow.part, 0)
+        if grow.offset > length:
+            return []  # cannot happen while the board follows its mirror
+        new = grow.text[length - grow.offset :]
+        if not new:
+            return []
+        name = None
+        if grow.part not in draft.lengths and grow.name is not None:
+            name = draft.names[grow.part] = grow.name
+        draft.parts.setdefault(grow.part, []).append(new)
+        draft.lengths[grow.part] = length + len(new)
+        draft.bytes += len(new.encode())
+        draft.heard = now
+        return self._relay(draft.id, grow.part, length, new, name, now)
+
+    def foreign_end(self, end: BusEnd) -> list[Out[C]]:
+        """A draft another hub held ended (or that hub stopped heartbeating)."""
+        draft = self.drafts.get(end.id)
+        if draft is None or draft.hub is None:
+            return []
+        return self.end(end.id, end.status, end.detail)

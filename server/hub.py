@@ -47,6 +47,7 @@ from sync.ids import now_ms
 from sync.protocol import SUBPROTOCOL, Auth, DraftOp, Hello, PushBatch, StatusUpdate
 
 from .auth import AuthError, KeyRing, bearer_token, verify
+from .bus import Relay, open_bus
 from .config import HubConfig
 from .limits import Caps, host_allowed, is_loopback_bind, origin_allowed, own_origins
 from .metrics import Metrics
@@ -131,6 +132,7 @@ class Hub:
         self._following: dict[Room, bool] = {}  # room -> check again once this one ends
         self._deadline_moved = asyncio.Event()  # a room's next deadline may be sooner
         self._web = Web(self)
+        self._relay: Relay | None = None  # the bus to other hubs, on a shared store
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -202,6 +204,8 @@ class Hub:
             if is_shared(self._store):
                 group.start_soon(self._watch_store)
                 group.start_soon(self._check_heads)
+                self._relay = Relay(open_bus(self.config, self._store), self.config, self._rooms)
+                await group.start(self._relay.run)  # drafts and presence of other hubs
             group.start_soon(self._tick_rooms)
             ready.set()
             await self._stop.wait()
@@ -254,6 +258,8 @@ class Hub:
                         auth=self.auth,
                     )
                     await room.load()
+                    if self._relay is not None:
+                        self._relay.attach(room)  # other hubs' drafts, before anyone joins
                     self._rooms[conversation_id] = room
                     self.metrics.conversations_loaded = len(self._rooms)
                     loading.set_result(room)
@@ -344,9 +350,9 @@ class Hub:
     # of its head every `head_check` seconds (the backstop). Both only schedule a catch-up;
     # each room has at most one under way, plus one more when asked again meanwhile, so a
     # burst of notices costs one read per room and a busy room never stalls the others.
-    # Drafts and presence across hubs (SPEC 7 and 9: a bus, hub heartbeats) are not here:
-    # they plug in beside `_watch_store`, as a second watcher task on the bus that hands
-    # remote draft deltas to the room's core.
+    # Drafts and presence across hubs (SPEC 7 and 9) go over a bus, not the store's notices:
+    # `server.bus.Relay`, started beside `_watch_store`, mirrors other hubs' drafts and
+    # presence and shows them in loaded rooms (`Relay.attach` when a room loads).
 
     async def _watch_store(self) -> None:
         """Follow the store's notices; after a lost watch, re-check every loaded room (notices

@@ -79,9 +79,15 @@ class PresenceBoard(Generic[C]):
         self._left: list[int] = []
         self._changed: dict[int, _Entry] = {}
         self._last_flush = -(1 << 62)
+        # Sockets on other hubs (SPEC 9), under ids this board assigns: hub -> their id -> entry.
+        self.foreign: dict[str, dict[int, _Entry]] = {}
+        self.relay_pending = False  # this hub's own entries changed since `take_relay`
 
     def _pending(self) -> bool:
         return bool(self._joined or self._left or self._changed)
+
+    def _touched(self) -> None:
+        self.relay_pending = True
 
     def next_deadline(self) -> int | None:
         if not self._pending():
@@ -97,13 +103,14 @@ class PresenceBoard(Generic[C]):
         entry.shown = DRAFTING if (principal, client) in self._drafting else None
         self.entries[conn] = entry
         self._joined[entry.connection] = entry
+        self._touched()
         self.metrics.presence += 1
         return entry.connection
 
     def subscribe(self, conn: C) -> bytes:
         """`conn` gets diffs from now on; returns the `presence` frame with every entry."""
         self._subs.add(conn)
-        return encode_message(PresenceSnapshot([e.wire() for e in self.entries.values()]))
+        return encode_message(PresenceSnapshot([e.wire() for e in self._all()]))
 
     def leave(self, conn: C) -> None:
         """`conn`'s socket closed: its entry (and only its own) goes."""
@@ -112,6 +119,7 @@ class PresenceBoard(Generic[C]):
         if entry is None:
             return
         self.metrics.presence -= 1
+        self._touched()
         self._changed.pop(entry.connection, None)
         if self._joined.pop(entry.connection, None) is None:
             self._left.append(entry.connection)
@@ -123,6 +131,7 @@ class PresenceBoard(Generic[C]):
             return
         entry.status, entry.detail = status, detail
         self._show(entry)
+        self._touched()
         if entry.connection not in self._joined:
             self._changed[entry.connection] = entry
 
@@ -134,12 +143,54 @@ class PresenceBoard(Generic[C]):
         for entry in self.entries.values():
             before = entry.shown
             self._show(entry)
+            if entry.shown != before:
+                self._touched()
             if entry.shown != before and entry.connection not in self._joined:
                 self._changed[entry.connection] = entry
 
     def _show(self, entry: _Entry) -> None:
         drafting = (entry.principal, entry.client) in self._drafting
         entry.shown = entry.status if entry.status is not None else (DRAFTING if drafting else None)
+
+    def _all(self) -> list[_Entry]:
+        entries = list(self.entries.values())
+        for by_id in self.foreign.values():
+            entries += by_id.values()
+        return entries
+
+    def take_relay(self) -> list[PresenceEntry]:
+        """This hub's own entries, for other hubs (clears `relay_pending`)."""
+        self.relay_pending = False
+        return [e.wire() for e in self.entries.values()]
+
+    def set_foreign(self, hub: str, entries: list[PresenceEntry]) -> None:
+        """Hub `hub` now has exactly `entries` on this conversation ([]: none, or it died)."""
+        known = self.foreign.get(hub, {})
+        fresh: dict[int, _Entry] = {}
+        for wire in entries:
+            entry = known.pop(wire.connection, None)
+            if entry is None:
+                entry = _Entry(
+                    self._next_id, wire.principal, wire.client, wire.kind, wire.name, wire.since
+                )
+                self._next_id += 1
+                entry.status = entry.shown = wire.status
+                entry.detail = wire.detail
+                self._joined[entry.connection] = entry
+            elif (entry.shown, entry.detail, entry.name) != (wire.status, wire.detail, wire.name):
+                entry.status = entry.shown = wire.status
+                entry.detail, entry.name = wire.detail, wire.name
+                if entry.connection not in self._joined:
+                    self._changed[entry.connection] = entry
+            fresh[wire.connection] = entry
+        for entry in known.values():  # gone from that hub
+            self._changed.pop(entry.connection, None)
+            if self._joined.pop(entry.connection, None) is None:
+                self._left.append(entry.connection)
+        if fresh:
+            self.foreign[hub] = fresh
+        else:
+            self.foreign.pop(hub, None)
 
     def tick(self, now: int) -> list[tuple[list[C], bytes]]:
         """The diff to send, when one is pending and due."""

@@ -35,6 +35,8 @@ from .core import (
 )
 from .drafts import DraftConfig
 from .metrics import Metrics
+from .mirror import Change
+from .remote import relay_pending, show_changes
 from .store import LogStore
 from .subscriber import Subscriber
 
@@ -70,6 +72,7 @@ class Room:
                     timeout=round(config.draft_timeout * 1000),
                     grace=round(config.draft_grace * 1000),
                     max_bytes=min(config.draft_max_bytes, config.max_frame // 2),
+                    relay=is_shared(store),
                 ),
                 auth=auth,
                 hub_rebase=config.hub_rebase,
@@ -80,6 +83,8 @@ class Room:
         self.users = 0  # connections holding this room (joined or about to)
         self.idle_since = time.monotonic()
         self._on_deadline = on_deadline  # the hub's timer: this room's deadline may have moved
+        # Set by the hub's relay when a bus runs (SPEC 9): this room has news for other hubs.
+        self.on_relay: Callable[[Room], None] | None = None
 
     @property
     def exists(self) -> bool:
@@ -180,9 +185,17 @@ class Room:
             actions = self.core.resume(outcome)
         self._deadline_moved()
 
+    def show_remote(self, changes: list[Change]) -> None:
+        """Show other hubs' drafts and presence changes to this room's subscribers. Needs no
+        lock: it touches the live boards only (see `server.remote`)."""
+        deliver(show_changes(self.core, changes, now_ms()), _send, Subscriber.fail, _send_draft)
+        self._deadline_moved()
+
     def _deadline_moved(self) -> None:
         if self._on_deadline is not None:
             self._on_deadline()
+        if self.on_relay is not None and relay_pending(self.core):
+            self.on_relay(self)
 
 
 def _send(sub: Subscriber, frame: bytes, catch_up: bool) -> None:

@@ -1,4 +1,4 @@
-"""Shared fixtures: a hub on loopback (port 0), bounded waits, a PostgreSQL server."""
+"""Shared fixtures: a hub on loopback (port 0), bounded waits, PostgreSQL and Redis servers."""
 
 from __future__ import annotations
 
@@ -60,6 +60,27 @@ def postgres_dsn() -> Iterator[str]:
         pytest.skip(found)
     try:
         yield found.dsn
+    finally:
+        found.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """A Redis server for the whole session (see `tests/redisserver.py`): skips when none can
+    be had, or fails instead when `CONVSYNC_REQUIRE_REDIS=1` (`make test` sets it)."""
+    required = os.environ.get("CONVSYNC_REQUIRE_REDIS") == "1"
+    try:
+        import redisserver
+
+        found = redisserver.find_or_start()
+    except ImportError as exc:
+        found = f"no Redis for the tests: {exc}"
+    if isinstance(found, str):
+        if required:
+            pytest.fail(f"{found} (CONVSYNC_REQUIRE_REDIS=1)", pytrace=False)
+        pytest.skip(found)
+    try:
+        yield found.url
     finally:
         found.stop()
 

@@ -25,8 +25,18 @@ def test_sync_imports_nothing_with_io() -> None:
     assert result.stdout.strip() == "[]", result.stdout
 
 
-IO_LIBRARIES = ("websockets", "anyio", "asyncio", "sqlite3", "socket", "asyncpg", "os", "io")
-PURE_SERVER = ("server.core", "server.session")
+IO_LIBRARIES = (
+    "websockets",
+    "anyio",
+    "asyncio",
+    "sqlite3",
+    "socket",
+    "asyncpg",
+    "redis",
+    "os",
+    "io",
+)
+PURE_SERVER = ("server.core", "server.session", "server.mirror", "server.remote")
 
 
 def _imports(module: str) -> list[str]:

@@ -333,6 +333,7 @@ class PostgresStore:
         self._to_notify: dict[str, Notice] = {}
         self._notifier: asyncio.Task[None] | None = None
         self._watchers: set[_Watcher] = set()
+        self._hubs_table = False  # `convsync_hubs` is known to exist (see `beat`)
 
     @property
     def commits(self) -> int:
@@ -513,6 +514,111 @@ class PostgresStore:
             conn.remove_termination_listener(lost)
             with contextlib.suppress(*_DB_ERRORS):
                 await conn.close(timeout=self._connect_timeout)
+
+    # The bus of drafts and presence between hubs (SPEC 9, `server/bus.py`), when no Redis
+    # is configured: NOTIFY on a channel of its own, and a heartbeat table. The table is
+    # UNLOGGED (heartbeats need no crash safety) and made on first use, outside the versioned
+    # schema: it holds nothing that outlives the hubs.
+
+    @property
+    def bus_channel(self) -> str:
+        """The `NOTIFY` channel of the drafts-and-presence bus of these tables."""
+        return f"{self.channel}:bus"
+
+    async def bus_send(self, payloads: list[str]) -> None:
+        """`NOTIFY` each payload (each under 8000 bytes) on `bus_channel`, in order.
+
+        Raises:
+            StoreError: the server cannot be reached or refused.
+        """
+        channel = self.bus_channel
+
+        async def work(conn: _Conn) -> None:
+            await conn.execute(
+                "SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS payload",
+                channel,
+                payloads,
+            )
+
+        await self._run(work)
+
+    @contextlib.asynccontextmanager
+    async def bus_listen(self) -> AsyncIterator[AsyncIterator[str]]:
+        """Listen on `bus_channel`: entering returns once `LISTEN` is in effect and gives an
+        async iterator of payloads that raises `StoreError` when the connection is lost."""
+        self._check_open()
+        await self._open()
+        conn = await self._connect_one()
+        queue: asyncio.Queue[str | StoreError] = asyncio.Queue()
+
+        def heard(_conn: object, _pid: int, _channel: str, payload: object) -> None:
+            queue.put_nowait(str(payload))
+
+        def lost(_conn: object) -> None:
+            queue.put_nowait(self._unavailable(ConnectionError("the bus connection closed")))
+
+        async def payloads() -> AsyncIterator[str]:
+            while True:
+                item = await queue.get()
+                if isinstance(item, StoreError):
+                    raise item
+                yield item
+
+        try:
+            conn.add_termination_listener(lost)
+            await conn.add_listener(self.bus_channel, heard)
+        except _DB_ERRORS as exc:
+            await conn.close()
+            raise self._translate(exc) from exc
+        except BaseException:
+            await conn.close()
+            raise
+        try:
+            yield payloads()
+        finally:
+            conn.remove_termination_listener(lost)
+            with contextlib.suppress(*_DB_ERRORS):
+                await conn.close(timeout=self._connect_timeout)
+
+    async def beat(self, hub: str, ttl: float) -> set[str]:
+        """Record that hub `hub` lives for `ttl` more seconds (the database's clock); returns
+        every hub whose heartbeat has not expired.
+
+        Raises:
+            StoreError: the server cannot be reached or refused.
+        """
+
+        async def work(conn: _Conn) -> set[str]:
+            if not self._hubs_table:
+                async with conn.transaction():  # two hubs creating it at once would clash
+                    await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
+                    await conn.execute(
+                        "CREATE UNLOGGED TABLE IF NOT EXISTS convsync_hubs"
+                        " (hub text PRIMARY KEY, expires timestamptz NOT NULL)"
+                    )
+                self._hubs_table = True
+            await conn.execute(
+                "INSERT INTO convsync_hubs (hub, expires)"
+                " VALUES ($1, now() + make_interval(secs => $2))"
+                " ON CONFLICT (hub) DO UPDATE SET expires = EXCLUDED.expires",
+                hub,
+                ttl,
+            )
+            await conn.execute(
+                "DELETE FROM convsync_hubs WHERE expires < now() - interval '1 hour'"
+            )
+            rows = await conn.fetch("SELECT hub FROM convsync_hubs WHERE expires > now()")
+            return {row["hub"] for row in rows}
+
+        return await self._run(work)
+
+    async def forget_hub(self, hub: str) -> None:
+        """Hub `hub` stops: remove its heartbeat, so others need not wait for it to expire."""
+
+        async def work(conn: _Conn) -> None:
+            await conn.execute("DELETE FROM convsync_hubs WHERE hub = $1", hub)
+
+        await self._run(work)
 
     # The `LogStore` methods.
 
