@@ -33,6 +33,7 @@ from sync.protocol import (
     StatusUpdate,
     Welcome,
 )
+from sync.text import joined
 
 __all__ = [
     "FEATURES",
@@ -149,12 +150,7 @@ class _Own:
         self.ended: str | None = None
 
     def text(self, part: str) -> str:
-        chunks = self.chunks.get(part)
-        if not chunks:
-            return ""
-        if len(chunks) > 1:
-            chunks[:] = ["".join(chunks)]
-        return chunks[0]
+        return joined(self.chunks, part)
 
 
 class LiveState:

@@ -36,6 +36,7 @@ from sync.protocol import (
     DraftUpdate,
     encode_message,
 )
+from sync.text import joined
 
 from .metrics import Metrics
 from .mirror import BusDraft, BusEnd, BusGrow, BusOp
@@ -146,12 +147,7 @@ class _Draft(Generic[C]):
         return BusDraft(self.id, self.role, principal, client, self.since, self.author, self.after)
 
     def text(self, part: str) -> str:
-        chunks = self.parts.get(part)
-        if not chunks:
-            return ""
-        if len(chunks) > 1:
-            chunks[:] = ["".join(chunks)]
-        return chunks[0]
+        return joined(self.parts, part)
 
     def info(self) -> DraftInfo:
         principal, client = self.owner

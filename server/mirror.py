@@ -24,6 +24,7 @@ import msgspec
 
 from sync.entries import Author
 from sync.protocol import DraftEndStatus, PresenceEntry
+from sync.text import joined
 
 __all__ = [
     "BusAsk",
@@ -172,12 +173,7 @@ class _Remote:
     names: dict[str, str] = field(default_factory=dict)
 
     def text(self, part: str) -> str:
-        chunks = self.parts.get(part)
-        if not chunks:
-            return ""
-        if len(chunks) > 1:
-            chunks[:] = ["".join(chunks)]
-        return chunks[0]
+        return joined(self.parts, part)
 
 
 class Mirror:
