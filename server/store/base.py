@@ -28,6 +28,8 @@ __all__ = [
     "MAX_LINEAGE",
     "NO_LINEAGE",
     "ClientMark",
+    "Closable",
+    "Counted",
     "Loaded",
     "LogMoved",
     "LogStore",
@@ -165,6 +167,33 @@ class StoreLocked(StoreError):
         )
         self.path = path
         self.holder = holder
+
+
+class Closable:
+    """What every store shares: after `close`, each call raises `UsageError` (`closed`)."""
+
+    _closed = False
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise UsageError("closed", "the store is closed")
+
+
+class Counted(Closable):
+    """A store that counts its own commits and appends (`LogStore.commits`, `.appends`)."""
+
+    _commits = 0
+    _appends = 0
+
+    @property
+    def commits(self) -> int:
+        """How many write transactions the store has committed."""
+        return self._commits
+
+    @property
+    def appends(self) -> int:
+        """How many `append` calls the store has run to an outcome."""
+        return self._appends
 
 
 class LogStore(Protocol):

@@ -15,6 +15,7 @@ from sync.errors import UsageError
 
 from .base import (
     ClientMark,
+    Counted,
     Loaded,
     check_append_args,
     check_base,
@@ -46,7 +47,7 @@ class _Log:
         return len(self.records)
 
 
-class MemoryStore:
+class MemoryStore(Counted):
     """A `LogStore` held in dicts. Every append is its own commit."""
 
     def __init__(self) -> None:
@@ -54,20 +55,6 @@ class MemoryStore:
         self._closed = False
         self._commits = 0
         self._appends = 0
-
-    @property
-    def commits(self) -> int:
-        """How many writes the store has committed (one per successful write)."""
-        return self._commits
-
-    @property
-    def appends(self) -> int:
-        """How many `append` calls the store has run to an outcome."""
-        return self._appends
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise UsageError("closed", "the store is closed")
 
     async def load(self, conversation_id: str) -> Loaded | None:
         """See `LogStore.load`."""

@@ -70,6 +70,7 @@ from sync.errors import UsageError
 from .base import (
     NO_LINEAGE,
     ClientMark,
+    Counted,
     Loaded,
     LogMoved,
     SeqTaken,
@@ -277,7 +278,7 @@ class _Watcher:
             await self.wake.wait()
 
 
-class PostgresStore:
+class PostgresStore(Counted):
     """A `LogStore` in one PostgreSQL database, safe to share between any number of hubs.
 
     Args:
@@ -334,20 +335,6 @@ class PostgresStore:
         self._notifier: asyncio.Task[None] | None = None
         self._watchers: set[_Watcher] = set()
         self._hubs_table = False  # `convsync_hubs` is known to exist (see `beat`)
-
-    @property
-    def commits(self) -> int:
-        """How many write transactions the store has committed."""
-        return self._commits
-
-    @property
-    def appends(self) -> int:
-        """How many `append` calls the store has run to an outcome."""
-        return self._appends
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise UsageError("closed", "the store is closed")
 
     # Connections and errors.
 

@@ -60,6 +60,7 @@ from sync.errors import UsageError
 
 from .base import (
     ClientMark,
+    Closable,
     Loaded,
     StoreError,
     StoreLocked,
@@ -672,7 +673,7 @@ class _Readers:
             conn.close()
 
 
-class SqliteStore:
+class SqliteStore(Closable):
     """The durable `LogStore` in one SQLite file (see the module docstring for how it works).
 
     Args:
@@ -722,10 +723,6 @@ class SqliteStore:
     def appends(self) -> int:
         """How many `append` calls were carried by committed transactions (rejected or not)."""
         return self._writer.appends
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise UsageError("closed", "the store is closed")
 
     async def _write(self, run: Callable[[sqlite3.Cursor], T], *, is_append: bool) -> T:
         loop = asyncio.get_running_loop()
