@@ -205,23 +205,21 @@ def test_too_large_record_is_refused_locally() -> None:
     assert session.local == hub.conversation
 
 
-replica_steps = st.lists(
-    st.one_of(
+def _link_steps(*extra: str) -> list[st.SearchStrategy[tuple[Any, ...]]]:
+    """Steps of a run over fake links: an edit on a replica, or a move of one link."""
+    moves = ("pump", "to_hub", "to_replica", "drop_to_replica", "cut", "connect", *extra)
+    return [
         st.tuples(
             st.just("edit"),
             st.integers(0, 2),
             # A reset replaces everything by design; "nothing lost" is about the other edits.
             operations.filter(lambda op: op[0] != "reset"),
         ),
-        st.tuples(st.just("pump"), st.integers(0, 2)),
-        st.tuples(st.just("to_hub"), st.integers(0, 2)),
-        st.tuples(st.just("to_replica"), st.integers(0, 2)),
-        st.tuples(st.just("drop_to_replica"), st.integers(0, 2)),
-        st.tuples(st.just("cut"), st.integers(0, 2)),
-        st.tuples(st.just("connect"), st.integers(0, 2)),
-    ),
-    max_size=60,
-)
+        *(st.tuples(st.just(move), st.integers(0, 2)) for move in moves),
+    ]
+
+
+replica_steps = st.lists(st.one_of(_link_steps()), max_size=60)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -483,21 +481,7 @@ def test_ack_after_a_lag_is_checked_against_the_log(monkeypatch: pytest.MonkeyPa
 
 
 lag_steps = st.lists(
-    st.one_of(
-        st.tuples(
-            st.just("edit"),
-            st.integers(0, 2),
-            operations.filter(lambda op: op[0] != "reset"),
-        ),
-        st.tuples(st.just("pump"), st.integers(0, 2)),
-        st.tuples(st.just("to_hub"), st.integers(0, 2)),
-        st.tuples(st.just("to_replica"), st.integers(0, 2)),
-        st.tuples(st.just("drop_to_replica"), st.integers(0, 2)),
-        st.tuples(st.just("cut"), st.integers(0, 2)),
-        st.tuples(st.just("connect"), st.integers(0, 2)),
-        st.tuples(st.just("peek"), st.integers(0, 2)),
-        st.tuples(st.just("settle"), st.integers(0, 2)),
-    ),
+    st.one_of(_link_steps("peek", "settle")),
     min_size=10,
     max_size=80,
 )
