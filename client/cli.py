@@ -27,7 +27,7 @@ from typing import IO, Any, NoReturn
 
 import anyio
 
-from server.auth import KeyRing, mint_token
+from server.auth import Key, KeyRing, mint_token
 from server.config import HubConfig
 from server.session import is_conversation_id
 from sync import ConvsyncError, Message, UsageError
@@ -176,7 +176,7 @@ def _client_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--token",
-        default=os.environ.get("CONVSYNC_TOKEN"),
+        default=os.environ.get("CONVSYNC_TOKEN") or None,  # set but empty: no token
         help="access token for a hub with auth (env CONVSYNC_TOKEN; `convsync token` mints one)",
     )
     parser.add_argument(
@@ -479,6 +479,13 @@ async def cmd_serve(args: argparse.Namespace) -> int:
 
     db = args.db if args.db is not None else _env("DB", DEFAULT_DB)
     host = args.host if args.host is not None else _env("HOST", DEFAULT_HOST)
+    if not host.strip():
+        # An empty host would bind every interface: never what an empty variable meant.
+        where = "--host" if args.host is not None else "CONVSYNC_HOST"
+        raise CliError(f"{where} is empty: give an address to bind, e.g. 127.0.0.1", 2)
+    if not db.strip():
+        where = "--db" if args.db is not None else "CONVSYNC_DB"
+        raise CliError(f"{where} is empty: give a SQLite file, :memory: or postgresql://...", 2)
     if args.port is not None:
         port = args.port
     else:
@@ -557,19 +564,27 @@ def _key_dir(path: str) -> KeyRing:
 def _server_keys(args: argparse.Namespace) -> tuple[KeyRing | None, Callable[[], KeyRing] | None]:
     """The hub's keys from the flags or the environment, and how to reread them (a key
     directory is reread so keys rotate without a restart)."""
-    from server.auth import Key
-
     if args.auth_public_key is not None:
         path = args.auth_public_key
         if os.path.isdir(path):
             return _key_dir(path), lambda: _key_dir(path)
         return KeyRing.of(Key.public_pem(_read_key_file(path, "public key"))), None
     if args.auth_secret_file is not None:
-        return KeyRing.of(Key.secret(_read_key_file(args.auth_secret_file, "secret"))), None
+        data = _read_key_file(args.auth_secret_file, "secret")
+        return KeyRing.of(_secret(data, f"the secret in {args.auth_secret_file}")), None
     secret = os.environ.get("CONVSYNC_AUTH_SECRET")
-    if secret:
-        return KeyRing.of(Key.secret(secret)), None
+    if secret is not None:
+        return KeyRing.of(_secret(secret, "CONVSYNC_AUTH_SECRET")), None
     return None, None
+
+
+def _secret(data: bytes | str, where: str) -> Key:
+    """`Key.secret(data)`; a secret it refuses is a usage error naming `where` it came from
+    (never the secret itself)."""
+    try:
+        return Key.secret(data)
+    except UsageError as exc:
+        raise CliError(f"{where}: {exc.message}", 2) from None
 
 
 def _kids(keys: KeyRing) -> str:
@@ -786,7 +801,7 @@ async def cmd_demo(args: argparse.Namespace) -> int:
     try:
         return await run_demo(db, turns=args.turns, fast=args.fast, out=sys.stdout)
     except DemoError as exc:
-        raise CliError(exc.message) from exc
+        raise CliError(exc.message, 2 if exc.reason == "bad_setting" else 1) from exc
 
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {

@@ -18,6 +18,7 @@ answer midway (a `stopped` halt): the worker's model call is cancelled under
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import AsyncIterator
@@ -74,11 +75,30 @@ SCRIPT: list[tuple[str, str, dict[str, Any], str, str]] = [
     ),
 ]
 INTERJECTION = "Also: keep the answers short, please."
-_WAIT = 10.0 * float(os.environ.get("CONVSYNC_TIMEOUT_SCALE", "1"))
+
+
+def _wait() -> float:
+    """Seconds the demo waits for one step: 10, times `CONVSYNC_TIMEOUT_SCALE` (for slow
+    machines).
+
+    Raises:
+        DemoError: the variable is not a positive number.
+    """
+    raw = os.environ.get("CONVSYNC_TIMEOUT_SCALE", "1")
+    try:
+        scale = float(raw)
+    except ValueError:
+        scale = math.nan
+    if not (math.isfinite(scale) and scale > 0):
+        raise DemoError(
+            "bad_setting", f"CONVSYNC_TIMEOUT_SCALE={raw!r} is not a number more than 0"
+        )
+    return 10.0 * scale
 
 
 class DemoError(ConvsyncError):
-    """The demo could not finish: a step stalled (reason `stalled`)."""
+    """The demo could not finish: a step stalled (reason `stalled`), or
+    `CONVSYNC_TIMEOUT_SCALE` is not a positive number (`bad_setting`)."""
 
 
 class _Printer:
@@ -139,7 +159,7 @@ async def _worker(
         await worker.flush()
         if turn == interject_turn:
             say("agent", "waits for the ui to chime in")
-            with anyio.move_on_after(_WAIT):
+            with anyio.move_on_after(_wait()):
                 while not _interjected(conversation, since):
                     await worker.wait_for(worker.session.confirmed.revision + 1)
             if not _interjected(conversation, since):
@@ -225,6 +245,7 @@ async def _ui(
 
 async def run_demo(db: str, *, turns: int = 3, fast: bool = False, out: TextIO) -> int:
     """Run the demo on store `db`, printing to `out`; 0 when both replicas equal the hub."""
+    wait = _wait()
     say = _Printer(out)
     conversation_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(2).hex()}"
     interject_turn = 1 if turns > 1 else 0
@@ -244,18 +265,18 @@ async def run_demo(db: str, *, turns: int = 3, fast: bool = False, out: TextIO) 
                 group.start_soon(_ui, ui, interject_turn, stop_turn, say, watcher)
                 try:
                     # Every step is bounded: a demo that stalls says so instead of hanging.
-                    with anyio.fail_after(_WAIT + turns * (_WAIT + 5)):
+                    with anyio.fail_after(wait + turns * (wait + 5)):
                         await _worker(worker, turns, interject_turn, stop_turn, fast, say)
                 except TimeoutError:
                     raise DemoError(
                         "stalled", "the demo stalled: the hub stopped answering"
                     ) from None
                 try:
-                    with anyio.fail_after(_WAIT):
+                    with anyio.fail_after(wait):
                         await worker.flush()
                         await ui.flush()
                         view: FetchedConversation = await fetch_conversation(
-                            hub.url, conversation_id, request_timeout=_WAIT
+                            hub.url, conversation_id, request_timeout=wait
                         )
                         await worker.wait_for(view.revision)
                         await ui.wait_for(view.revision)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -9,12 +10,17 @@ from typing import Any
 from sync.errors import UsageError
 from sync.frames import MAX_FRAME, MIN_FRAME
 
+from .limits import normalize_origin
+
 __all__ = ["HubConfig"]
 
 
 @dataclass(frozen=True)
 class HubConfig:
     """How a hub behaves. Each field can be set from `CONVSYNC_<FIELD>` by `from_env`.
+
+    Every field is checked when the config is made: a value of the wrong type or out of its
+    range raises `UsageError` (`bad_setting`) naming the field, the value and the range.
 
     Attributes:
         max_frame: the largest frame, in bytes, a peer may send and the hub sends (1 MiB).
@@ -27,7 +33,8 @@ class HubConfig:
         snapshot_every: records between two snapshots written to the store.
         recent_records: encoded records kept in memory per conversation for catch-up.
         compression: `None` (default) or `"deflate"` (permessage-deflate).
-        ping_interval: seconds between keepalive pings (`None`: no pings).
+        ping_interval: seconds between the hub's keepalive pings to each replica (`None`: no
+            pings; at least 1: shorter ones cost more than they find).
         max_connections: connections served at once; more are refused with HTTP 503.
         head_check: seconds between two re-reads of each loaded conversation's head when
             other hubs share the store (PostgreSQL, SPEC 9); the backstop for a lost notice.
@@ -105,47 +112,141 @@ class HubConfig:
     hub_rebase: bool = True
 
     def __post_init__(self) -> None:
-        if self.max_frame < MIN_FRAME:
-            raise UsageError("bad_setting", f"max_frame must be at least {MIN_FRAME} bytes")
-        if self.send_queue < 1 or self.snapshot_every < 1 or self.recent_records < 0:
-            raise UsageError("bad_setting", "queue, snapshot and recent sizes must be positive")
-        if not self.head_check > 0:
-            raise UsageError("bad_setting", "head_check must be a positive number of seconds")
-        if min(self.draft_interval, self.draft_timeout, self.draft_grace) < 0:
-            raise UsageError("bad_setting", "draft times are not negative")
-        if self.draft_max_bytes < 1:
-            raise UsageError("bad_setting", "draft_max_bytes must be positive")
-        if not 0 < 2 * self.heartbeat_interval <= self.heartbeat_ttl:
+        for field in fields(self):
+            problem = _problem(field.name, getattr(self, field.name))
+            if problem is not None:
+                raise UsageError("bad_setting", problem)
+        if not 2 * self.heartbeat_interval <= self.heartbeat_ttl:
             raise UsageError(
-                "bad_setting", "heartbeat_ttl must be at least twice heartbeat_interval (> 0)"
+                "bad_setting",
+                f"heartbeat_ttl must be at least twice heartbeat_interval "
+                f"(got {self.heartbeat_ttl:g} and {self.heartbeat_interval:g})",
             )
-        if self.bus is not None and not self.bus.startswith(("redis://", "rediss://")):
-            raise UsageError("bad_setting", "bus is a redis:// or rediss:// URL")
-        if self.compression not in (None, "deflate"):
-            raise UsageError("bad_setting", "compression is None or 'deflate'")
-        if not self.hello_timeout > 0 or self.max_hello_frame < 1024:
-            raise UsageError(
-                "bad_setting", "hello_timeout must be positive, max_hello_frame >= 1024"
-            )
-        if min(self.max_waiting_per_address, self.max_per_principal, self.max_connections) < 1:
-            raise UsageError("bad_setting", "connection caps must be at least 1")
-        if not self.rate > 0 or not self.rate_burst >= 1:
-            raise UsageError("bad_setting", "rate must be positive and rate_burst at least 1")
         if (self.tls_cert is None) != (self.tls_key is None):
-            raise UsageError("bad_setting", "tls_cert and tls_key go together")
+            raise UsageError("bad_setting", "tls_cert and tls_key go together: give both")
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> HubConfig:
-        """Defaults, then `CONVSYNC_*` variables, then `overrides` (the CLI's flags)."""
+        """Defaults, then `CONVSYNC_*` variables, then `overrides` (the CLI's flags).
+
+        Raises:
+            UsageError: `bad_setting`, naming the variable, the value and the range, for a
+                variable that does not parse or is out of range; naming the field for an
+                override out of range.
+        """
         environ = dict(os.environ) if environ is None else environ
         values: dict[str, Any] = {}
         for field in fields(cls):
-            raw = environ.get(f"CONVSYNC_{field.name.upper()}")
+            variable = f"CONVSYNC_{field.name.upper()}"
+            raw = environ.get(variable)
             if raw is None:
                 continue
-            values[field.name] = _parse(field.name, raw, getattr(cls(), field.name))
-        config = replace(cls(), **values)
+            value = _parse(field.name, raw, getattr(cls(), field.name))
+            problem = _problem(field.name, value)
+            if problem is not None:
+                raise UsageError("bad_setting", f"{variable}={raw!r}: {problem}")
+            values[field.name] = value
+        try:
+            config = replace(cls(), **values)
+        except UsageError as exc:  # two variables that do not go together
+            raise UsageError("bad_setting", f"CONVSYNC_* settings: {exc.message}") from None
         return replace(config, **{k: v for k, v in overrides.items() if v is not None})
+
+
+# The range of each numeric setting: (kind, bound, inclusive, unit). A value must be of the
+# kind (an `int` for whole numbers; an int or float otherwise, finite) and at least the bound
+# (more than it when not inclusive). Each range keeps out what breaks the hub: a zero ping
+# interval pings in a busy loop, a zero cap refuses every connection, a negative time is
+# meaningless.
+_NUMBERS: dict[str, tuple[type, float, bool, str]] = {
+    "max_frame": (int, MIN_FRAME, True, "bytes"),
+    "send_queue": (int, 1, True, "bytes"),
+    "idle_unload": (float, 0, True, "seconds"),
+    "snapshot_every": (int, 1, True, "records"),
+    "recent_records": (int, 0, True, "records"),
+    "ping_interval": (float, 1, True, "seconds"),
+    "max_connections": (int, 1, True, "connections"),
+    "head_check": (float, 0.01, True, "seconds"),
+    "draft_interval": (float, 0, True, "seconds"),
+    "draft_timeout": (float, 0, False, "seconds"),
+    "draft_grace": (float, 0, True, "seconds"),
+    "draft_max_bytes": (int, 1, True, "bytes"),
+    "heartbeat_interval": (float, 0, False, "seconds"),
+    "heartbeat_ttl": (float, 0, False, "seconds"),
+    "hello_timeout": (float, 0, False, "seconds"),
+    "max_hello_frame": (int, 1024, True, "bytes"),
+    "max_waiting_per_address": (int, 1, True, "sockets"),
+    "max_per_principal": (int, 1, True, "sockets"),
+    "rate": (float, 0, False, "messages per second"),
+    "rate_burst": (float, 1, True, "messages"),
+    "expiry_grace": (float, 0, True, "seconds"),
+}
+
+# Settings that may be None (off).
+_OPTIONAL = {"ping_interval", "compression", "bus", "public_url", "metrics_token", "tls_cert"}
+_OPTIONAL |= {"tls_key"}
+_FLAGS = {"strict_pairing", "insecure", "hub_rebase"}
+_TEXTS = {"compression", "bus", "public_url", "allow_origin", "audience", "metrics_token"}
+_TEXTS |= {"tls_cert", "tls_key"}
+RULED = frozenset(_NUMBERS) | _FLAGS | _TEXTS
+"""The settings `HubConfig` checks (a test holds every field to be one of them)."""
+
+
+def _range(name: str) -> str:
+    """What `name` takes, in words: `a whole number of bytes, at least 4096`, ..."""
+    kind, bound, inclusive, unit = _NUMBERS[name]
+    what = f"a whole number of {unit}" if kind is int else f"a number of {unit}"
+    limit = f"{'at least' if inclusive else 'more than'} {bound:g}"
+    return f"{'off (none) or ' if name in _OPTIONAL else ''}{what}, {limit}"
+
+
+def _number_problem(name: str, value: object) -> str | None:
+    kind, bound, inclusive, _ = _NUMBERS[name]
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int if kind is int else int | float)
+        or not math.isfinite(value)
+        or (value < bound if inclusive else value <= bound)
+    ):
+        return f"{name} must be {_range(name)} (got {value!r})"
+    return None
+
+
+def _origins_problem(value: object) -> str | None:
+    if not isinstance(value, tuple):
+        return f"allow_origin must be a tuple of origins (got {value!r})"
+    for origin in value:
+        if origin != "*" and (not isinstance(origin, str) or normalize_origin(origin) is None):
+            return f"allow_origin: {origin!r} is not '*' or an origin like https://host[:port]"
+    return None
+
+
+def _problem(name: str, value: object) -> str | None:
+    """Why `value` cannot be setting `name` (naming the value and what it takes), or None."""
+    if value is None and name in _OPTIONAL:
+        return None
+    if name in _NUMBERS:
+        return _number_problem(name, value)
+    if name in _FLAGS:
+        return None if isinstance(value, bool) else f"{name} must be true or false (got {value!r})"
+    match name:
+        case "compression":
+            ok = value == "deflate"
+            expected = "off or 'deflate'"
+        case "bus":
+            ok = isinstance(value, str) and value.startswith(("redis://", "rediss://"))
+            expected = "off or a redis:// or rediss:// URL"
+        case "public_url":
+            ok = isinstance(value, str) and normalize_origin(value) is not None
+            expected = "an http(s):// or ws(s):// URL with a host"
+        case "allow_origin":
+            return _origins_problem(value)
+        case "audience" | "metrics_token" | "tls_cert" | "tls_key":
+            # The value is not repeated: a token is a secret.
+            return None if isinstance(value, str) and value else f"{name} must not be empty"
+        case _:
+            return None  # tests/test_settings.py checks every field has a rule here
+    return None if ok else f"{name} must be {expected} (got {value!r})"
 
 
 def _parse(name: str, raw: str, default: Any) -> Any:
@@ -156,12 +257,16 @@ def _parse(name: str, raw: str, default: Any) -> Any:
             if raw.lower() not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
                 raise ValueError(raw)
             return raw.lower() in ("1", "true", "yes", "on")
-        if raw.lower() in ("", "none", "off") and name in ("compression", "ping_interval", "bus"):
+        if raw.lower() in ("", "none", "off") and name in _OPTIONAL:
             return None
         if isinstance(default, int):
             return int(raw)
         if isinstance(default, float) or name == "ping_interval":
             return float(raw)
         return raw
-    except ValueError as exc:
-        raise UsageError("bad_setting", f"CONVSYNC_{name.upper()}={raw!r} is not valid") from exc
+    except ValueError:
+        expected = _range(name) if name in _NUMBERS else "true or false"
+        raise UsageError(
+            "bad_setting",
+            f"CONVSYNC_{name.upper()}={raw!r} is not valid: {name} must be {expected}",
+        ) from None
