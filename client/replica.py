@@ -6,6 +6,12 @@ and, per connection, reads frames into the session while a pusher task sends the
 whenever the application edits `replica.conversation` or the session becomes able to send.
 With a token (SPEC 6), each connection asks for one (`token=` may be a callable), sends it in
 `hello`, and a third task sends a fresh one (`auth`) before the hub's `expires_in` runs out.
+
+A keepalive task pings the hub (websocket pings) every `keepalive / 2` seconds and drops the
+connection when a ping is not answered within `keepalive / 2`, so a hub that went silent with
+its socket still open (frozen, or behind a dead network path) is noticed within `keepalive`
+seconds instead of when TCP gives up. The closing handshake is skipped then: a silent hub
+would not answer it either.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import math
 import random
 import ssl
 import time
@@ -50,7 +57,7 @@ from sync.protocol import (
 
 from .drafting import DraftWriter
 from .live import FEATURES, Draft, DraftChanged, DraftEnded, Presence
-from .session import Connected, Event, ReplicaSession
+from .session import Connected, Disconnected, Event, ReplicaSession
 
 __all__ = ["Replica", "Token", "connect"]
 
@@ -95,6 +102,19 @@ class Replica:
             new token. A string that the hub refuses raises `Refused`.
         ssl: the TLS context for `wss://` (e.g. `ssl.create_default_context(cafile=...)`
             for a hub with a private CA); the system's defaults when omitted.
+        keepalive: seconds within which a hub that stopped answering is noticed (pings go
+            every `keepalive / 2` seconds and must be answered within as long); at least 0.1,
+            or None for no pings.
+
+    Connection state: `connected` is True while the replica is welcomed and caught up. The
+    events `Connected` and `Disconnected` come once per change of state: one `Disconnected`
+    (with its reason) when a connection is lost, none for each failed attempt after it, and
+    one `Connected` when a welcome comes again. `failure` says why the last connection or
+    attempt ended.
+
+    Raises:
+        UsageError: `bad_option` for a timing option out of its range (the message names the
+            option, the value and the range).
     """
 
     def __init__(
@@ -114,7 +134,16 @@ class Replica:
         kind: str | None = None,
         token: Token | None = None,
         ssl: ssl.SSLContext | None = None,
+        keepalive: float | None = 10.0,
     ) -> None:
+        _check_times(
+            backoff=backoff,
+            max_backoff=max_backoff,
+            connect_timeout=connect_timeout,
+            draft_interval=draft_interval,
+            keep_every=keep_every,
+            keepalive=keepalive,
+        )
         self.urls = conversation_urls(url, conversation_id)
         self.url = self.urls[0]  # the one connected to, or tried next
         self._url_at = 0
@@ -129,6 +158,9 @@ class Replica:
         self._max_backoff = max_backoff
         self._connect_timeout = connect_timeout
         self._compression = compression
+        self._keepalive = keepalive
+        self._silent: str | None = None  # set by the keepalive when the hub stopped answering
+        self._failure: str | None = None
         self._token = token
         self._ssl = ssl
         self._refresh_at = asyncio.Event()  # a welcome or auth_ok said when the token expires
@@ -173,7 +205,17 @@ class Replica:
 
     @property
     def connected(self) -> bool:
+        """Welcomed and caught up on a connection that is up. False from the moment the
+        connection is lost (a silent hub: within `keepalive` seconds) until the next welcome
+        and catch-up."""
         return self._ws is not None and self.session.ready
+
+    @property
+    def failure(self) -> str | None:
+        """Why the replica is not connected: the reason the last connection or connection
+        attempt ended (`keepalive timed out: ...`, `the hub is refusing connections for now
+        (HTTP 503: ...)`, ...); None while a connection is up and before the first ends."""
+        return self._failure
 
     # ------------------------------------------------------------------ drafts and presence
 
@@ -241,8 +283,9 @@ class Replica:
         return event
 
     async def flush(self) -> None:
-        """Wait until every edit made so far is acknowledged and applied. Bound the wait
-        with `anyio.fail_after` (it lasts while the hub is unreachable)."""
+        """Wait until every edit made so far is acknowledged and applied. It keeps waiting
+        while the hub is unreachable (the edits go once a connection is back): bound the wait
+        with `anyio.fail_after`, and show `connected` / the `Disconnected` event meanwhile."""
         self._wake.set()
         while not self.session.settled or self._ws is None:
             self._raise_if_refused()
@@ -328,6 +371,7 @@ class Replica:
         while not self._closed:
             reason = "closed"
             self._welcomed = False
+            self._silent = None
             retry: Retry = "backoff"
             broke_protocol = False
             try:
@@ -337,6 +381,7 @@ class Replica:
                     max_size=None,
                     compression="deflate" if self._compression == "deflate" else None,
                     open_timeout=self._connect_timeout,
+                    ping_interval=None,  # the keepalive task pings, on its own schedule
                     logger=_ws_log,
                     **({"ssl": self._ssl} if self._ssl is not None else {}),  # type: ignore[arg-type]
                 ) as ws:
@@ -346,7 +391,9 @@ class Replica:
                     finally:
                         self._ws = None
                     close = ws.protocol.close_rcvd
-                    if close is not None:
+                    if self._silent is not None:
+                        reason = self._silent
+                    elif close is not None:
                         reason = f"closed {close.code} {close.reason}".strip()
                         retry = _retry_after(close.code, close.reason, reason)
             except Refused as exc:
@@ -361,7 +408,7 @@ class Replica:
                 if 400 <= status < 500 and status not in (408, 429):
                     self._stop_refused(Refused(f"http_{status}", detail or f"HTTP {status}"))
                     return
-                reason = f"HTTP {status} {detail}".strip()
+                reason = _refused_for_now(status, detail)
             except (OSError, TimeoutError, ConnectionClosed, InvalidHandshake) as exc:
                 reason = f"{type(exc).__name__}: {exc}"
                 rcvd = exc.rcvd if isinstance(exc, ConnectionClosed) else None
@@ -384,6 +431,9 @@ class Replica:
             except ConvsyncError as exc:
                 reason = f"{exc.reason}: {exc.message}"
                 log.warning("replica %s dropped the connection: %s", self.client, reason)
+            self._failure = reason
+            # A `Disconnected` only when a welcomed connection ended (the session knows): a
+            # failed attempt while already disconnected changes no state a UI shows.
             self._emit(self.session.disconnected(reason))
             if self._closed:
                 return
@@ -421,7 +471,10 @@ class Replica:
         """The hub refused us for good: stop, and let every waiter raise it."""
         self._refused = refused
         log.warning("replica %s refused by the hub: %s", self.client, refused)
-        self._emit(self.session.disconnected(f"refused: {refused.code}: {refused.detail}"))
+        reason = f"refused: {refused.code}: {refused.detail}"
+        self._failure = reason
+        # Stopping for good is a change of state even after failed attempts: say it once.
+        self._emit(self.session.disconnected(reason) or [Disconnected(reason)])
 
     async def _serve(self, ws: ClientConnection) -> None:
         """Read frames into the session until the connection ends; a protocol error from the
@@ -435,6 +488,8 @@ class Replica:
         async with anyio.create_task_group() as group:
             group.start_soon(self._push_loop, ws)
             group.start_soon(self._live_loop, ws)
+            if self._keepalive is not None:
+                group.start_soon(self._keepalive_loop, ws, self._keepalive / 2)
             if callable(self._token):
                 group.start_soon(self._refresh_loop, ws)
             try:
@@ -447,6 +502,7 @@ class Replica:
                     events = session.receive(message)
                     if events and isinstance(events[0], Connected):
                         self._welcomed = True
+                        self._failure = None
                         self.connects += 1
                     self._emit(events)
                     self._wake.set()
@@ -459,6 +515,21 @@ class Replica:
                 group.cancel_scope.cancel()
         if failure is not None:
             raise failure
+
+    async def _keepalive_loop(self, ws: ClientConnection, every: float) -> None:
+        """Ping every `every` seconds; a ping not answered within `every` (sending it
+        included: a frozen hub's socket buffer may be full) drops the connection at once."""
+        with contextlib.suppress(ConnectionClosed):
+            while True:
+                await anyio.sleep(every)
+                with anyio.move_on_after(every) as waited:
+                    pong = await ws.ping()
+                    await pong
+                if waited.cancelled_caught:
+                    self._silent = f"keepalive timed out: a ping went unanswered for {every:g}s"
+                    log.info("replica %s: %s", self.client, self._silent)
+                    ws.transport.abort()  # the reader sees the connection end at once
+                    return
 
     async def _refresh_loop(self, ws: ClientConnection) -> None:
         """Send a fresh token when three quarters of the current one's life have passed."""
@@ -511,6 +582,51 @@ class Replica:
                     await anyio.sleep(self._draft_interval)
         except ConnectionClosed:
             pass  # the reading side sees the close and ends the connection
+
+
+def _refused_for_now(status: int, detail: str) -> str:
+    """The reason for a handshake answered with HTTP `status` (not 4xx: retried)."""
+    detail = f"HTTP {status}: {detail}" if detail else f"HTTP {status}"
+    if status == 503:
+        return f"the hub is refusing connections for now ({detail})"
+    return f"the hub answered {detail}"
+
+
+def _check_times(**options: float | None) -> None:
+    """Refuse a timing option out of its range (`keepalive` may be None: no pings).
+
+    Raises:
+        UsageError: `bad_option`, naming the option, the value and the range.
+    """
+    ranges = {
+        "backoff": (0.0, False),
+        "max_backoff": (0.0, False),
+        "connect_timeout": (0.0, False),
+        "draft_interval": (0.0, True),
+        "keep_every": (0.0, False),
+        "keepalive": (0.1, True),
+    }
+    for name, value in options.items():
+        if value is None and name == "keepalive":
+            continue
+        least, inclusive = ranges[name]
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if (
+            not number
+            or not math.isfinite(value)  # type: ignore[arg-type]
+            or (value < least if inclusive else value <= least)  # type: ignore[operator]
+        ):
+            off = "None (no pings) or " if name == "keepalive" else ""
+            bound = f"{'at least' if inclusive else 'more than'} {least:g}"
+            raise UsageError(
+                "bad_option", f"{name} must be {off}a number of seconds, {bound} (got {value!r})"
+            )
+    if options["max_backoff"] < options["backoff"]:  # type: ignore[operator]
+        raise UsageError(
+            "bad_option",
+            f"max_backoff must be at least backoff (got {options['max_backoff']!r} "
+            f"and {options['backoff']!r})",
+        )
 
 
 def _retry_after(close_code: int, close_reason: str, detail: str) -> Retry:

@@ -85,7 +85,9 @@ class Connected(msgspec.Struct, frozen=True):
 
 
 class Disconnected(msgspec.Struct, frozen=True):
-    """The connection dropped; the replica reconnects by itself. `reason` says why."""
+    """The connection dropped; the replica reconnects by itself (unless `reason` starts with
+    `refused:`: then it stopped for good). `reason` says why. One per lost connection, not
+    one per failed attempt to reconnect."""
 
     reason: str
 
@@ -328,9 +330,14 @@ class ReplicaSession:
         return self.live.landed(self.local) if self.live.drafts else []
 
     def disconnected(self, reason: str) -> list[Event]:
-        """The connection is gone; the session waits for the next `hello()`."""
-        self._welcome = None
-        return [Disconnected(reason)]
+        """The connection is gone; the session waits for the next `hello()`.
+
+        Returns `[Disconnected(reason)]` when a welcomed connection ended, and nothing for an
+        attempt that never got its welcome: events mark changes of state (one `Disconnected`
+        after each `Connected`), not every failed attempt to reconnect.
+        """
+        welcomed, self._welcome = self._welcome, None
+        return [Disconnected(reason)] if welcomed is not None else []
 
     def _on_welcome(self, welcome: Welcome) -> list[Event]:
         if self._welcome is not None:

@@ -834,6 +834,22 @@ def _session_cases() -> list[Json]:
     s.next_push()
     cases.append(s.case())
 
+    s = _Script("one disconnected per lost connection, none per failed attempt", 41)
+    s.hello()
+    s.disconnected("refused at the handshake")  # never welcomed: no change of state
+    s.hello()
+    s.welcome()
+    s.edit(lambda c: c.push(Message.user("q")))
+    s.next_push()
+    s.disconnected("keepalive timed out")  # the one event
+    for _ in range(3):
+        s.hello()
+        s.disconnected("the hub is refusing connections for now (HTTP 503)")
+    s.hello()
+    s.welcome()
+    s.next_push()
+    cases.append(s.case())
+
     s = _Script("records while in flight: rebased, the reject ignored, sent again", 34)
     s.log.push(Message.user("q"))
     s.hello()

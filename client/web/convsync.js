@@ -483,6 +483,9 @@ export function readRecord(record) {
  *   maxBackoff?: number, random?: () => number, setTimeout?: (fn: () => void, ms: number) => any,
  *   clearTimeout?: (handle: any) => void, live?: boolean}} ConnectOptions
  * @typedef {'connecting' | 'connected' | 'disconnected' | 'closed'} ConnectionState
+ * `connecting` until the first welcome; `connected`; `disconnected` once a connection is lost
+ * or an attempt failed, for as long as the replica retries (failed attempts change nothing:
+ * one `state` event per change); `closed` after `close()` or a refusal.
  */
 
 /** Deep equality of JSON values (messages, authors, aside values). */
@@ -1443,11 +1446,16 @@ export class ReplicaSession {
     }
   }
 
-  /** The connection is gone; the session waits for the next `hello()`. */
+  /**
+   * The connection is gone; the session waits for the next `hello()`. A `disconnected` event
+   * only when a welcomed connection ended: events mark changes of state (one `disconnected`
+   * after each `connected`), not every failed attempt to reconnect.
+   */
   disconnected(reason) {
+    const welcomed = this.welcome !== null;
     this.welcome = null;
     /** @type {any[]} */
-    const events = [{ type: 'disconnected', reason }];
+    const events = welcomed ? [{ type: 'disconnected', reason }] : [];
     if (this.live) {
       // Drafts and presence are live facts of a connection: the next one sends them afresh.
       for (const id of this.drafts.keys()) events.push({ type: 'draft_end', id, status: 'lost' });
@@ -2026,6 +2034,9 @@ export class Replica {
     this.state = 'disconnected';
     /** @type {Refused | null} */
     this.refused = null;
+    /** Why the last connection or attempt ended; null while connected. @type {string | null} */
+    this.failure = null;
+    this.attempting = false; // a connection is being made or is up
     this.failures = 0;
     this.connects = 0;
     /** @type {Map<string, Set<(event: any) => void>>} */
@@ -2108,8 +2119,11 @@ export class Replica {
 
   /** Open the first connection (called by `connect`). */
   async start() {
-    if (this.closing || this.state === 'connecting' || this.state === 'connected') return;
-    this.#setState('connecting');
+    if (this.closing || this.attempting) return;
+    this.attempting = true;
+    // Only the first attempt is `connecting`; a retry leaves `disconnected` alone (a welcome
+    // or a refusal is the next change of state).
+    if (this.connects === 0 && this.failures === 0) this.#setState('connecting');
     let token = null;
     try {
       token = this.getToken !== null ? await this.getToken() : null;
@@ -2152,6 +2166,7 @@ export class Replica {
         const events = this.session.receive(decoded);
         if (events.length > 0 && events[0].type === 'connected') {
           this.failures = 0;
+          this.failure = null;
           this.connects += 1;
           this.#setState('connected');
         }
@@ -2212,11 +2227,13 @@ export class Replica {
   }
 
   #ended(code, closeCode, reason) {
+    this.attempting = false;
     if (this.refreshTimer !== null) {
       this.clearTimer(this.refreshTimer);
       this.refreshTimer = null;
     }
-    this.#events(this.session.disconnected(reason || `closed ${closeCode ?? ''}`.trim()));
+    this.failure = reason || `closed ${closeCode ?? ''}`.trim();
+    this.#events(this.session.disconnected(this.failure));
     if (this.closing) {
       this.#setState('closed', code, reason);
       return;

@@ -122,8 +122,64 @@ test('a transient close reconnects with capped, jittered backoff and resumes', a
   ws.deliver({ type: 'welcome', lineage: 5, revision: 0, acked: 0 });
   assert.equal(ws.sent[1].type, 'push', 'the batch goes again after the welcome');
   assert.equal(ws.sent[1].seq, 2);
-  assert.deepEqual(states.slice(0, 3), ['connected', 'disconnected', 'connecting']);
+  // One state event per change: none for the two failed attempts in between.
+  assert.deepEqual(states, ['connected', 'disconnected', 'connected']);
   assert.equal(r.state, 'connected');
+  r.close();
+});
+
+test('failed attempts after a lost connection give one disconnected event and state', async () => {
+  const { r, timers, states } = replica();
+  const events = [];
+  r.on('*', (event) => events.push(event.type));
+  await settle();
+  FakeSocket.made[0].open();
+  FakeSocket.made[0].deliver({ type: 'welcome', lineage: 5, revision: 0, acked: 0 });
+  FakeSocket.made[0].close(1006, '');
+  for (let attempt = 1; attempt <= 5; attempt += 1) {
+    timers.fire();
+    await settle();
+    const ws = FakeSocket.made[attempt];
+    if (attempt % 2 === 0) ws.open(); // some get the socket, then lose it before a welcome
+    ws.close(1006, '');
+  }
+  assert.equal(r.state, 'disconnected');
+  assert.equal(r.failure, 'closed 1006');
+  assert.deepEqual(states, ['connected', 'disconnected']);
+  assert.deepEqual(events.filter((type) => type.endsWith('connected')), [
+    'connected',
+    'disconnected',
+  ]);
+  timers.fire();
+  await settle();
+  FakeSocket.made[6].open();
+  FakeSocket.made[6].deliver({ type: 'welcome', lineage: 5, revision: 0, acked: 0 });
+  assert.deepEqual(states, ['connected', 'disconnected', 'connected']);
+  assert.equal(r.failure, null);
+  r.close();
+});
+
+test('a hub not there at the start: connecting, then one disconnected', async () => {
+  FakeSocket.made = [];
+  const timers = manualTimers();
+  const states = [];
+  const r = new (await import('../convsync.js')).Replica('ws://hub:1', 'conv.1', {
+    WebSocket: FakeSocket,
+    setTimeout: timers.setTimeout,
+    clearTimeout: timers.clearTimeout,
+  });
+  r.on('state', (event) => states.push([event.state, event.reason]));
+  void r.start();
+  await settle();
+  for (let attempt = 0; attempt < 4; attempt += 1) {
+    FakeSocket.made[attempt].close(1006, 'refused');
+    timers.fire();
+    await settle();
+  }
+  assert.deepEqual(states, [
+    ['connecting', ''],
+    ['disconnected', 'refused'],
+  ]);
   r.close();
 });
 

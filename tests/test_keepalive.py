@@ -1,0 +1,127 @@
+"""A hub that goes silent (frozen with SIGSTOP: its socket stays open in the kernel) is
+noticed within the replica's `keepalive`, with one state change per transition."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+from conftest import bound
+from hubprocess import HubProcess
+
+from client import Connected, Disconnected, Replica, connect
+from sync import Message, UsageError
+
+
+@pytest.fixture
+def hub_process(tmp_path: Path) -> Iterator[HubProcess]:
+    process = HubProcess(tmp_path / "convsync.db")
+    process.start()
+    try:
+        yield process
+    finally:
+        thaw(process)
+        process.stop()
+
+
+def freeze(process: HubProcess) -> None:
+    assert process.process is not None
+    os.kill(process.process.pid, signal.SIGSTOP)
+
+
+def thaw(process: HubProcess) -> None:
+    if process.running:
+        assert process.process is not None
+        os.kill(process.process.pid, signal.SIGCONT)
+
+
+def changes(events: list[object]) -> list[object]:
+    return [event for event in events if isinstance(event, Connected | Disconnected)]
+
+
+async def test_a_frozen_hub_is_noticed_within_keepalive_and_once(hub_process: HubProcess) -> None:
+    """SIGSTOP the hub: within `keepalive` the replica says `Disconnected` ("keepalive timed
+    out") and `connected` is False while `flush()` keeps waiting; the failed attempts that
+    follow add no event; after SIGCONT one `Connected` and the edit lands."""
+    keepalive = 1.0
+    async with connect(
+        hub_process.url, "frozen", keepalive=keepalive, connect_timeout=bound(5), max_backoff=0.2
+    ) as replica:
+        replica.conversation.push(Message.user("before"))
+        with anyio.fail_after(bound(10)):
+            await replica.flush()
+        replica.events_nowait()
+        freeze(hub_process)
+        frozen_at = time.monotonic()
+        replica.conversation.push(Message.user("while frozen"))
+        async with anyio.create_task_group() as group:
+            flushed = anyio.Event()
+
+            async def flush() -> None:
+                await replica.flush()
+                flushed.set()
+
+            group.start_soon(flush)
+            with anyio.fail_after(bound(keepalive + 2)):
+                event = await anext(replica.events())
+            noticed = time.monotonic() - frozen_at
+            assert isinstance(event, Disconnected), event
+            assert event.reason.startswith("keepalive timed out"), event.reason
+            assert noticed <= keepalive + 0.5 * bound(1)
+            assert not replica.connected
+            assert replica.failure == event.reason
+            # Reconnect attempts against the frozen hub time out one after another.
+            replica._connect_timeout = 0.3  # shorter attempts: more of them fail meanwhile
+            await anyio.sleep(2.0)
+            assert not flushed.is_set(), "flush() waits for the ack while disconnected"
+            assert changes(replica.events_nowait()) == []
+            assert replica.failure is not None and "keepalive" not in replica.failure
+            thaw(hub_process)
+            with anyio.fail_after(bound(10)):
+                await flushed.wait()
+        assert replica.connected
+        assert [type(e) for e in changes(replica.events_nowait())] == [Connected]
+        assert replica.failure is None
+        assert replica.conversation.messages()[-1] == Message.user("while frozen")
+
+
+async def test_without_keepalive_a_frozen_hub_goes_unnoticed(hub_process: HubProcess) -> None:
+    """The control: with `keepalive=None` the same freeze shows nothing for as long (the
+    kernel keeps the hub's socket open), which is what the keepalive is for."""
+    async with connect(hub_process.url, "unnoticed", keepalive=None) as replica:
+        replica.events_nowait()
+        freeze(hub_process)
+        await anyio.sleep(2.0)
+        assert replica.connected
+        assert changes(replica.events_nowait()) == []
+
+
+def test_the_default_keepalive_notices_within_ten_seconds() -> None:
+    default = inspect.signature(Replica).parameters["keepalive"].default
+    assert default is not None and 0 < default <= 10
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"keepalive": 0}, "keepalive must be None (no pings) or a number of seconds, at least"),
+        ({"keepalive": float("nan")}, "keepalive must be None"),
+        ({"keepalive": "5"}, "(got '5')"),
+        ({"backoff": 0}, "backoff must be a number of seconds, more than 0 (got 0)"),
+        ({"backoff": 2.0, "max_backoff": 1.0}, "max_backoff must be at least backoff"),
+        ({"connect_timeout": -1}, "connect_timeout must be a number of seconds, more than 0"),
+        ({"draft_interval": -0.1}, "draft_interval must be a number of seconds, at least 0"),
+        ({"keep_every": float("inf")}, "keep_every must be a number of seconds, more than 0"),
+    ],
+)
+def test_timing_options_out_of_range_are_refused(options: dict[str, object], says: str) -> None:
+    with pytest.raises(UsageError) as caught:
+        Replica("ws://127.0.0.1:1", "c", **options)  # type: ignore[arg-type]
+    assert caught.value.reason == "bad_option"
+    assert says in caught.value.message
