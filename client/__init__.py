@@ -1,22 +1,70 @@
 """convsync replicas: `connect` to a hub and edit a live copy of a conversation; read, export
 and import conversations of a hub (`fetch_conversation`, `export_conversation`,
-`import_conversation`)."""
+`import_conversation`).
 
-from sync.rebase import Conflict
+The names below are imported on first use, so importing a module of this package (the
+`convsync` command's `client.cli` first of all) does not load all of them: the command gets
+to set up its Ctrl-C handling before the slow imports (websockets, the model) run.
+"""
 
-from .drafting import DraftWriter
-from .http import FetchedConversation, HubError, fetch_conversation
-from .live import Draft, DraftChanged, DraftEnded, Presence, PresenceChanged
-from .replica import Replica, connect
-from .session import Applied, Connected, Disconnected, Event, Rebased, ReplicaSession, Reset
-from .transfer import (
-    Exported,
-    Imported,
-    ImportRefused,
-    TransferError,
-    export_conversation,
-    import_conversation,
-)
+from __future__ import annotations
+
+import importlib
+
+TYPE_CHECKING = False  # not `typing`'s: importing typing costs more than the rest of this
+if TYPE_CHECKING:
+    from sync.rebase import Conflict
+
+    from .drafting import DraftWriter
+    from .http import FetchedConversation, HubError, fetch_conversation
+    from .live import Draft, DraftChanged, DraftEnded, Presence, PresenceChanged
+    from .replica import Replica, connect
+    from .session import (
+        Applied,
+        Connected,
+        Disconnected,
+        Event,
+        Rebased,
+        ReplicaSession,
+        Reset,
+    )
+    from .transfer import (
+        Exported,
+        Imported,
+        ImportRefused,
+        TransferError,
+        export_conversation,
+        import_conversation,
+    )
+
+# Where each exported name lives (a module of this package, or an absolute one).
+_HOMES = {
+    "Conflict": "sync.rebase",
+    "DraftWriter": ".drafting",
+    "FetchedConversation": ".http",
+    "HubError": ".http",
+    "fetch_conversation": ".http",
+    "Draft": ".live",
+    "DraftChanged": ".live",
+    "DraftEnded": ".live",
+    "Presence": ".live",
+    "PresenceChanged": ".live",
+    "Replica": ".replica",
+    "connect": ".replica",
+    "Applied": ".session",
+    "Connected": ".session",
+    "Disconnected": ".session",
+    "Event": ".session",
+    "Rebased": ".session",
+    "ReplicaSession": ".session",
+    "Reset": ".session",
+    "Exported": ".transfer",
+    "Imported": ".transfer",
+    "ImportRefused": ".transfer",
+    "TransferError": ".transfer",
+    "export_conversation": ".transfer",
+    "import_conversation": ".transfer",
+}
 
 __all__ = [
     "Applied",
@@ -45,3 +93,16 @@ __all__ = [
     "fetch_conversation",
     "import_conversation",
 ]
+
+
+def __getattr__(name: str) -> object:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home, __name__), name)
+    globals()[name] = value  # once is enough
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -13,13 +13,27 @@ reasons; this module turns them into lines and exit codes, and nothing imports i
 
 from __future__ import annotations
 
+import signal
+import sys
+
+# Ctrl-C while this module's imports run (a third of a second, most of a command's start-up)
+# ends the process at once and quietly, as it ends any other command, instead of a traceback
+# from inside some import. The end of this module hands Ctrl-C back to Python (then `main`
+# exits 130 on it). The `client` package imports nothing before this runs.
+_quiet_start = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+if _quiet_start:
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    except ValueError:  # imported off the main thread: signals are not ours to set
+        _quiet_start = False
+
 import argparse
 import asyncio
 import contextlib
+import errno
 import os
-import signal
+import socket
 import ssl
-import sys
 import time
 import urllib.parse
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -35,6 +49,7 @@ from sync.errors import Refused
 from sync.frames import MAX_FRAME
 
 from .http import HubError
+from .replica import url_problem
 from .tail import tail
 from .transfer import (
     ImportRefused,
@@ -132,13 +147,9 @@ def _conversation_id(text: str) -> str:
 
 
 def _url(text: str) -> str:
-    parts = urllib.parse.urlsplit(text)
-    if parts.scheme not in ("ws", "wss") or not parts.hostname:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a ws:// or wss:// url")
-    try:
-        parts.port  # noqa: B018 - raises for a bad port
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+    problem = url_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
     return text.rstrip("/")
 
 
@@ -397,8 +408,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run `convsync` with `argv` (default: the process arguments); returns the exit code."""
-    parser = build_parser()
     try:
+        parser = build_parser()
         try:
             args = parser.parse_args(argv)
         except SystemExit as exc:  # --help
@@ -508,12 +519,31 @@ async def cmd_serve(args: argparse.Namespace) -> int:
     )
     keys, reload = _server_keys(args)
     stop = asyncio.Event()
-    with _on_signals(stop.set):
+    # Before the hub serves, Ctrl-C (or SIGTERM) abandons the start (exit 130, nothing left
+    # open); once it serves, it stops the hub cleanly (exit 0).
+    starting = anyio.CancelScope()
+    serving = False
+
+    def on_signal() -> None:
+        if serving:
+            stop.set()
+        else:
+            starting.cancel()
+
+    with _on_signals(on_signal):
         try:
-            async with (
-                Hub(store=open_store(db), host=host, port=port, config=config, keys=keys) as hub,
-                anyio.create_task_group() as group,
-            ):
+            started: Hub | None = None
+            with starting:
+                hub = Hub(store=open_store(db), host=host, port=port, config=config, keys=keys)
+                await hub.__aenter__()
+                started = hub
+            if starting.cancel_called:
+                if started is not None:  # the signal came as the start finished
+                    await started.aclose()
+                return 130
+            serving = True
+            async with contextlib.AsyncExitStack() as stack, anyio.create_task_group() as group:
+                stack.push_async_callback(hub.aclose)
                 pairing = "on" if config.strict_pairing else "off"
                 auth = "off" if keys is None else f"on (keys {_kids(keys)})"
                 print(
@@ -530,8 +560,22 @@ async def cmd_serve(args: argparse.Namespace) -> int:
             error = _sole(exc)
             if not isinstance(error, OSError):
                 raise
-            raise CliError(f"cannot serve on {host}:{port}: {error.strerror or error}") from exc
+            raise CliError(f"cannot serve on {host}:{port}: {_bind_error(error)}") from exc
     return 0
+
+
+def _bind_error(error: OSError) -> str:
+    """Why the hub could not listen, in words (asyncio's own message repeats the address)."""
+    match error.errno:
+        case errno.EADDRINUSE:
+            return "the port is in use (another program listens there; --port 0 takes a free one)"
+        case errno.EADDRNOTAVAIL:
+            return "this machine has no such address"
+        case errno.EACCES:
+            return "permission denied (ports below 1024 need privileges)"
+    if isinstance(error, socket.gaierror):
+        return f"unknown host ({error.strerror})"
+    return str(error.strerror or error)
 
 
 def _shown(db: str) -> str:
@@ -814,6 +858,9 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
     "demo": cmd_demo,
 }
 
+
+if _quiet_start and signal.getsignal(signal.SIGINT) is signal.SIG_DFL:
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # the imports are done
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -24,6 +24,7 @@ import math
 import random
 import ssl
 import time
+import urllib.parse
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from types import TracebackType
@@ -59,7 +60,7 @@ from .drafting import DraftWriter
 from .live import FEATURES, Draft, DraftChanged, DraftEnded, Presence
 from .session import Connected, Disconnected, Event, ReplicaSession
 
-__all__ = ["Replica", "Token", "connect"]
+__all__ = ["Replica", "Token", "connect", "url_problem"]
 
 Token = str | Callable[[], str | Awaitable[str]]
 """A token, or a function (sync or async) returning a fresh one: called on every connect
@@ -644,15 +645,48 @@ def _retry_after(close_code: int, close_reason: str, detail: str) -> Retry:
     return retry
 
 
+def url_problem(url: str) -> str | None:
+    """What is wrong with hub url `url` (`ws://host:port` or `wss://...`), in words, or None.
+
+    An IPv6 address without brackets is named as such (`ws://[::1]:8790`), not as a bad
+    scheme or port.
+    """
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError as exc:  # an unclosed `[`
+        return f"{url!r} is not a url ({exc})"
+    if parts.scheme not in ("ws", "wss"):
+        hint = f"not {parts.scheme}://" if "://" in url else f"e.g. ws://{url}"
+        return f"{url!r} is not a ws:// or wss:// url ({hint})"
+    netloc = parts.netloc.rpartition("@")[2]
+    if netloc.count(":") > 1 and not netloc.startswith("["):
+        host, _, port = netloc.rpartition(":")
+        if not port.isdigit() or ":" not in host or host.endswith(":"):  # no port given
+            host, port = netloc, ""
+        shown = f"{parts.scheme}://[{host}]" + (f":{port}" if port else "")
+        return f"{url!r}: IPv6 addresses need brackets, as in {shown}"
+    if not parts.hostname:
+        return f"{url!r} has no host (e.g. ws://127.0.0.1:8765)"
+    try:
+        parts.port  # noqa: B018 - raises for a bad port
+    except ValueError as exc:
+        return f"{url!r}: {exc}"
+    return None
+
+
 def conversation_urls(url: str | Sequence[str], conversation_id: str) -> list[str]:
     """The websocket urls of `conversation_id` on each hub of `url` (one or several).
 
     Raises:
-        UsageError: no url given.
+        UsageError: no url given, or one that is not a hub url (`url_problem` says why).
     """
     bases = [url] if isinstance(url, str) else list(url)
     if not bases:
         raise UsageError("bad_url", "no hub url given")
+    for base in bases:
+        problem = url_problem(base)
+        if problem is not None:
+            raise UsageError("bad_url", problem)
     return [f"{base.rstrip('/')}/v1/conversations/{conversation_id}" for base in bases]
 
 

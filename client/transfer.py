@@ -255,26 +255,35 @@ async def connect_checked(
 
     Raises:
         HubError: `unreachable`, `bad_status` (not a convsync hub) or `timeout` (no welcome
-            within `connect_timeout` seconds).
+            within `connect_timeout` seconds; the message gives the last attempt's failure,
+            such as a hub at capacity refusing connections with HTTP 503).
     """
     urls = await _answering_first(
         [url] if isinstance(url, str) else list(url), connect_timeout, ssl
     )
+    replica = connect(
+        urls,
+        conversation_id,
+        client=client,
+        connect_timeout=connect_timeout,
+        max_frame=max_frame,
+        token=token,
+        ssl=ssl,
+    )
     try:
-        replica = connect(
-            urls,
-            conversation_id,
-            client=client,
-            connect_timeout=connect_timeout,
-            max_frame=max_frame,
-            token=token,
-            ssl=ssl,
-        )
         await replica.__aenter__()
     except TimeoutError:
-        raise HubError(
-            "timeout", f"timed out after {connect_timeout:g}s connecting to {url}"
-        ) from None
+        # The health check answered, so the hub is there: say what kept the socket out.
+        where = url if isinstance(url, str) else ", ".join(url)
+        failure = replica.failure
+        if failure is None:
+            message = f"timed out after {connect_timeout:g}s connecting to {where}"
+        else:
+            message = (
+                f"cannot connect to {where}: {failure}; "
+                f"gave up after retrying for {connect_timeout:g}s"
+            )
+        raise HubError("timeout", message) from None
     try:
         yield replica
     finally:

@@ -24,6 +24,7 @@ library's own logger (which logs headers and frames at DEBUG) is held at INFO.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import logging
 import random
@@ -168,7 +169,14 @@ class Hub:
         ready = asyncio.Event()
         self._task = asyncio.create_task(self._main(ready))
         waiter = asyncio.create_task(ready.wait())
-        await asyncio.wait([self._task, waiter], return_when=asyncio.FIRST_COMPLETED)
+        try:
+            await asyncio.wait([self._task, waiter], return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:  # cancelled while starting (Ctrl-C): stop what was started
+            waiter.cancel()
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(self._task)
+            raise
         waiter.cancel()
         if self._task.done():
             error = self._task.exception()
@@ -179,38 +187,50 @@ class Hub:
         return self
 
     async def _main(self, ready: asyncio.Event) -> None:
-        async with (
-            self._store,
-            anyio.create_task_group() as group,
-            serve(
-                self._connection,
-                self._host,
-                self._port,
-                subprotocols=[SUBPROTOCOL],  # type: ignore[list-item]
-                process_request=self._http,
-                max_size=4 * self.config.max_frame,
-                compression="deflate" if self.config.compression == "deflate" else None,
-                ping_interval=self.config.ping_interval,
-                ssl=self._ssl,
-                logger=_ws_log,
-            ) as server,
-        ):
-            self._server = server
-            self._own_origins = own_origins(
-                self.config.public_url, self.port, tls=self._ssl is not None
-            )
-            self._group = group
-            group.start_soon(self._unload_idle)
-            if is_shared(self._store):
-                group.start_soon(self._watch_store)
-                group.start_soon(self._check_heads)
-                self._relay = Relay(open_bus(self.config, self._store), self.config, self._rooms)
-                await group.start(self._relay.run)  # drafts and presence of other hubs
-            group.start_soon(self._tick_rooms)
-            ready.set()
-            await self._stop.wait()
-            await self._shutdown(server)
-            group.cancel_scope.cancel()
+        # The port is bound before the store is opened (and connections accepted only once it
+        # is), so a hub that cannot serve (a port in use) leaves no store file behind. The
+        # store is still closed last, after the server and the task group.
+        async with contextlib.AsyncExitStack() as opened:
+            async with (
+                anyio.create_task_group() as group,
+                serve(
+                    self._connection,
+                    self._host,
+                    self._port,
+                    subprotocols=[SUBPROTOCOL],  # type: ignore[list-item]
+                    process_request=self._http,
+                    max_size=4 * self.config.max_frame,
+                    compression="deflate" if self.config.compression == "deflate" else None,
+                    ping_interval=self.config.ping_interval,
+                    ssl=self._ssl,
+                    logger=_ws_log,
+                    start_serving=False,
+                ) as server,
+            ):
+                await opened.enter_async_context(self._store)
+                await self._serve_until_stopped(server, group, ready)
+
+    async def _serve_until_stopped(
+        self, server: Server, group: anyio.abc.TaskGroup, ready: asyncio.Event
+    ) -> None:
+        """Start the hub's tasks on an open store, accept connections, serve until stopped."""
+        self._server = server
+        self._own_origins = own_origins(
+            self.config.public_url, self.port, tls=self._ssl is not None
+        )
+        self._group = group
+        group.start_soon(self._unload_idle)
+        if is_shared(self._store):
+            group.start_soon(self._watch_store)
+            group.start_soon(self._check_heads)
+            self._relay = Relay(open_bus(self.config, self._store), self.config, self._rooms)
+            await group.start(self._relay.run)  # drafts and presence of other hubs
+        group.start_soon(self._tick_rooms)
+        await server.start_serving()  # the store is open: take connections now
+        ready.set()
+        await self._stop.wait()
+        await self._shutdown(server)
+        group.cancel_scope.cancel()
 
     async def __aexit__(
         self,

@@ -228,3 +228,31 @@ async def test_a_newer_schema_is_refused_and_left_alone(tmp_path: Path) -> None:
         assert conn.execute("SELECT count(*) FROM records").fetchone() == (4,)
     finally:
         conn.close()
+
+
+async def test_nothing_touches_the_disk_until_the_store_is_used(tmp_path: Path) -> None:
+    """Making a store creates no file (a hub that fails to bind leaves none); a store closed
+    unused leaves none; entering it creates the database and its lock file."""
+    path = tmp_path / "lazy.db"
+    unused = SqliteStore(path)
+    await asyncio.sleep(0.05)
+    assert os.listdir(tmp_path) == []
+    await unused.close()
+    assert os.listdir(tmp_path) == []
+    async with SqliteStore(path):
+        assert set(os.listdir(tmp_path)) >= {"lazy.db", "lazy.db.lock"}
+
+
+async def test_a_failed_open_names_the_path_and_removes_what_it_made(tmp_path: Path) -> None:
+    """A file that is not a database: the error names the file and the cause, the lock file
+    the open made is gone again, the file itself is untouched."""
+    path = str(tmp_path / "notes.txt")
+    with open(path, "wb") as file:  # noqa: ASYNC230 - a test's setup
+        file.write(b"not a database, just notes\n" * 10)
+    with pytest.raises(StoreError) as caught:
+        async with SqliteStore(path):
+            pass
+    assert caught.value.message == f"{path!r} is not a SQLite database (file is not a database)"
+    assert os.listdir(tmp_path) == ["notes.txt"]
+    with open(path, "rb") as file:  # noqa: ASYNC230 - a test's check
+        assert file.read() == b"not a database, just notes\n" * 10

@@ -36,6 +36,12 @@ How this works
   dies, `kill -9` included, so a restarted hub is never blocked by its crashed predecessor.
   (`flock` works across processes on one machine; it is not a guarantee on network file
   systems.)
+- **Nothing touches the disk until the store is entered or first used**, and an open that
+  fails leaves nothing it created: the database file (and its `-wal`/`-shm`) and the lock file
+  are removed again when this store made them, before the lock is let go. A store that took
+  the lock checks the lock file is still the one at the path (not one removed meanwhile).
+  The errors name the path and the cause (a directory that does not exist, a file that is not
+  a database, ...).
 - The store is bound to asyncio (futures and `call_soon_threadsafe`). Cancelling a caller that
   awaits an append does not withdraw the append: it may still commit; reload to find out.
 """
@@ -151,27 +157,91 @@ def _hold(path: str) -> int:
         StoreError: the lock file cannot be opened or locked.
     """
     sidecar = lock_path(path)
-    try:
-        fd = os.open(sidecar, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise _store_error(f"cannot open {sidecar!r}", exc) from exc
-    try:
-        # flock, not fcntl's record locks: those are per process, so a second store in the
-        # same process would get the lock too; flock is per open file description.
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 256, 0).decode(errors="replace").strip()
+    for _ in range(10):
+        try:
+            fd = os.open(sidecar, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StoreError(
+                f"cannot create the lock file {sidecar!r} next to the database: "
+                f"{exc.strerror or exc}"
+            ) from exc
+        try:
+            # flock, not fcntl's record locks: those are per process, so a second store in the
+            # same process would get the lock too; flock is per open file description.
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 256, 0).decode(errors="replace").strip()
+            os.close(fd)
+            raise StoreLocked(path, holder) from None
+        except OSError as exc:
+            os.close(fd)
+            raise _store_error(f"cannot lock {sidecar!r}", exc) from exc
+        if _same_file(fd, sidecar):
+            break
+        # A store whose open failed removed this lock file after we opened it: the lock we
+        # hold is on a file nobody else will find. Take the one at the path now.
         os.close(fd)
-        raise StoreLocked(path, holder) from None
-    except OSError as exc:
-        os.close(fd)
-        raise _store_error(f"cannot lock {sidecar!r}", exc) from exc
+    else:
+        raise StoreError(f"cannot lock {sidecar!r}: it keeps being replaced")
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}@{socket.gethostname()}\n".encode(), 0)
     except OSError:
         pass  # the lock holds without the name; a refused store then says "another process"
     return fd
+
+
+def _same_file(fd: int, path: str) -> bool:
+    try:
+        named = os.stat(path)
+    except OSError:
+        return False
+    held = os.fstat(fd)
+    return (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino)
+
+
+def _path_problem(path: str) -> str | None:
+    """Why the database at `path` cannot be opened, seen before touching anything, or None."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        return f"cannot open the database {path!r}: it is a directory"
+    if not os.path.exists(directory):
+        return f"cannot create the database {path!r}: the directory {directory!r} does not exist"
+    if not os.path.isdir(directory):
+        return f"cannot create the database {path!r}: {directory!r} is not a directory"
+    return None
+
+
+def _open_error(path: str, exc: Exception) -> StoreError:
+    """`exc`, raised opening the database at `path`, as an error naming the path and cause."""
+    if isinstance(exc, StoreError):
+        return exc
+    text = str(exc)
+    if isinstance(exc, sqlite3.DatabaseError) and "not a database" in text:
+        message = f"{path!r} is not a SQLite database ({text})"
+    elif isinstance(exc, sqlite3.DatabaseError) and "malformed" in text:
+        message = f"{path!r} is damaged ({text})"
+    elif not os.path.exists(path):
+        directory = os.path.dirname(os.path.abspath(path))
+        hint = "" if os.access(directory, os.W_OK) else f": no permission to write in {directory!r}"
+        message = f"cannot create the database {path!r} ({text}){hint}"
+    else:
+        hint = "" if os.access(path, os.R_OK | os.W_OK) else ": no permission to read and write it"
+        message = f"cannot open the database {path!r} ({text}){hint}"
+    error = StoreError(message)
+    error.__cause__ = exc
+    return error
+
+
+def _remove_created(paths: Sequence[str]) -> None:
+    """Remove the files of `paths` (made by an open that failed); missing ones are fine."""
+    for path in paths:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            pass  # nothing more to do about it: the open already failed with its own error
 
 
 def _release(fd: int) -> None:
@@ -501,30 +571,53 @@ class _Writer:
         self.thread = threading.Thread(
             target=self._main, name="convsync-sqlite-writer", daemon=True
         )
-        self.thread.start()
+        self._start_lock = threading.Lock()
+
+    def start(self) -> None:
+        """Start the thread (it opens the file) unless it was started already."""
+        with self._start_lock:
+            if self.thread.ident is None:
+                self.thread.start()
+
+    @property
+    def started(self) -> bool:
+        return self.thread.ident is not None
 
     def stop(self) -> None:
         """Ask the thread to finish the jobs queued so far and exit."""
         self.jobs.put(None)
 
     def _main(self) -> None:
-        try:
-            held = _hold(self.path)  # before the database is touched at all
-        except Exception as exc:
-            self._fail_until_stopped(exc)
+        path = self.path
+        problem = _path_problem(path)
+        if problem is not None:
+            self._fail_until_stopped(StoreError(problem))
             return
+        # What this open creates, it removes again if it fails: the lock file if it was not
+        # there, the database files if the database was not there once the lock is held (no
+        # other store makes them meanwhile).
+        made = [] if os.path.exists(lock_path(path)) else [lock_path(path)]
         try:
-            conn = _connect(self.path, self.synchronous, self.busy_timeout, reader=False)
+            held = _hold(path)  # before the database is touched at all
         except Exception as exc:
+            self._fail_until_stopped(_open_error(path, exc))
+            return
+        if not os.path.exists(path):
+            made += [path + suffix for suffix in ("", "-wal", "-shm", "-journal")]
+        try:
+            conn = _connect(path, self.synchronous, self.busy_timeout, reader=False)
+        except Exception as exc:
+            _remove_created(made)  # while the lock is still held: nobody else made them
             _release(held)
-            self._fail_until_stopped(exc)
+            self._fail_until_stopped(_open_error(path, exc))
             return
         try:
-            _create_schema(conn, self.path)
+            _create_schema(conn, path)
         except Exception as exc:
             conn.close()
+            _remove_created(made)
             _release(held)
-            self._fail_until_stopped(exc)
+            self._fail_until_stopped(_open_error(path, exc))
             return
         # Every statement of the writer runs on this one cursor: `Connection.execute` would
         # make (and free) a cursor per statement, about a fifth of a statement's Python cost.
@@ -539,6 +632,10 @@ class _Writer:
             conn.close()
             _release(held)
             self._fail_until_empty(UsageError("closed", "the store is closed"))
+
+    def fail_unstarted(self, error: BaseException) -> None:
+        """Fail the jobs queued on a writer that was never started (a store closed unused)."""
+        self._fail_until_empty(error)
 
     def _fail_until_stopped(self, exc: Exception) -> None:
         self.error = exc if isinstance(exc, StoreError) else _store_error("cannot open", exc)
@@ -633,6 +730,7 @@ class _Readers:
 
     def run(self, read: Callable[[sqlite3.Connection], T]) -> T:
         """Run `read` in one read transaction (called in a worker thread)."""
+        self._writer.start()
         self._writer.ready.wait()
         if self._writer.error is not None:
             raise self._writer.error
@@ -728,6 +826,7 @@ class SqliteStore(Closable):
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         self._writer.jobs.put(_Job(run, loop, future, is_append=is_append))
+        self._writer.start()
         return await future
 
     async def _read(self, read: Callable[[sqlite3.Connection], T]) -> T:
@@ -838,7 +937,10 @@ class SqliteStore(Closable):
         self._closed = True
         self._finalizer.detach()
         _stop(self._writer, self._readers)
-        await asyncio.to_thread(self._writer.thread.join)
+        if self._writer.started:
+            await asyncio.to_thread(self._writer.thread.join)
+        else:
+            self._writer.fail_unstarted(UsageError("closed", "the store is closed"))
 
     async def __aenter__(self) -> Self:
         """Wait until the file is open and its schema ready.
@@ -848,7 +950,12 @@ class SqliteStore(Closable):
             StoreError: the file cannot be opened or has an unknown schema.
         """
         self._check_open()
-        await asyncio.to_thread(self._writer.ready.wait)
+        self._writer.start()
+        try:
+            await asyncio.to_thread(self._writer.ready.wait)
+        except BaseException:  # cancelled while the file opens: do not leave it open
+            await asyncio.shield(self.close())
+            raise
         if self._writer.error is not None:
             error = self._writer.error
             await self.close()
