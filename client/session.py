@@ -48,6 +48,7 @@ from sync.protocol import (
     Error,
     Hello,
     HubMessage,
+    Pong,
     PresenceDiff,
     PresenceSnapshot,
     Records,
@@ -309,6 +310,8 @@ class ReplicaSession:
                 return self._on_reject(message)
             case AuthOk():
                 return []  # a refreshed token was taken; the shell schedules the next one
+            case Pong():
+                return []  # the hub is alive (the shell's keepalive looks at that)
             case Error(code, detail):
                 if retry_of(code) in ("never", "new_token"):
                     raise Refused(code, detail)

@@ -99,6 +99,8 @@ log = logging.getLogger("convsync.hub")
 HUB_REBASE = "hub_rebase"
 """The feature a replica lists when it takes a placed push's records as its batch."""
 AUTH = "auth"
+PING = "ping"
+"""The feature of a hub that answers `ping` with `pong` (keepalive for browser replicas)."""
 """The feature a hub with auth lists in `welcome` (SPEC 5)."""
 
 C = TypeVar("C", bound=Hashable)
@@ -373,6 +375,8 @@ class RoomCore(Generic[C]):
         if HUB_REBASE in features and HUB_REBASE in hello.features:
             self._placing.add(conn)
         features += [feature for feature in LIVE_FEATURES if feature in hello.features]
+        if PING in hello.features:
+            features.append(PING)
         if self.config.auth:
             features.append(AUTH)  # tokens are checked; `scopes` and `expires_in` follow
         welcome = Welcome(self.lineage, self.revision, mark.seq if mark else 0, features)

@@ -45,7 +45,17 @@ from websockets.http11 import Request, Response
 from sync import Conversation
 from sync.errors import ConvsyncError, ProtocolError, UsageError
 from sync.ids import now_ms
-from sync.protocol import SUBPROTOCOL, Auth, DraftOp, Hello, PushBatch, StatusUpdate
+from sync.protocol import (
+    SUBPROTOCOL,
+    Auth,
+    DraftOp,
+    Hello,
+    Ping,
+    Pong,
+    PushBatch,
+    StatusUpdate,
+    encode_message,
+)
 
 from .auth import AuthError, KeyRing, bearer_token, verify
 from .bus import Relay, open_bus
@@ -61,6 +71,7 @@ from .web import Web, is_summary_path
 __all__ = ["Hub"]
 
 log = logging.getLogger("convsync.hub")
+_PONG = encode_message(Pong())
 _ws_log = logging.getLogger("convsync.hub.websockets")
 # websockets logs request headers and frames at DEBUG: they hold tokens. Never below INFO.
 _ws_log.setLevel(logging.INFO)
@@ -612,6 +623,8 @@ class Hub:
                     case StatusUpdate():
                         assert held.room is not None
                         await held.room.status(sub, message)
+                    case Ping():
+                        sub.send(_PONG)  # a frozen hub sends none: that is the point
             except (ProtocolError, AuthError) as error:
                 self._fail(sub, error)
                 break

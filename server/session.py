@@ -28,6 +28,7 @@ from sync.protocol import (
     ClientMessage,
     DraftOp,
     Hello,
+    Ping,
     PushBatch,
     StatusUpdate,
     decode_client_message,
@@ -190,6 +191,9 @@ class HubSession:
                     )
                 if op == "open" and role != "assistant":
                     raise RemoteProtocolError("bad_message", "a draft's role is assistant")
+            case Ping():
+                if self.hello is None:
+                    raise RemoteProtocolError("no_hello", "ping before hello")
             case StatusUpdate(status, detail):
                 if self.hello is None:
                     raise RemoteProtocolError("no_hello", "status before hello")

@@ -1,12 +1,12 @@
 """The wire protocol `convsync.v1`: one JSON message per websocket text frame.
 
 Replica -> hub: `Hello`, `PushBatch`, `Auth` (SPEC 6), and for live drafts and presence (SPEC 7)
-`DraftOp`, `StatusUpdate`. Hub -> replica: `Welcome`, `Records`, `State`, `Entries`, `Ack`,
-`Reject`, `Error`, `AuthOk` (SPEC 6), and `Drafts`, `DraftUpdate`, `DraftState`, `DraftEnd`,
-`PresenceSnapshot`, `PresenceDiff`. Each direction is one tagged union (tag field `"type"`)
-with its decoder built once. The hub sends records it already holds as JSON bytes, joined into
-frames without decoding them (`sync.frames`), so a record is encoded once however many
-replicas receive it.
+`DraftOp`, `StatusUpdate`, and `Ping`. Hub -> replica: `Welcome`, `Records`, `State`, `Entries`,
+`Ack`, `Reject`, `Error`, `AuthOk` (SPEC 6), and `Drafts`, `DraftUpdate`, `DraftState`,
+`DraftEnd`, `PresenceSnapshot`, `PresenceDiff`, and `Pong`. Each direction is one tagged union
+(tag field `"type"`) with its decoder built once. The hub sends records it already holds as
+JSON bytes, joined into frames without decoding them (`sync.frames`), so a record is encoded
+once however many replicas receive it.
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ __all__ = [
     "Error",
     "Hello",
     "HubMessage",
+    "Ping",
+    "Pong",
     "PresenceDiff",
     "PresenceEntry",
     "PresenceSnapshot",
@@ -286,7 +288,19 @@ class PresenceDiff(
     changed: list[PresenceEntry] = []
 
 
-ClientMessage = Hello | PushBatch | Auth | DraftOp | StatusUpdate
+# ---------------------------------------------------------------- keepalive
+
+
+class Ping(msgspec.Struct, frozen=True, tag_field="type", tag="ping"):
+    """Replica -> hub, after a welcome listing the `ping` feature: answered with `Pong`. For
+    replicas that cannot send websocket pings (browsers), to notice a hub gone silent."""
+
+
+class Pong(msgspec.Struct, frozen=True, tag_field="type", tag="pong"):
+    """Hub -> replica: the answer to a `Ping`."""
+
+
+ClientMessage = Hello | PushBatch | Auth | DraftOp | StatusUpdate | Ping
 
 HubMessage = (
     Welcome
@@ -303,6 +317,7 @@ HubMessage = (
     | DraftEnd
     | PresenceSnapshot
     | PresenceDiff
+    | Pong
 )
 
 

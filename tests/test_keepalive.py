@@ -4,19 +4,28 @@ noticed within the replica's `keepalive`, with one state change per transition."
 from __future__ import annotations
 
 import inspect
+import json
 import os
+import queue
+import shutil
 import signal
+import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 from conftest import bound
 from hubprocess import HubProcess
+from websockets.asyncio.client import connect as ws_connect
 
 from client import Connected, Disconnected, Replica, connect
+from server import Hub
 from sync import Message, UsageError
+from sync.protocol import SUBPROTOCOL
 
 
 @pytest.fixture
@@ -125,3 +134,94 @@ def test_timing_options_out_of_range_are_refused(options: dict[str, object], say
         Replica("ws://127.0.0.1:1", "c", **options)  # type: ignore[arg-type]
     assert caught.value.reason == "bad_option"
     assert says in caught.value.message
+
+
+# ---------------------------------------------------------------------- ping messages
+
+
+async def test_the_hub_answers_ping_messages_of_a_replica_that_lists_the_feature(hub: Hub) -> None:
+    """A replica listing `ping` sees it in the welcome, and each `ping` gets a `pong`; a ping
+    before the hello is refused like any other message before it."""
+    url = f"{hub.url}/v1/conversations/pings"
+    options: dict[str, Any] = {"subprotocols": [SUBPROTOCOL], "ping_interval": None}
+    async with ws_connect(url, **options) as ws:
+        hello = {"type": "hello", "client": "p", "lineage": 0, "revision": 0, "features": ["ping"]}
+        await ws.send(json.dumps(hello))
+        with anyio.fail_after(bound(5)):
+            welcome = json.loads(await ws.recv())
+            assert "ping" in welcome["features"]
+            for _ in range(3):
+                await ws.send('{"type":"ping"}')
+                while (answer := json.loads(await ws.recv()))["type"] != "pong":
+                    assert answer["type"] in ("presence", "presence_diff")
+    async with ws_connect(url, **options) as ws:
+        await ws.send('{"type":"ping"}')
+        with anyio.fail_after(bound(5)):
+            assert json.loads(await ws.recv())["code"] == "no_hello"
+    async with ws_connect(url, **options) as ws:  # not listed: not offered
+        await ws.send(json.dumps({"type": "hello", "client": "q", "lineage": 0, "revision": 0}))
+        with anyio.fail_after(bound(5)):
+            assert "ping" not in json.loads(await ws.recv()).get("features", [])
+
+
+# ---------------------------------------------------------------------- the JS replica
+
+NODE = shutil.which("node")
+
+
+@pytest.mark.skipif(NODE is None, reason="node is not installed")
+def test_the_js_replica_notices_a_frozen_hub_with_ping_messages(hub_process: HubProcess) -> None:
+    """A browser cannot send websocket pings: the JS replica sends `ping` messages, so a hub
+    frozen with SIGSTOP is noticed within its keepalive too, once, and it reconnects."""
+    assert NODE is not None
+    keepalive_ms = 1000
+    script = Path(__file__).parent / "js_keepalive.mjs"
+    args = [hub_process.url, "js", str(keepalive_ms)]
+    node = subprocess.Popen(
+        [NODE, "--no-warnings", "--experimental-websocket", str(script), *args],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    lines: queue.Queue[dict[str, object] | None] = queue.Queue()
+
+    def read() -> None:
+        assert node.stdout is not None
+        for line in node.stdout:
+            lines.put(json.loads(line))
+        lines.put(None)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+
+    def next_line(within: float) -> dict[str, object]:
+        line = lines.get(timeout=within)
+        assert line is not None, "node exited"
+        return line
+
+    try:
+        while next_line(bound(20)) != {"ready": True}:
+            pass
+        freeze(hub_process)
+        frozen_at = time.monotonic()
+        seen = [next_line(bound(keepalive_ms / 1000 + 2))]
+        assert time.monotonic() - frozen_at <= keepalive_ms / 1000 + 0.5 * bound(1)
+        seen.append(next_line(bound(1)))
+        assert {"event": "disconnected"} in seen
+        [state] = [line for line in seen if "state" in line]
+        assert state == {
+            "state": "disconnected",
+            "reason": "keepalive timed out: a ping went unanswered for 0.5s",
+        }
+        time.sleep(2.0)  # reconnect attempts fail against the frozen hub: nothing printed
+        assert lines.empty()
+        thaw(hub_process)
+        back = {"event": "connected"}, {"state": "connected", "reason": ""}
+        assert next_line(bound(20)) in back
+        assert node.wait(timeout=bound(20)) == 0
+    finally:
+        if node.poll() is None:
+            node.kill()
+        node.wait()
+        reader.join(timeout=bound(5))
+        assert node.stdout is not None
+        node.stdout.close()

@@ -360,6 +360,9 @@ export interface ConnectOptions {
   random?: () => number;
   setTimeout?: (fn: () => void, ms: number) => unknown;
   clearTimeout?: (handle: unknown) => void;
+  /** Ms within which a hub that stopped answering is noticed (default 10000; null: none):
+   * `ping` messages every half of it, to a hub that lists the `ping` feature. */
+  keepalive?: number | null;
 }
 
 export interface StateEvent {
@@ -379,8 +382,12 @@ export class Replica {
   readonly revision: number;
   readonly drafts: Map<string, Draft>;
   readonly presence: Map<string, PresenceItem>;
+  /** `connecting` until the first welcome; `disconnected` (retrying) after a lost connection or
+   * a failed attempt, once: failed attempts change nothing; `closed` after close or refusal. */
   state: ConnectionState;
   refused: Refused | null;
+  /** Why the last connection or attempt ended; null while connected. */
+  failure: string | null;
   /** Called after every message handled and every state change (an ack included). */
   progress: Set<() => void>;
   /** Resolves after the first catch-up; rejects with Refused when refused first. */

@@ -481,7 +481,12 @@ export function readRecord(record) {
  * @typedef {{client?: string, getToken?: () => (string | null | Promise<string | null>),
  *   conversation?: Conversation, WebSocket?: any, maxFrame?: number, backoff?: number,
  *   maxBackoff?: number, random?: () => number, setTimeout?: (fn: () => void, ms: number) => any,
- *   clearTimeout?: (handle: any) => void, live?: boolean}} ConnectOptions
+ *   clearTimeout?: (handle: any) => void, live?: boolean, keepalive?: number | null
+ * }} ConnectOptions
+ * `keepalive` (ms, default 10000; null: none): a hub that stops answering is noticed within it.
+ * A browser cannot send websocket pings, so the replica sends `ping` messages (to a hub whose
+ * welcome lists the `ping` feature) every `keepalive / 2` and gives the socket up when nothing
+ * comes back within `keepalive / 2`.
  * @typedef {'connecting' | 'connected' | 'disconnected' | 'closed'} ConnectionState
  * `connecting` until the first welcome; `connected`; `disconnected` once a connection is lost
  * or an attempt failed, for as long as the replica retries (failed attempts change nothing:
@@ -2030,6 +2035,18 @@ export class Replica {
     this.random = options.random ?? Math.random;
     this.setTimer = options.setTimeout ?? ((fn, ms) => setTimeout(fn, ms));
     this.clearTimer = options.clearTimeout ?? ((handle) => clearTimeout(handle));
+    const keepalive = options.keepalive === undefined ? 10_000 : options.keepalive;
+    const inRange = typeof keepalive === 'number' && keepalive >= 100 && keepalive < Infinity;
+    if (keepalive !== null && !inRange) {
+      throw new UsageError(
+        'bad_option',
+        'keepalive must be null (no pings) or a number of milliseconds, at least 100 ' +
+          `(got ${keepalive})`,
+      );
+    }
+    this.keepalive = keepalive;
+    this.pingTimer = null; // the next ping is due
+    this.pongTimer = null; // a ping waits for its answer
     /** @type {'connecting' | 'connected' | 'disconnected' | 'closed'} */
     this.state = 'disconnected';
     /** @type {Refused | null} */
@@ -2155,6 +2172,7 @@ export class Replica {
       const hello = /** @type {any} */ (this.session.hello(token));
       if (this.getToken !== null)
         hello.features = [...hello.features, 'auth'];
+      if (this.keepalive !== null) hello.features = [...hello.features, 'ping'];
       ws.send(JSON.stringify(hello));
     };
     ws.onmessage = (message) => {
@@ -2162,6 +2180,7 @@ export class Replica {
       try {
         const data = typeof message.data === 'string' ? message.data : String(message.data);
         const decoded = JSON.parse(data);
+        this.#heard(ws, decoded);
         this.#maybeRefresh(ws, decoded);
         const events = this.session.receive(decoded);
         if (events.length > 0 && events[0].type === 'connected') {
@@ -2218,6 +2237,47 @@ export class Replica {
     );
   }
 
+  /**
+   * Keepalive: after a welcome listing `ping`, ping every `keepalive / 2`; anything the hub
+   * sends answers the ping in flight. A ping unanswered for `keepalive / 2` gives the socket
+   * up at once: a frozen hub would not finish a closing handshake either.
+   */
+  #heard(ws, message) {
+    if (this.keepalive === null || !isObject(message)) return;
+    const features = message.type === 'welcome' ? message.features : null;
+    const welcomed = Array.isArray(features) && features.includes('ping');
+    if (!welcomed && this.pongTimer === null) return;
+    if (this.pongTimer !== null) this.clearTimer(this.pongTimer);
+    this.pongTimer = null;
+    const half = this.keepalive / 2;
+    this.pingTimer = this.setTimer(() => {
+      this.pingTimer = null;
+      if (this.ws !== ws || ws.readyState !== 1) return;
+      ws.send('{"type":"ping"}');
+      this.pongTimer = this.setTimer(() => {
+        this.pongTimer = null;
+        if (this.ws !== ws) return;
+        ws.onmessage = () => {};
+        ws.onclose = () => {};
+        try {
+          ws.close(1000, 'keepalive');
+        } catch {
+          // already closing
+        }
+        this.ws = null;
+        this.#ended(null, null, `keepalive timed out: a ping went unanswered for ${half / 1000}s`);
+      }, half);
+    }, half);
+  }
+
+  #stopKeepalive() {
+    for (const timer of [this.pingTimer, this.pongTimer]) {
+      if (timer !== null) this.clearTimer(timer);
+    }
+    this.pingTimer = null;
+    this.pongTimer = null;
+  }
+
   #pump() {
     const ws = this.ws;
     if (ws === null || ws.readyState !== 1) return;
@@ -2228,6 +2288,7 @@ export class Replica {
 
   #ended(code, closeCode, reason) {
     this.attempting = false;
+    this.#stopKeepalive();
     if (this.refreshTimer !== null) {
       this.clearTimer(this.refreshTimer);
       this.refreshTimer = null;
@@ -2285,6 +2346,7 @@ export class Replica {
   /** Disconnect and stop reconnecting. Unacknowledged edits stay in `conversation.unsaved()`. */
   close() {
     this.closing = true;
+    this.#stopKeepalive();
     if (this.timer !== null) {
       this.clearTimer(this.timer);
       this.timer = null;

@@ -83,7 +83,7 @@ test('connects, says hello with the token, and reaches connected after the welco
     lineage: 0,
     revision: 0,
     token: 'jwt',
-    features: ['hub_rebase', 'auth'],
+    features: ['hub_rebase', 'auth', 'ping'],
   });
   ws.deliver({ type: 'welcome', lineage: 5, revision: 0, acked: 0 });
   assert.equal(r.state, 'connected');
@@ -244,7 +244,7 @@ test('a token that expires is refreshed with getToken and sent as auth', async (
   await settle();
   const ws = FakeSocket.made[0];
   ws.open();
-  assert.deepEqual(ws.sent[0].features, ['hub_rebase', 'auth']);
+  assert.deepEqual(ws.sent[0].features, ['hub_rebase', 'auth', 'ping']);
   ws.deliver({
     type: 'welcome',
     lineage: 5,
@@ -310,4 +310,60 @@ test('a message the session cannot take drops the connection and reconnects', as
   assert.equal(timers.pending.length, 1);
   r.close();
   assert.equal(r.state, 'closed');
+});
+
+test('keepalive: pings a hub that lists ping; a silent one is given up at once', async () => {
+  const { r, timers, states } = replica({ keepalive: 4000 });
+  await settle();
+  const ws = FakeSocket.made[0];
+  ws.open();
+  assert.ok(ws.sent[0].features.includes('ping'));
+  ws.deliver({ type: 'welcome', lineage: 5, revision: 0, acked: 0, features: ['ping'] });
+  assert.equal(timers.fire(), 2000); // the first ping is due after half the keepalive
+  assert.deepEqual(ws.sent.at(-1), { type: 'ping' });
+  ws.deliver({ type: 'pong' }); // answered: the next ping is due
+  assert.equal(timers.pending.length, 1);
+  assert.equal(timers.fire(), 2000);
+  assert.deepEqual(ws.sent.at(-1), { type: 'ping' });
+  assert.equal(r.state, 'connected');
+  assert.equal(timers.fire(), 2000); // no answer within half the keepalive
+  assert.equal(r.state, 'disconnected');
+  assert.equal(r.failure, 'keepalive timed out: a ping went unanswered for 2s');
+  assert.equal(ws.readyState, 3, 'the silent socket is closed without waiting for it');
+  assert.deepEqual(states, ['connected', 'disconnected']);
+  assert.equal(timers.pending.length, 1, 'only the reconnect is scheduled');
+  ws.deliver({ type: 'pong' }); // a late answer from the given-up socket changes nothing
+  assert.equal(r.state, 'disconnected');
+  timers.fire();
+  await settle();
+  FakeSocket.made[1].open();
+  FakeSocket.made[1].deliver({ type: 'welcome', lineage: 5, revision: 0, acked: 0 });
+  assert.equal(r.state, 'connected');
+  assert.equal(timers.pending.length, 0, 'a hub without the ping feature is not pinged');
+  r.close();
+});
+
+test('keepalive: any message answers the ping; close stops the pings', async () => {
+  const { r, timers } = replica({ keepalive: 1000 });
+  await settle();
+  const ws = FakeSocket.made[0];
+  ws.open();
+  ws.deliver({ type: 'welcome', lineage: 5, revision: 0, acked: 0, features: ['ping'] });
+  timers.fire(); // ping
+  ws.deliver({ type: 'presence_diff', joined: [], left: [], changed: [] });
+  assert.equal(timers.pending.length, 1);
+  assert.equal(timers.pending[0].ms, 500, 'the next ping, not the deadline');
+  r.close();
+  assert.equal(timers.pending.length, 0);
+  const off = replica({ keepalive: null });
+  await settle();
+  FakeSocket.made[0].open();
+  assert.ok(!FakeSocket.made[0].sent[0].features.includes('ping'));
+  off.r.close();
+  for (const bad of [0, 50, -1, Infinity, Number.NaN, '5000']) {
+    assert.throws(
+      () => replica({ keepalive: bad }),
+      /keepalive must be null \(no pings\) or a number of milliseconds, at least 100/,
+    );
+  }
 });
