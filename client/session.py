@@ -291,10 +291,18 @@ class ReplicaSession:
         Raises:
             ProtocolError: the message breaks the protocol; drop the connection.
         """
-        match message:
-            case Records():  # first: by far the most frequent
+        if type(message) is Records:  # first: by far the most frequent
+            if (
+                self._inflight is None
+                and not self._catching_up
+                and not self.local.has_unsaved
+                and self._welcome is not None
+            ):
+                events = self._on_records_settled(message)
+            else:
                 events = self._on_records(message)
-                return events + self._drafts_landed() if self.live.drafts else events
+            return events + self._drafts_landed() if self.live.drafts else events
+        match message:
             case Welcome():
                 return self._on_welcome(message)
             case State():
@@ -386,6 +394,33 @@ class ReplicaSession:
             events.append(Rebased(len(pending) - len(conflicts), self.confirmed.revision))
         return events
 
+    def _on_records_settled(self, message: Records) -> list[Event]:
+        """Records for a session with nothing pending or in flight (so nothing held), caught
+        up: fold them into `local` alone and keep them as the lag. This is a subscriber's
+        whole cost per record, so it stays lean."""
+        lag = self._lag
+        revision = self._confirmed.revision + len(lag)
+        records = message.records
+        skip = revision - message.from_
+        if skip:
+            if skip < 0:
+                raise RemoteProtocolError("gap", f"records from {message.from_}, at {revision}")
+            records = records[skip:]
+            if not records:
+                return []
+        local = self.local
+        try:
+            for record in records:
+                local.apply(record)
+                lag.append(record)  # once it fits: `revision` counts what `local` holds
+        except Exception as exc:
+            raise RemoteProtocolError(
+                "diverged", f"a record from the hub does not fit: {exc}"
+            ) from exc
+        if len(lag) > self._lag_limit:
+            self._bound_lag()
+        return [Applied(len(records), revision + len(records))]
+
     def _on_records(self, message: Records) -> list[Event]:
         if self._welcome is None:
             raise RemoteProtocolError("unexpected", "records before welcome")
@@ -402,21 +437,6 @@ class ReplicaSession:
             self._fold(confirmed, records)
             return [Applied(len(records), confirmed.revision), *self._maybe_caught_up()]
         inflight = self._inflight
-        if inflight is None and not self.local.has_unsaved:
-            # Nothing pending: fold into `local` alone and keep the records as the lag (this
-            # path is a subscriber's whole cost per record, so it stays inline).
-            local = self.local
-            try:
-                for record in records:
-                    local.apply(record)
-                    lag.append(record)  # once it fits: `revision` counts what `local` holds
-            except Exception as exc:
-                raise RemoteProtocolError(
-                    "diverged", f"a record from the hub does not fit: {exc}"
-                ) from exc
-            if len(lag) > self._lag_limit:
-                self._bound_lag()
-            return [Applied(len(records), revision + len(records))]
         if inflight is not None and not inflight.doomed:
             origin = message.origin
             if origin is not None and (origin.client, origin.seq) == (self.client, inflight.seq):
