@@ -126,13 +126,14 @@ Event = (
 
 
 class _Batch:
-    __slots__ = ("base", "doomed", "landed", "records", "seq")
+    __slots__ = ("base", "doomed", "landed", "overtook", "records", "seq")
 
     def __init__(self, seq: int, records: list[ChangeRecord]) -> None:
         self.seq = seq
         self.records = records
         self.doomed = False  # a state replaced the log under it: its records were re-pended
         self.landed: list[ChangeRecord] | None = None  # what the hub placed, when it did
+        self.overtook: list[ChangeRecord] = []  # log records before it, when it was placed
         self.base: Conversation | None = None  # what it was made on, kept once it is placed
 
 
@@ -444,6 +445,7 @@ class ReplicaSession:
                 # landed; its ack follows. Fold what overtook it, then these.
                 if inflight.landed is None:
                     inflight.landed = []
+                    inflight.overtook = self._held
                     if needs_base(self.local.unsaved()):
                         inflight.base = _folded(self.confirmed.copy(), inflight.records)
                 overtaken = self._fold_held()
@@ -580,6 +582,13 @@ class ReplicaSession:
             self._inflight = None
             self._report(batch.seq, landed)
             events: list[Event] = [Applied(len(landed), confirmed.revision)]
+            local = self.local
+            if not local.has_unsaved and local.take_back_pushes(batch.records):
+                # Nothing made on top of a batch of pushes (a writer awaiting its flush): put
+                # what overtook it under it in `local`, as in the log, in O(records) where a
+                # rebase rereads the whole conversation.
+                self._fold(local, batch.overtook + landed)
+                return events
             return events + self._rebase_local(batch.base)
         if ack.from_ != confirmed.revision or ack.revision != ack.from_ + len(batch.records):
             raise RemoteProtocolError(

@@ -514,3 +514,37 @@ def test_user_entry_predicates() -> None:
     assert not results.is_request() and not results.is_users_own()
     assert titled.is_request() and not titled.is_users_own()
     assert isinstance(results.message, User)
+
+
+def test_take_back_pushes_undoes_trailing_pushes_only() -> None:
+    """Pushes still at the end are taken back exactly (entries, ids, revision); anything
+    else changes nothing and says so."""
+    conversation = Conversation()
+    conversation.push(Message.user("kept"))
+    before = conversation.copy()
+    conversation.take_unsaved()
+    conversation.extend([Message.user("one"), Message.user("two")])
+    conversation.push(Message.user("three"))
+    records = conversation.take_unsaved()
+    assert conversation.take_back_pushes(records)
+    assert conversation.messages() == before.messages()
+    assert conversation.revision == before.revision
+    first = records[0].change.entries[0]  # type: ignore[union-attr]
+    assert conversation.push(first) == first.id  # its id is free again: the index forgot it
+
+    # Not the last entries (an entry came after them): nothing changes.
+    value = Conversation()
+    value.push(Message.user("a"))
+    pushed = value.take_unsaved()
+    value.push(Message.user("b"))
+    value.take_unsaved()
+    copy = value.copy()
+    assert not value.take_back_pushes(pushed)
+    assert value == copy and value.revision == copy.revision
+
+    # A record that is not a push: nothing changes.
+    value.splice(range(0, 1), [], None)
+    spliced = value.take_unsaved()
+    copy = value.copy()
+    assert not value.take_back_pushes(spliced)
+    assert value == copy and value.revision == copy.revision

@@ -84,6 +84,40 @@ def test_a_stale_push_is_placed_by_the_hub_and_taken_as_landed() -> None:
     assert not [e for e in alink.events + blink.events if isinstance(e, Conflict)]
 
 
+def test_a_placed_batch_with_nothing_on_top_is_fixed_in_place(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A writer awaiting its placed batch (nothing made on top of it) gets `local` put in log
+    order without rereading the conversation: what overtook the batch goes under it."""
+    hub = FakeHub()
+    a, alink = replica(hub, "a")
+    b, blink = replica(hub, "b")
+    for n in range(5):
+        a.local.push(Message.user(f"old {n}"))
+    settle([alink, blink])
+    b.local.push(Message.user("from b"))
+    blink.pump()
+    blink.deliver_to_hub()
+    note = a.local.add_aside(Aside("ui", None, Author.user(), {"x": 1}, saved=False))
+    a.local.push(Message.user("from a"))
+    alink.pump()  # made on revision 5; the log is at 6 when it arrives
+    rereads: list[Conversation] = []
+    original = Conversation.reread
+    monkeypatch.setattr(
+        Conversation, "reread", lambda self, log: (rereads.append(self), original(self, log))[1]
+    )
+    settle([alink, blink])
+    assert a.local not in rereads  # fixed in place, not reread
+    texts = [m.content[0].text for m in a.local.messages()]  # type: ignore[union-attr]
+    assert texts == [*(f"old {n}" for n in range(5)), "from b", "from a"]
+    assert a.local.revision == a.confirmed.revision == hub.conversation.revision == 7
+    assert a.local.aside(note) is not None  # an unsaved aside stays
+    assert [m.content for m in a.local.messages()] == [
+        m.content for m in hub.conversation.messages()
+    ]
+    assert a.pending == 0 and hub.rejected == []
+
+
 def test_a_placed_push_keeps_what_was_made_on_top_of_it() -> None:
     """Edits made while a batch is in flight, a pure insertion among them, are replayed on
     the log once the hub placed the batch, after the records that overtook it."""
