@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.metadata
 import os
 import signal
 import ssl
@@ -188,11 +189,22 @@ def _client_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _version() -> str:
+    """The installed package's version (the source tree run without installing has none)."""
+    try:
+        return importlib.metadata.version("convsync")
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `convsync` parser, one subparser per command."""
     parser = _Parser(
         prog="convsync",
         description="Mirror LLM-agent conversations between processes in real time.",
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {_version()}", help="print the version"
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -314,10 +326,15 @@ def build_parser() -> argparse.ArgumentParser:
     send = commands.add_parser(
         "send",
         help="push a user message",
-        description="Push a user message, wait until the hub has it, print the new revision.",
+        description="Push a user message, wait until the hub has it, print the new revision. "
+        "An empty message (nothing but whitespace) is refused.",
     )
     send.add_argument("id", type=_conversation_id, metavar="ID", help="the conversation")
-    send.add_argument("text", metavar="TEXT", help="the message")
+    send.add_argument(
+        "text",
+        metavar="TEXT",
+        help="the message; '-' reads it from stdin (UTF-8, one final line break dropped)",
+    )
     _client_options(send)
     send.add_argument(
         "--client",
@@ -328,20 +345,28 @@ def build_parser() -> argparse.ArgumentParser:
     export = commands.add_parser(
         "export",
         help="write a conversation to a file",
-        description="Write a conversation as a snapshot v1 (messages and pins) or as its "
-        "whole state (entries with ids and authors, asides, halt).",
+        description="Write a conversation to a file that `convsync import` reads back. The "
+        "default format, state, keeps everything the log holds: entries with their ids and "
+        "authors, turn records, notes and other asides, the halt and retired ids. "
+        "--format snapshot writes the portable snapshot v1 instead: messages and pins only; "
+        "it leaves out ids, authors, turn records, notes, the halt and retired ids, and says "
+        "on stderr what it left out.",
     )
     export.add_argument("id", type=_conversation_id, metavar="ID", help="the conversation")
     _client_options(export)
     export.add_argument(
-        "--format", choices=["snapshot", "state"], default="snapshot", help="default snapshot"
+        "--format",
+        choices=["state", "snapshot"],
+        default="state",
+        help="state (default: lossless) or snapshot (snapshot v1: messages and pins only)",
     )
     export.add_argument("-o", "--output", metavar="FILE", help="write here (default stdout)")
 
     imp = commands.add_parser(
         "import",
         help="load a file into a conversation",
-        description="Load a snapshot v1 or a state file into a conversation. An empty "
+        description="Load a state, snapshot v1 or hub answer file into a conversation; a file "
+        "that is none of them, or holds a key the format does not know, is refused. An empty "
         "conversation gets the entries in batches, then the asides and halt; a conversation "
         "that is not empty is left alone unless --replace is given, which replaces it with "
         "one reset record (that record must fit one frame).",
@@ -353,7 +378,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--format",
         choices=["auto", "snapshot", "state"],
         default="auto",
-        help="auto (default): a snapshot when the file has a 'version' key",
+        help="auto (default): whichever the file's keys say it is; state or snapshot: refuse "
+        "a file of the other format",
     )
     imp.add_argument(
         "--replace", action="store_true", help="replace a conversation that is not empty"
@@ -645,8 +671,31 @@ async def cmd_tail(args: argparse.Namespace) -> int:
     return 0
 
 
+def _message_text(text: str) -> str:
+    """The text `send` pushes: `text`, or what stdin holds for `-`; refused when empty.
+
+    Raises:
+        CliError: (exit 2) stdin is not UTF-8, or the message is empty or only whitespace.
+    """
+    source = ""
+    if text == "-":
+        source = " read from stdin"
+        try:
+            text = sys.stdin.buffer.read().decode()
+        except UnicodeDecodeError as exc:
+            raise CliError(
+                f"stdin is not UTF-8 text: {exc.reason} at byte {exc.start}", 2
+            ) from None
+        # `echo` and heredocs end with a line break nobody meant as part of the message.
+        text = text.removesuffix("\n").removesuffix("\r")
+    if not text.strip():
+        raise CliError(f"the message{source} is empty or only whitespace; nothing sent", 2)
+    return text
+
+
 async def cmd_send(args: argparse.Namespace) -> int:
     """Push one user message and print the revision the log reached."""
+    text = _message_text(args.text)  # read and checked before connecting
     # A given client id continues its push numbering (the welcome says where it stands).
     client = args.client or f"convsync-send-{os.urandom(4).hex()}"
     async with connect_checked(
@@ -657,7 +706,7 @@ async def cmd_send(args: argparse.Namespace) -> int:
         token=args.token,
         ssl=_tls(args),
     ) as replica:
-        replica.conversation.push(Message.user(args.text))
+        replica.conversation.push(Message.user(text))
         await flush_edits(replica, args.timeout, "the message")
         print(replica.session.confirmed.revision)
     return 0
@@ -667,7 +716,8 @@ async def cmd_send(args: argparse.Namespace) -> int:
 
 
 async def cmd_export(args: argparse.Namespace) -> int:
-    """Write a conversation's snapshot or state to a file or stdout."""
+    """Write a conversation's state or snapshot to a file or stdout; a snapshot says on stderr
+    what it left out."""
     exported = await export_conversation(
         _hub_urls(args)[0],
         args.id,
@@ -689,7 +739,19 @@ async def cmd_export(args: argparse.Namespace) -> int:
             f"{exported.revision} to {args.output} ({args.format})",
             file=sys.stderr,
         )
+    if exported.left_out:
+        # Asked for by name, but a user may not know what the portable format cannot hold.
+        print(
+            f"convsync: snapshot v1 left out {_listed(exported.left_out)} "
+            "(the default format, state, keeps them)",
+            file=sys.stderr,
+        )
     return 0
+
+
+def _listed(items: Sequence[str]) -> str:
+    """`a`, `a and b`, `a, b and c`."""
+    return " and ".join(filter(None, [", ".join(items[:-1]), items[-1]]))
 
 
 # ---------------------------------------------------------------------- import
@@ -727,6 +789,7 @@ class Progress:
 _IMPORT_HINTS = {
     "not_empty": " (--replace replaces it)",
     "unpairable": " (--no-pairing-check skips this check)",
+    "wrong_format": " (--format auto reads either)",
 }
 
 
