@@ -36,7 +36,7 @@ import msgspec
 
 from sync import ApplyError, ChangeRecord, Conversation, Entry, Lineage, UsageError, encode
 from sync.errors import Refused, RemoteProtocolError, Unavailable, retry_of
-from sync.frames import MAX_FRAME, PUSH_OVERHEAD, push_frame, runs
+from sync.frames import MAX_FRAME, PUSH_OVERHEAD, fill_budget, push_frame, runs
 from sync.protocol import (
     Ack,
     AuthOk,
@@ -280,8 +280,10 @@ class ReplicaSession:
             return None, []
         records = self.local.unsaved()
         budget = self.max_frame - PUSH_OVERHEAD
-        # Encode only what this batch can carry (and one more record).
-        encoded = next(runs((encode(r) for r in records), budget, max_items=self.max_batch))
+        # Encode only what this batch can carry (and one more record). A batch is filled to
+        # FRAME_FILL; a record larger than that goes alone, up to the frame limit.
+        fill = fill_budget(self.max_frame, PUSH_OVERHEAD)
+        encoded = next(runs((encode(r) for r in records), fill, max_items=self.max_batch))
         if len(encoded[0]) > budget:
             return self._refuse(0, len(encoded[0]), budget)
         count = len(encoded)
