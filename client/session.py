@@ -207,7 +207,8 @@ class ReplicaSession:
     def max_frame(self, max_frame: int) -> None:
         if type(max_frame) is not int or max_frame <= PUSH_OVERHEAD:
             raise UsageError(
-                "bad_setting", f"max_frame must be more than {PUSH_OVERHEAD} bytes, got {max_frame!r}"
+                "bad_setting",
+                f"max_frame must be more than {PUSH_OVERHEAD} bytes, got {max_frame!r}",
             )
         self._max_frame = max_frame
         self.local.record_limit = max_frame - PUSH_OVERHEAD

@@ -67,9 +67,9 @@ async def test_a_five_mib_message_lands_by_default(backend: Callable[[], LogStor
                     Message.user("after"),
                 ]
                 assert reader.conversation == writer.conversation
-                assert not [
-                    e for e in writer.events_nowait() if isinstance(e, Conflict)
-                ], "nothing was refused"
+                assert not [e for e in writer.events_nowait() if isinstance(e, Conflict)], (
+                    "nothing was refused"
+                )
                 async with connect(hub.url, "big", client="late") as late:
                     assert late.conversation == writer.conversation
                 expected = writer.conversation.copy()

@@ -11,7 +11,18 @@ from hypothesis import strategies as st
 from strategies import Run, operations
 
 from client.session import Applied, Connected, Rebased, ReplicaSession, Reset
-from sync import Aside, Author, ChangeRecord, Conversation, Message, UsageError, encode
+from sync import (
+    Aside,
+    Assistant,
+    Author,
+    ChangeRecord,
+    Conversation,
+    Message,
+    Stop,
+    ToolCall,
+    UsageError,
+    encode,
+)
 from sync.frames import PUSH_OVERHEAD
 from sync.protocol import (
     Ack,
@@ -175,6 +186,35 @@ def test_invalid_push_is_a_conflict_and_later_edits_survive() -> None:
     assert [c.reason for c in conflicts] == ["invalid"]
     assert b.local == hub.conversation
     assert hub.conversation.messages() == [Message.user("later")]
+
+
+def test_a_turn_reusing_a_tool_call_id_is_a_conflict_and_the_log_is_unchanged() -> None:
+    """A replica pushing a turn whose call reuses an id of the conversation gets one
+    `invalid` conflict per record of the batch, each naming the id; its value goes back to
+    the log's, which is unchanged, and a later edit lands."""
+    hub = FakeHub()  # strict pairing
+    worker, wlink = replica(hub, "worker")
+    settle([wlink])
+
+    def turn(question: str) -> None:
+        worker.local.push(Message.user(question))
+        call = Assistant([ToolCall("c1", "weather", {"city": "Lisbon"})], Stop("tool_use"))
+        worker.local.push(call)
+        worker.local.push(Message.tool_result("c1", "weather", "18°C, clear"))
+
+    turn("weather?")
+    settle([wlink])
+    before = hub.conversation.copy()
+    turn("and tomorrow?")
+    settle([wlink])
+    conflicts = [e for e in wlink.events if isinstance(e, Conflict)]
+    assert [c.reason for c in conflicts] == ["invalid"] * 3
+    assert all("tool call 'c1' of message 4 reuses the id" in c.detail for c in conflicts)
+    assert hub.conversation == before and worker.local == before
+    worker.local.push(Message.user("later"))
+    settle([wlink])
+    assert worker.local == hub.conversation
+    assert hub.conversation.messages()[-1] == Message.user("later")
 
 
 def test_rewritten_log_sends_state_and_pending_replays() -> None:
