@@ -115,7 +115,7 @@ def test_batches_are_filled_to_one_mib_and_a_large_record_goes_alone() -> None:
     under the limit; the frames carry every record, in order."""
     small = [encode(Message.user(f"{n} " + "y" * 2000)) for n in range(1500)]
     big = encode(Message.user(screenshot(FIVE_MIB)))
-    records = small[:700] + [big] + small[700:]
+    records = [*small[:700], big, *small[700:]]
     frames = records_frames(0, records, None, MAX_FRAME)
     decoded = [msgspec.json.decode(frame) for frame in frames]
     assert [record for d in decoded for record in d["records"]] == [
