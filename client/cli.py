@@ -229,7 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"port to bind, 0 for any free one (env CONVSYNC_PORT; default {DEFAULT_PORT})",
     )
     serve.add_argument(
-        "--max-frame", type=_positive, default=None, help="largest frame in bytes (1 MiB)"
+        "--max-frame", type=_positive, default=None, help="largest frame in bytes (16 MiB)"
     )
     serve.add_argument(
         "--no-strict-pairing",
@@ -398,7 +398,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-frame",
         type=_positive,
         default=MAX_FRAME,
-        help="the hub's frame limit in bytes (default 1 MiB)",
+        help="the hub's frame limit in bytes (default 16 MiB)",
     )
 
     demo = commands.add_parser(

@@ -36,7 +36,7 @@ import msgspec
 
 from sync import ApplyError, ChangeRecord, Conversation, Entry, Lineage, UsageError, encode
 from sync.errors import Refused, RemoteProtocolError, Unavailable, retry_of
-from sync.frames import MAX_FRAME, PUSH_OVERHEAD, push_frame, runs
+from sync.frames import MAX_FRAME, PUSH_OVERHEAD, fill_budget, push_frame, runs
 from sync.protocol import (
     Ack,
     AuthOk,
@@ -144,7 +144,9 @@ class ReplicaSession:
         client: this replica's client id (its push seqs rise under it).
         local: the value the application edits; a new one when omitted. It may hold unsaved
             records made before connecting (they are pushed), but no saved ones.
-        max_frame: the largest frame to send, in bytes.
+        max_frame: the largest frame to send, in bytes. It also sets `local.record_limit`
+            (`max_frame - PUSH_OVERHEAD`): an edit whose record could never go in a push
+            raises `UsageError` (`too_large`) at the call that makes it.
         max_batch: the most records in one push.
         seq: the last seq this client used (to continue a client id across processes).
         features: the optional capabilities to ask the hub for (`drafts`, `presence`: SPEC 7);
@@ -174,6 +176,7 @@ class ReplicaSession:
         self._lag: list[ChangeRecord] = []  # folded into `local` only, not yet into `_confirmed`
         self._lag_limit = 0  # the lag's length that makes `_bound_lag` look again
         self.seq = seq
+        self._max_frame = 0
         self.max_frame = max_frame
         self.max_batch = max_batch
         self._inflight: _Batch | None = None
@@ -194,6 +197,22 @@ class ReplicaSession:
         """What this replica is (`user`, `agent`), for presence without a token."""
 
     # ------------------------------------------------------------------ reads
+
+    @property
+    def max_frame(self) -> int:
+        """The largest frame this session sends, in bytes; setting it also sets
+        `local.record_limit` to what one push can carry (`max_frame - PUSH_OVERHEAD`)."""
+        return self._max_frame
+
+    @max_frame.setter
+    def max_frame(self, max_frame: int) -> None:
+        if type(max_frame) is not int or max_frame <= PUSH_OVERHEAD:
+            raise UsageError(
+                "bad_setting",
+                f"max_frame must be more than {PUSH_OVERHEAD} bytes, got {max_frame!r}",
+            )
+        self._max_frame = max_frame
+        self.local.record_limit = max_frame - PUSH_OVERHEAD
 
     @property
     def confirmed(self) -> Conversation:
@@ -254,18 +273,21 @@ class ReplicaSession:
     def next_push(self) -> tuple[bytes | None, list[Conflict]]:
         """The next push frame to send, if one may go now, and records refused locally.
 
-        A record whose push alone would exceed `max_frame` is refused before anything is
-        sent: it is taken out of `local` (by a rebase) and reported as a `Conflict` with
-        reason `too_large`.
+        An edit too large to push is refused when it is made (`local.record_limit`). A record
+        that still outgrows a push here (one made before this session measured `local`, or
+        a splice a rebase re-targeted) is refused before anything is sent: it is taken out
+        of `local` (by a rebase) and reported as a `Conflict` with reason `too_large`.
         """
         if not self.ready or self._inflight is not None or not self.local.unsaved():
             return None, []
         records = self.local.unsaved()
         budget = self.max_frame - PUSH_OVERHEAD
-        # Encode only what this batch can carry (and one more record).
-        encoded = next(runs((encode(r) for r in records), budget, max_items=self.max_batch))
+        # Encode only what this batch can carry (and one more record). A batch is filled to
+        # FRAME_FILL; a record larger than that goes alone, up to the frame limit.
+        fill = fill_budget(self.max_frame, PUSH_OVERHEAD)
+        encoded = next(runs((encode(r) for r in records), fill, max_items=self.max_batch))
         if len(encoded[0]) > budget:
-            return self._refuse(0, len(encoded[0]))
+            return self._refuse(0, len(encoded[0]), budget)
         count = len(encoded)
         taken = self.local.take_unsaved()
         self.local.return_unsaved(taken[count:])
@@ -274,10 +296,15 @@ class ReplicaSession:
         frame = push_frame(self.seq, self.lineage, self.revision, encoded)
         return frame, []
 
-    def _refuse(self, at: int, size: int) -> tuple[bytes | None, list[Conflict]]:
-        """Take pending record `at` (too large to send) out of `local`; push the rest."""
+    def _refuse(self, at: int, size: int, budget: int) -> tuple[bytes | None, list[Conflict]]:
+        """Take pending record `at` (`size` bytes, over the `budget` a push can carry) out of
+        `local`; push the rest."""
         records = self.local.take_unsaved()
-        conflicts = [Conflict(records[at], "too_large", f"{size} bytes over the frame limit")]
+        detail = (
+            f"record of {size:,} bytes is {size - budget:,} bytes over the {budget:,} a push "
+            f"can carry (max_frame {self.max_frame:,})"
+        )
+        conflicts = [Conflict(records[at], "too_large", detail)]
         keep = records[:at] + records[at + 1 :]
         confirmed = self.confirmed
         conflicts += rebase(self.local, confirmed, keep, confirmed)

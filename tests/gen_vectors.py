@@ -743,7 +743,13 @@ class _Script:
     def edit(self, make: Callable[[Conversation], object]) -> None:
         local = self.session.local
         before = len(local.unsaved())
-        make(local)
+        # The JS side replays these records (unmeasured), so they are made unmeasured too: a
+        # record too large to push then pins the refusal at send time.
+        limit, local.record_limit = local.record_limit, None
+        try:
+            make(local)
+        finally:
+            local.record_limit = limit
         records = [_json(r) for r in local.unsaved()[before:]]
         self.steps.append({"op": "edit", "records": records, "expect": None})
 

@@ -38,6 +38,7 @@ from sync import (
     decode_state,
     encode,
 )
+from sync.frames import MAX_FRAME
 from sync.snapshot import ConversationSnapshot
 
 SCALE = float(os.environ.get("CONVSYNC_TIMEOUT_SCALE", "1"))
@@ -418,7 +419,7 @@ def test_import_refuses_a_message_over_the_frame_limit(
     capsys: pytest.CaptureFixture[str], url: str, tmp_path: Path
 ) -> None:
     """A message no frame can carry is refused before anything is sent."""
-    messages = [Message.user("small"), Message.user("x" * (1 << 20))]
+    messages = [Message.user("small"), Message.user("x" * MAX_FRAME)]  # the default limit
     source = tmp_path / "huge.json"
     source.write_bytes(ConversationSnapshot.new(messages, [False, False]).encode())
     code, _, err = run(capsys, "import", str(source), "huge", "--url", url)

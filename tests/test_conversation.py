@@ -548,3 +548,36 @@ def test_take_back_pushes_undoes_trailing_pushes_only() -> None:
     copy = value.copy()
     assert not value.take_back_pushes(spliced)
     assert value == copy and value.revision == copy.revision
+
+
+def test_record_limit_refuses_an_edit_and_leaves_the_value_as_it_was() -> None:
+    """With `record_limit`, an edit whose record is larger raises `too_large` naming the size
+    and the limit; nothing moves (an unsaved aside it would have saved stays, in place), and
+    records folded from a log are not measured."""
+    conversation = Conversation(record_limit=2000)
+    conversation.push(Message.user("q"))
+    first = conversation.add_aside(Aside("note", None, Author.user(), "a", saved=False))
+    conversation.add_aside(Aside("note", None, Author.user(), "b", saved=False))
+    before = (conversation.state(), conversation.asides(), conversation.unsaved())
+    big = Aside("note", None, Author.user(), "x" * 3000)
+    with pytest.raises(UsageError) as raised:
+        conversation.replace_aside(first, big)
+    assert raised.value.reason == "too_large"
+    size = len(encode(ChangeRecord(AsideChange(first, big), Author.user())))
+    assert f"record is {size:,} bytes, over the record_limit of 2,000 bytes" in str(raised.value)
+    assert (conversation.state(), conversation.asides(), conversation.unsaved()) == before
+    log = Conversation()
+    log.push(Message.user("y" * 5000))
+    [record] = log.take_unsaved()
+    conversation.apply(record)  # from a log: folded whatever its size
+    assert conversation.messages()[-1] == Message.user("y" * 5000)
+
+
+@pytest.mark.parametrize("limit", [0, -1, True, 1.5, "4096"])
+def test_record_limit_must_be_a_positive_int(limit: object) -> None:
+    """A record limit that is not a positive number of bytes is refused, changing nothing."""
+    conversation = Conversation(record_limit=100)
+    with pytest.raises(UsageError) as raised:
+        conversation.record_limit = limit  # type: ignore[assignment]
+    assert raised.value.reason == "bad_setting" and repr(limit) in raised.value.message
+    assert conversation.record_limit == 100

@@ -37,6 +37,33 @@ def test_readme_worker_and_ui_example_runs(tmp_path: Path) -> None:
     assert (tmp_path / "convsync.db").exists()
 
 
+def test_readme_worker_and_ui_example_run_twice_refuses_the_reused_call_id(
+    tmp_path: Path,
+) -> None:
+    """Run a second time on the same database, the README example's turn reuses call id
+    `c1`: the hub refuses it, the example says so (as the README explains) and still ends
+    with both replicas equal."""
+    text = (ROOT / "README.md").read_text()
+    start = text.index("```python\n") + len("```python\n")
+    code = text[start : text.index("```", start)]
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=tmp_path,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            capture_output=True,
+            text=True,
+            timeout=bound(60),
+        )
+        for _ in range(2)
+    ]
+    assert [run.returncode for run in runs] == [0, 0], runs[-1].stderr
+    assert "refused" not in runs[0].stdout
+    said = "worker had 5 edits refused: strict pairing: tool call 'c1' of message 5 reuses"
+    assert said in runs[1].stdout
+    assert said in text.replace("\n", " ").replace("`", "")
+
+
 def test_readme_draft_example_stops_the_model_call(tmp_path: Path) -> None:
     """The drafts example in README.md runs: the UI's stop cancels the worker's model call."""
     text = (ROOT / "README.md").read_text()
