@@ -98,6 +98,9 @@ rule replicas (Python and JavaScript) follow."""
 _BY_NAME: Final[dict[str, CodeInfo]] = {code: info for code, info in CODES.items()}
 
 _BY_CLOSE: Final[dict[int, ErrorCode]] = {
+    # websockets closes a socket whose frame passes its size limit with a bare 1009 (before
+    # the hub could send `error too_big`): resending the same push can only fail again.
+    1009: "too_big",
     4000: "lagging",
     4001: "unauthorized",
     4003: "forbidden",

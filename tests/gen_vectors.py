@@ -632,7 +632,7 @@ def _codes() -> Json | None:
     if table is None:
         return None
     closes = [(4000, ""), (4001, ""), (1008, ""), (1008, "bad_client"), (1011, "unavailable")]
-    closes += [(1006, ""), (4999, "whatever"), (1000, "")]
+    closes += [(1006, ""), (4999, "whatever"), (1000, ""), (1009, "over size limit")]
     return {
         "codes": {code: {"close": info.close, "retry": info.retry} for code, info in table.items()},
         "unknown_retry": errors.retry_of("some_newer_code"),  # type: ignore[attr-defined]

@@ -2030,6 +2030,7 @@ export const CODES = Object.freeze({
 
 /** @type {Readonly<Record<number, string>>} the close codes that name one code alone */
 const CODE_OF_CLOSE = Object.freeze({
+  1009: 'too_big', // a bare close from the socket's own size limit: resending fails again
   4000: 'lagging',
   4001: 'unauthorized',
   4003: 'forbidden',
