@@ -44,7 +44,7 @@ from sync import (
     encode,
 )
 from sync.entries import PINS_KIND, TURN_KIND
-from sync.frames import MAX_FRAME, RECORD_SLACK, runs
+from sync.frames import MAX_FRAME, RECORD_SLACK, fill_budget, runs
 from sync.snapshot import ConversationSnapshot
 from sync.strict import strict_violation
 
@@ -625,7 +625,8 @@ async def import_conversation(
                 target.replay(ChangeRecord(Reset(ConversationState(retired=state.retired))))
             if progress is not None:
                 progress(0, len(entries))
-            for run in batches(entries, budget):
+            # Filled to FRAME_FILL like any batch; only an entry larger than that goes alone.
+            for run in batches(entries, fill_budget(max_frame, RECORD_SLACK)):
                 target.replay(ChangeRecord(Push(run), run[-1].author))
                 await flush_edits(replica, step_timeout, f"messages {done}..{done + len(run) - 1}")
                 done += len(run)

@@ -240,6 +240,20 @@ async def test_import_of_bytes_goes_in_batches_and_reports_progress(hub: Hub) ->
     assert fetched.conversation.messages() == messages
 
 
+async def test_import_batches_are_filled_to_the_fill_size_not_the_frame_limit(hub: Hub) -> None:
+    """Batches hold about `FRAME_FILL` bytes (1 MiB) whatever the frame limit (16 MiB by
+    default); an entry larger than that still goes, alone."""
+    messages = [Message.user(str(n) * 300_000) for n in range(6)] + [Message.user("z" * 2**21)]
+    data = ConversationSnapshot.new(messages, [False] * len(messages)).encode()
+    calls: list[tuple[int, int]] = []
+    await import_conversation(
+        hub.url, data, "fill", progress=lambda done, total: calls.append((done, total))
+    )
+    assert calls == [(0, 7), (3, 7), (6, 7), (7, 7)]  # 3 x 300 KB per batch, then 2 MiB alone
+    fetched = await fetch_conversation(hub.url, "fill")
+    assert fetched.conversation.messages() == messages
+
+
 async def test_import_reads_a_path_or_a_file(hub: Hub, tmp_path: Path) -> None:
     """`source` may be a path (str or Path) or a binary file, as well as bytes."""
     data = encode(a_conversation())
