@@ -20,10 +20,9 @@ import os
 import signal
 import ssl
 import sys
-import time
 import urllib.parse
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from typing import IO, Any, NoReturn
+from typing import Any, NoReturn
 
 import anyio
 
@@ -35,6 +34,7 @@ from sync.errors import Refused
 from sync.frames import MAX_FRAME
 
 from .http import HubError
+from .progress import Progress
 from .tail import tail
 from .transfer import (
     ImportRefused,
@@ -693,34 +693,6 @@ async def cmd_export(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------- import
-
-
-class Progress:
-    """A one-line progress bar on a stream: percent, count and rate, redrawn in place."""
-
-    def __init__(self, total: int, stream: IO[str], label: str = "import", width: int = 30):
-        self.total = total
-        self.stream = stream
-        self.label = label
-        self.width = width
-        self.started = time.monotonic()
-        self.done = 0
-
-    def update(self, done: int) -> None:
-        self.done = done
-        fraction = done / self.total if self.total else 1.0
-        filled = int(self.width * fraction)
-        bar = "#" * filled + "-" * (self.width - filled)
-        elapsed = max(time.monotonic() - self.started, 1e-6)
-        rate = done / elapsed
-        self.stream.write(
-            f"\r{self.label} [{bar}] {fraction:4.0%} {done}/{self.total} messages {rate:,.0f}/s"
-        )
-        self.stream.flush()
-
-    def close(self) -> None:
-        self.stream.write("\n")
-        self.stream.flush()
 
 
 # What to do about a refused import, in this command's flags.
