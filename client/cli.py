@@ -638,7 +638,12 @@ async def cmd_tail(args: argparse.Namespace) -> int:
         urls, args.id, connect_timeout=args.timeout, token=args.token, ssl=_tls(args)
     ) as replica:
         if args.once:
-            await tail(replica, out, once=True, tty=False)
+            try:
+                await tail(replica, out, once=True, tty=False)
+            except HubError as exc:
+                if exc.reason != "no_conversation":
+                    raise
+                raise CliError(f"{exc.message} (without --once, tail waits for it)") from exc
             return 0
         with anyio.CancelScope() as scope, _on_signals(scope.cancel):
             await tail(replica, out, once=False, tty=out.isatty())
