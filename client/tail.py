@@ -213,12 +213,10 @@ def _tail_of(text: str, limit: int) -> str:
     Only the end of `text` is read, so a long draft costs no more than a short one."""
     limit = max(limit, 2)
     end = text[-4 * limit :]
-    if len(end) < len(text) and len(_SPACE.sub(" ", end)) < limit:  # mostly whitespace
-        end = text
     flat = _SPACE.sub(" ", end)
-    if len(flat) <= limit and len(end) == len(text):
-        return flat
-    return "…" + flat[-(limit - 1) :]
+    if len(end) < len(text) and len(flat) <= limit + 1:  # mostly whitespace: read it all
+        flat = _SPACE.sub(" ", text)
+    return flat if len(flat) <= limit else "…" + flat[-(limit - 1) :]
 
 
 def describe_presence(presence: dict[str, Presence]) -> str:
@@ -368,24 +366,25 @@ class Bottom:
         tail, self._tail = self._tail, conversation.entry(length - 1)
         asides = conversation.asides()  # a copy of the list, compared by identity first
         index_of, is_retired = conversation.index_of, conversation.is_retired
+        # When the entry that was last is still there, no reset replaced the entries (a reset
+        # from the hub brings new objects), so every entry taken out since was retired (its
+        # asides are drawn first, found when the top is drawn): an id held before is held or
+        # retired now, and only ids not made yet, or new here, need looking up.
+        kept = (
+            before is not None
+            and before[0] == seen[0]
+            and conversation.entry(before[2] - 1) is tail
+        )
+        keys: Iterable[str | None]
         if asides != self._asides:
             self._asides = asides
             grouped: dict[str | None, list[tuple[int, Aside]]] = {}
             for order, (_, aside) in enumerate(asides):
                 grouped.setdefault(aside.after, []).append((order, aside))
-            self._after = grouped
-            keys: Iterable[str | None] = grouped
-        elif (
-            before is not None
-            and before[0] == seen[0]
-            and conversation.entry(before[2] - 1) is tail
-        ):
-            # The entry that was last is still there: no reset replaced the entries (a reset
-            # from the hub brings new objects), so every entry taken out since was retired
-            # (drawn first, found when the top is drawn). Only ids not made yet may have come.
-            keys = self._unmade
+            old, self._after = self._after, grouped
+            keys = [k for k in grouped if k not in old or k in self._unmade] if kept else grouped
         else:
-            keys = self._after
+            keys = self._unmade if kept else self._after
         self._unmade = {
             key for key in keys if key is not None and index_of(key) is None and not is_retired(key)
         }

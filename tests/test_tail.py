@@ -26,6 +26,7 @@ from types import SimpleNamespace
 from typing import IO, Any
 
 import anyio
+import msgspec
 import pytest
 from conftest import bound
 from terminal import frames, last_frame, plain
@@ -34,7 +35,8 @@ import client.tail
 from client.live import Draft, DraftChanged
 from client.session import Applied
 from client.tail import Bottom, render, tail
-from sync import Aside, Author, Conversation, Entry, Message, TurnEnd
+from sync import Aside, Author, Conversation, Entry, Message, TurnEnd, decode_record, encode
+from sync.changes import ChangeRecord, Reset
 from sync.snapshot import ConversationSnapshot
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,10 +93,10 @@ def test_bottom_is_the_end_of_render_through_edits() -> None:
     check_bottom(bottom, conversation)
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(12))
 def test_bottom_is_the_end_of_render_after_random_edits(seed: int) -> None:
-    """Random pushes, splices, asides put, replaced and removed, halts: a `Bottom` kept all
-    along stays equal to the end of `render`."""
+    """Random pushes, splices, asides put, replaced and removed, halts, resets from the hub:
+    a `Bottom` kept all along stays equal to the end of `render`."""
     rng = random.Random(seed)
     elsewhere = Conversation()
     strangers = [elsewhere.push(Message.user(f"s{n}")) for n in range(3)]
@@ -125,6 +127,14 @@ def test_bottom_is_the_end_of_render_after_random_edits(seed: int) -> None:
                 conversation.resume()
         if rng.random() < 0.1:
             conversation.push(Entry(Message.user("a stranger"), id=rng.choice(strangers)))
+        if rng.random() < 0.08 and len(conversation) > 1:
+            # A reset from the hub (decoded: new objects) that drops an entry without
+            # retiring it: the asides after it are drawn last now. No `forget`: a record.
+            state = conversation.state()
+            dropped = rng.randrange(len(state.entries) - 1)
+            entries = state.entries[:dropped] + state.entries[dropped + 1 :]
+            record = ChangeRecord(Reset(msgspec.structs.replace(state, entries=entries)))
+            conversation.apply(decode_record(encode(record)))
         for count in (0, 1, 4, 9, 200):
             assert bottom.last(count) == expected(conversation, count), (step, count)
 
@@ -525,3 +535,24 @@ def test_import_progress_is_a_bar_on_a_terminal_and_lines_on_a_pipe(
     assert all(re.fullmatch(r"import +\d+% \d+/1300 messages [\d,]+/s", line) for line in progress)
     assert progress[-1].startswith("import 100% 1300/1300 messages")
     assert lines[-1].startswith("imported 1300 messages")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_lines_read_only_the_part_of_a_long_text_they_show(seed: int) -> None:
+    """`one_line` and a draft's line read only the head (or the end) of a long text, and
+    give what flattening the whole text gives, however the whitespace falls."""
+    rng = random.Random(seed)
+    space = re.compile(r"\s+")
+    for _ in range(300):
+        pieces = [rng.choice(["word", "x", " ", "\n\n", " " * rng.randrange(1, 900)])]
+        pieces += [rng.choice(["ab", " ", "\t", "long" * 30, " " * 400]) for _ in range(40)]
+        text = "".join(pieces[: rng.randrange(1, len(pieces) + 1)])
+        limit = rng.choice([5, 20, 60, 120])
+        flat = space.sub(" ", text).strip()
+        assert client.tail.one_line(text, limit) == (
+            flat if len(flat) <= limit else flat[: limit - 1] + "…"
+        )
+        flat = space.sub(" ", text)
+        assert client.tail._tail_of(text, limit) == (
+            flat if len(flat) <= limit else "…" + flat[-(limit - 1) :]
+        )
