@@ -304,12 +304,17 @@ def build_parser() -> argparse.ArgumentParser:
     tail = commands.add_parser(
         "tail",
         help="watch a conversation live",
-        description="Show a conversation and follow it live: the screen is redrawn when "
-        "stdout is a terminal, else the lines for each change are printed. Ctrl-C stops.",
+        description="Show a conversation and follow it live: on a terminal, the latest "
+        "entries that fit, redrawn as it changes; else the lines for each change are printed. "
+        "A conversation nobody has written to yet is waited for. Ctrl-C stops.",
     )
     tail.add_argument("id", type=_conversation_id, metavar="ID", help="the conversation")
     _client_options(tail)
-    tail.add_argument("--once", action="store_true", help="print the conversation and exit")
+    tail.add_argument(
+        "--once",
+        action="store_true",
+        help="print the conversation and exit (1 when the hub has no such conversation yet)",
+    )
 
     send = commands.add_parser(
         "send",
@@ -361,7 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument(
         "--progress",
         action="store_true",
-        help="show the progress bar on stderr even when it is not a terminal",
+        help="show the progress on stderr even when it is not a terminal (plain lines)",
     )
     imp.add_argument(
         "--no-pairing-check",
