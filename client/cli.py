@@ -21,10 +21,9 @@ import os
 import signal
 import ssl
 import sys
-import time
 import urllib.parse
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from typing import IO, Any, NoReturn
+from typing import Any, NoReturn
 
 import anyio
 
@@ -36,6 +35,7 @@ from sync.errors import Refused
 from sync.frames import MAX_FRAME
 
 from .http import HubError
+from .progress import Progress
 from .tail import tail
 from .transfer import (
     ImportRefused,
@@ -316,12 +316,17 @@ def build_parser() -> argparse.ArgumentParser:
     tail = commands.add_parser(
         "tail",
         help="watch a conversation live",
-        description="Show a conversation and follow it live: the screen is redrawn when "
-        "stdout is a terminal, else the lines for each change are printed. Ctrl-C stops.",
+        description="Show a conversation and follow it live: on a terminal, the latest "
+        "entries that fit, redrawn as it changes; else the lines for each change are printed. "
+        "A conversation nobody has written to yet is waited for. Ctrl-C stops.",
     )
     tail.add_argument("id", type=_conversation_id, metavar="ID", help="the conversation")
     _client_options(tail)
-    tail.add_argument("--once", action="store_true", help="print the conversation and exit")
+    tail.add_argument(
+        "--once",
+        action="store_true",
+        help="print the conversation and exit (1 when the hub has no such conversation yet)",
+    )
 
     send = commands.add_parser(
         "send",
@@ -387,7 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument(
         "--progress",
         action="store_true",
-        help="show the progress bar on stderr even when it is not a terminal",
+        help="show the progress on stderr even when it is not a terminal (plain lines)",
     )
     imp.add_argument(
         "--no-pairing-check",
@@ -664,7 +669,12 @@ async def cmd_tail(args: argparse.Namespace) -> int:
         urls, args.id, connect_timeout=args.timeout, token=args.token, ssl=_tls(args)
     ) as replica:
         if args.once:
-            await tail(replica, out, once=True, tty=False)
+            try:
+                await tail(replica, out, once=True, tty=False)
+            except HubError as exc:
+                if exc.reason != "no_conversation":
+                    raise
+                raise CliError(f"{exc.message} (without --once, tail waits for it)") from exc
             return 0
         with anyio.CancelScope() as scope, _on_signals(scope.cancel):
             await tail(replica, out, once=False, tty=out.isatty())
@@ -755,34 +765,6 @@ def _listed(items: Sequence[str]) -> str:
 
 
 # ---------------------------------------------------------------------- import
-
-
-class Progress:
-    """A one-line progress bar on a stream: percent, count and rate, redrawn in place."""
-
-    def __init__(self, total: int, stream: IO[str], label: str = "import", width: int = 30):
-        self.total = total
-        self.stream = stream
-        self.label = label
-        self.width = width
-        self.started = time.monotonic()
-        self.done = 0
-
-    def update(self, done: int) -> None:
-        self.done = done
-        fraction = done / self.total if self.total else 1.0
-        filled = int(self.width * fraction)
-        bar = "#" * filled + "-" * (self.width - filled)
-        elapsed = max(time.monotonic() - self.started, 1e-6)
-        rate = done / elapsed
-        self.stream.write(
-            f"\r{self.label} [{bar}] {fraction:4.0%} {done}/{self.total} messages {rate:,.0f}/s"
-        )
-        self.stream.flush()
-
-    def close(self) -> None:
-        self.stream.write("\n")
-        self.stream.flush()
 
 
 # What to do about a refused import, in this command's flags.
