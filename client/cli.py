@@ -31,13 +31,13 @@ import argparse
 import asyncio
 import contextlib
 import errno
+import importlib.metadata
 import os
 import socket
 import ssl
-import time
 import urllib.parse
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from typing import IO, Any, NoReturn
+from typing import Any, NoReturn
 
 import anyio
 
@@ -49,6 +49,7 @@ from sync.errors import Refused
 from sync.frames import MAX_FRAME
 
 from .http import HubError
+from .progress import Progress
 from .replica import url_problem
 from .tail import tail
 from .transfer import (
@@ -199,11 +200,22 @@ def _client_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _version() -> str:
+    """The installed package's version (the source tree run without installing has none)."""
+    try:
+        return importlib.metadata.version("convsync")
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `convsync` parser, one subparser per command."""
     parser = _Parser(
         prog="convsync",
         description="Mirror LLM-agent conversations between processes in real time.",
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {_version()}", help="print the version"
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -228,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"port to bind, 0 for any free one (env CONVSYNC_PORT; default {DEFAULT_PORT})",
     )
     serve.add_argument(
-        "--max-frame", type=_positive, default=None, help="largest frame in bytes (1 MiB)"
+        "--max-frame", type=_positive, default=None, help="largest frame in bytes (16 MiB)"
     )
     serve.add_argument(
         "--no-strict-pairing",
@@ -315,20 +327,30 @@ def build_parser() -> argparse.ArgumentParser:
     tail = commands.add_parser(
         "tail",
         help="watch a conversation live",
-        description="Show a conversation and follow it live: the screen is redrawn when "
-        "stdout is a terminal, else the lines for each change are printed. Ctrl-C stops.",
+        description="Show a conversation and follow it live: on a terminal, the latest "
+        "entries that fit, redrawn as it changes; else the lines for each change are printed. "
+        "A conversation nobody has written to yet is waited for. Ctrl-C stops.",
     )
     tail.add_argument("id", type=_conversation_id, metavar="ID", help="the conversation")
     _client_options(tail)
-    tail.add_argument("--once", action="store_true", help="print the conversation and exit")
+    tail.add_argument(
+        "--once",
+        action="store_true",
+        help="print the conversation and exit (1 when the hub has no such conversation yet)",
+    )
 
     send = commands.add_parser(
         "send",
         help="push a user message",
-        description="Push a user message, wait until the hub has it, print the new revision.",
+        description="Push a user message, wait until the hub has it, print the new revision. "
+        "An empty message (nothing but whitespace) is refused.",
     )
     send.add_argument("id", type=_conversation_id, metavar="ID", help="the conversation")
-    send.add_argument("text", metavar="TEXT", help="the message")
+    send.add_argument(
+        "text",
+        metavar="TEXT",
+        help="the message; '-' reads it from stdin (UTF-8, one final line break dropped)",
+    )
     _client_options(send)
     send.add_argument(
         "--client",
@@ -339,20 +361,28 @@ def build_parser() -> argparse.ArgumentParser:
     export = commands.add_parser(
         "export",
         help="write a conversation to a file",
-        description="Write a conversation as a snapshot v1 (messages and pins) or as its "
-        "whole state (entries with ids and authors, asides, halt).",
+        description="Write a conversation to a file that `convsync import` reads back. The "
+        "default format, state, keeps everything the log holds: entries with their ids and "
+        "authors, turn records, notes and other asides, the halt and retired ids. "
+        "--format snapshot writes the portable snapshot v1 instead: messages and pins only; "
+        "it leaves out ids, authors, turn records, notes, the halt and retired ids, and says "
+        "on stderr what it left out.",
     )
     export.add_argument("id", type=_conversation_id, metavar="ID", help="the conversation")
     _client_options(export)
     export.add_argument(
-        "--format", choices=["snapshot", "state"], default="snapshot", help="default snapshot"
+        "--format",
+        choices=["state", "snapshot"],
+        default="state",
+        help="state (default: lossless) or snapshot (snapshot v1: messages and pins only)",
     )
     export.add_argument("-o", "--output", metavar="FILE", help="write here (default stdout)")
 
     imp = commands.add_parser(
         "import",
         help="load a file into a conversation",
-        description="Load a snapshot v1 or a state file into a conversation. An empty "
+        description="Load a state, snapshot v1 or hub answer file into a conversation; a file "
+        "that is none of them, or holds a key the format does not know, is refused. An empty "
         "conversation gets the entries in batches, then the asides and halt; a conversation "
         "that is not empty is left alone unless --replace is given, which replaces it with "
         "one reset record (that record must fit one frame).",
@@ -364,7 +394,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--format",
         choices=["auto", "snapshot", "state"],
         default="auto",
-        help="auto (default): a snapshot when the file has a 'version' key",
+        help="auto (default): whichever the file's keys say it is; state or snapshot: refuse "
+        "a file of the other format",
     )
     imp.add_argument(
         "--replace", action="store_true", help="replace a conversation that is not empty"
@@ -372,7 +403,7 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument(
         "--progress",
         action="store_true",
-        help="show the progress bar on stderr even when it is not a terminal",
+        help="show the progress on stderr even when it is not a terminal (plain lines)",
     )
     imp.add_argument(
         "--no-pairing-check",
@@ -383,7 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-frame",
         type=_positive,
         default=MAX_FRAME,
-        help="the hub's frame limit in bytes (default 1 MiB)",
+        help="the hub's frame limit in bytes (default 16 MiB)",
     )
 
     demo = commands.add_parser(
@@ -697,15 +728,43 @@ async def cmd_tail(args: argparse.Namespace) -> int:
         urls, args.id, connect_timeout=args.timeout, token=args.token, ssl=_tls(args)
     ) as replica:
         if args.once:
-            await tail(replica, out, once=True, tty=False)
+            try:
+                await tail(replica, out, once=True, tty=False)
+            except HubError as exc:
+                if exc.reason != "no_conversation":
+                    raise
+                raise CliError(f"{exc.message} (without --once, tail waits for it)") from exc
             return 0
         with anyio.CancelScope() as scope, _on_signals(scope.cancel):
             await tail(replica, out, once=False, tty=out.isatty())
     return 0
 
 
+def _message_text(text: str) -> str:
+    """The text `send` pushes: `text`, or what stdin holds for `-`; refused when empty.
+
+    Raises:
+        CliError: (exit 2) stdin is not UTF-8, or the message is empty or only whitespace.
+    """
+    source = ""
+    if text == "-":
+        source = " read from stdin"
+        try:
+            text = sys.stdin.buffer.read().decode()
+        except UnicodeDecodeError as exc:
+            raise CliError(
+                f"stdin is not UTF-8 text: {exc.reason} at byte {exc.start}", 2
+            ) from None
+        # `echo` and heredocs end with a line break nobody meant as part of the message.
+        text = text.removesuffix("\n").removesuffix("\r")
+    if not text.strip():
+        raise CliError(f"the message{source} is empty or only whitespace; nothing sent", 2)
+    return text
+
+
 async def cmd_send(args: argparse.Namespace) -> int:
     """Push one user message and print the revision the log reached."""
+    text = _message_text(args.text)  # read and checked before connecting
     # A given client id continues its push numbering (the welcome says where it stands).
     client = args.client or f"convsync-send-{os.urandom(4).hex()}"
     async with connect_checked(
@@ -716,7 +775,7 @@ async def cmd_send(args: argparse.Namespace) -> int:
         token=args.token,
         ssl=_tls(args),
     ) as replica:
-        replica.conversation.push(Message.user(args.text))
+        replica.conversation.push(Message.user(text))
         await flush_edits(replica, args.timeout, "the message")
         print(replica.session.confirmed.revision)
     return 0
@@ -726,7 +785,8 @@ async def cmd_send(args: argparse.Namespace) -> int:
 
 
 async def cmd_export(args: argparse.Namespace) -> int:
-    """Write a conversation's snapshot or state to a file or stdout."""
+    """Write a conversation's state or snapshot to a file or stdout; a snapshot says on stderr
+    what it left out."""
     exported = await export_conversation(
         _hub_urls(args)[0],
         args.id,
@@ -748,44 +808,29 @@ async def cmd_export(args: argparse.Namespace) -> int:
             f"{exported.revision} to {args.output} ({args.format})",
             file=sys.stderr,
         )
+    if exported.left_out:
+        # Asked for by name, but a user may not know what the portable format cannot hold.
+        print(
+            f"convsync: snapshot v1 left out {_listed(exported.left_out)} "
+            "(the default format, state, keeps them)",
+            file=sys.stderr,
+        )
     return 0
 
 
+def _listed(items: Sequence[str]) -> str:
+    """`a`, `a and b`, `a, b and c`."""
+    return " and ".join(filter(None, [", ".join(items[:-1]), items[-1]]))
+
+
 # ---------------------------------------------------------------------- import
-
-
-class Progress:
-    """A one-line progress bar on a stream: percent, count and rate, redrawn in place."""
-
-    def __init__(self, total: int, stream: IO[str], label: str = "import", width: int = 30):
-        self.total = total
-        self.stream = stream
-        self.label = label
-        self.width = width
-        self.started = time.monotonic()
-        self.done = 0
-
-    def update(self, done: int) -> None:
-        self.done = done
-        fraction = done / self.total if self.total else 1.0
-        filled = int(self.width * fraction)
-        bar = "#" * filled + "-" * (self.width - filled)
-        elapsed = max(time.monotonic() - self.started, 1e-6)
-        rate = done / elapsed
-        self.stream.write(
-            f"\r{self.label} [{bar}] {fraction:4.0%} {done}/{self.total} messages {rate:,.0f}/s"
-        )
-        self.stream.flush()
-
-    def close(self) -> None:
-        self.stream.write("\n")
-        self.stream.flush()
 
 
 # What to do about a refused import, in this command's flags.
 _IMPORT_HINTS = {
     "not_empty": " (--replace replaces it)",
     "unpairable": " (--no-pairing-check skips this check)",
+    "wrong_format": " (--format auto reads either)",
 }
 
 

@@ -304,6 +304,12 @@ class LiveState:
         self.status = StatusUpdate(status, detail)
         self.status_due = "presence" in self.features
 
+    @property
+    def quiet(self) -> bool:
+        """Nothing to send now or later without a new call here: no status due, no own draft,
+        no abort unsent (the shell's sender need not wake)."""
+        return not (self.status_due or self.own or self._aborts)
+
     def status_to_send(self) -> StatusUpdate | None:
         if not self.status_due:
             return None

@@ -481,6 +481,7 @@ class Replica:
         """Read frames into the session until the connection ends; a protocol error from the
         hub or the session ends it too, and is raised (outside the task group, unwrapped)."""
         session = self.session
+        live = session.live
         token = await self._fresh_token()
         self._expires_at = None
         with contextlib.suppress(ConnectionClosed):  # a refusal may already be on its way
@@ -506,8 +507,12 @@ class Replica:
                         self._failure = None
                         self.connects += 1
                     self._emit(events)
-                    self._wake.set()
-                    self._live_wake.set()
+                    # Wake the senders only when they may have something to send: a
+                    # subscriber's records must not cost two task switches each.
+                    if session.local.has_unsaved:
+                        self._wake.set()
+                    if not live.quiet:
+                        self._live_wake.set()
             except ConnectionClosed:
                 pass
             except ConvsyncError as error:

@@ -36,7 +36,7 @@ import msgspec
 
 from sync import ApplyError, ChangeRecord, Conversation, Entry, Lineage, UsageError, encode
 from sync.errors import Refused, RemoteProtocolError, Unavailable, retry_of
-from sync.frames import MAX_FRAME, PUSH_OVERHEAD, push_frame, runs
+from sync.frames import MAX_FRAME, PUSH_OVERHEAD, fill_budget, push_frame, runs
 from sync.protocol import (
     Ack,
     AuthOk,
@@ -129,13 +129,14 @@ Event = (
 
 
 class _Batch:
-    __slots__ = ("base", "doomed", "landed", "records", "seq")
+    __slots__ = ("base", "doomed", "landed", "overtook", "records", "seq")
 
     def __init__(self, seq: int, records: list[ChangeRecord]) -> None:
         self.seq = seq
         self.records = records
         self.doomed = False  # a state replaced the log under it: its records were re-pended
         self.landed: list[ChangeRecord] | None = None  # what the hub placed, when it did
+        self.overtook: list[ChangeRecord] = []  # log records before it, when it was placed
         self.base: Conversation | None = None  # what it was made on, kept once it is placed
 
 
@@ -146,7 +147,9 @@ class ReplicaSession:
         client: this replica's client id (its push seqs rise under it).
         local: the value the application edits; a new one when omitted. It may hold unsaved
             records made before connecting (they are pushed), but no saved ones.
-        max_frame: the largest frame to send, in bytes.
+        max_frame: the largest frame to send, in bytes. It also sets `local.record_limit`
+            (`max_frame - PUSH_OVERHEAD`): an edit whose record could never go in a push
+            raises `UsageError` (`too_large`) at the call that makes it.
         max_batch: the most records in one push.
         seq: the last seq this client used (to continue a client id across processes).
         features: the optional capabilities to ask the hub for (`drafts`, `presence`: SPEC 7);
@@ -176,6 +179,7 @@ class ReplicaSession:
         self._lag: list[ChangeRecord] = []  # folded into `local` only, not yet into `_confirmed`
         self._lag_limit = 0  # the lag's length that makes `_bound_lag` look again
         self.seq = seq
+        self._max_frame = 0
         self.max_frame = max_frame
         self.max_batch = max_batch
         self._inflight: _Batch | None = None
@@ -196,6 +200,22 @@ class ReplicaSession:
         """What this replica is (`user`, `agent`), for presence without a token."""
 
     # ------------------------------------------------------------------ reads
+
+    @property
+    def max_frame(self) -> int:
+        """The largest frame this session sends, in bytes; setting it also sets
+        `local.record_limit` to what one push can carry (`max_frame - PUSH_OVERHEAD`)."""
+        return self._max_frame
+
+    @max_frame.setter
+    def max_frame(self, max_frame: int) -> None:
+        if type(max_frame) is not int or max_frame <= PUSH_OVERHEAD:
+            raise UsageError(
+                "bad_setting",
+                f"max_frame must be more than {PUSH_OVERHEAD} bytes, got {max_frame!r}",
+            )
+        self._max_frame = max_frame
+        self.local.record_limit = max_frame - PUSH_OVERHEAD
 
     @property
     def confirmed(self) -> Conversation:
@@ -256,18 +276,21 @@ class ReplicaSession:
     def next_push(self) -> tuple[bytes | None, list[Conflict]]:
         """The next push frame to send, if one may go now, and records refused locally.
 
-        A record whose push alone would exceed `max_frame` is refused before anything is
-        sent: it is taken out of `local` (by a rebase) and reported as a `Conflict` with
-        reason `too_large`.
+        An edit too large to push is refused when it is made (`local.record_limit`). A record
+        that still outgrows a push here (one made before this session measured `local`, or
+        a splice a rebase re-targeted) is refused before anything is sent: it is taken out
+        of `local` (by a rebase) and reported as a `Conflict` with reason `too_large`.
         """
         if not self.ready or self._inflight is not None or not self.local.unsaved():
             return None, []
         records = self.local.unsaved()
         budget = self.max_frame - PUSH_OVERHEAD
-        # Encode only what this batch can carry (and one more record).
-        encoded = next(runs((encode(r) for r in records), budget, max_items=self.max_batch))
+        # Encode only what this batch can carry (and one more record). A batch is filled to
+        # FRAME_FILL; a record larger than that goes alone, up to the frame limit.
+        fill = fill_budget(self.max_frame, PUSH_OVERHEAD)
+        encoded = next(runs((encode(r) for r in records), fill, max_items=self.max_batch))
         if len(encoded[0]) > budget:
-            return self._refuse(0, len(encoded[0]))
+            return self._refuse(0, len(encoded[0]), budget)
         count = len(encoded)
         taken = self.local.take_unsaved()
         self.local.return_unsaved(taken[count:])
@@ -276,10 +299,15 @@ class ReplicaSession:
         frame = push_frame(self.seq, self.lineage, self.revision, encoded)
         return frame, []
 
-    def _refuse(self, at: int, size: int) -> tuple[bytes | None, list[Conflict]]:
-        """Take pending record `at` (too large to send) out of `local`; push the rest."""
+    def _refuse(self, at: int, size: int, budget: int) -> tuple[bytes | None, list[Conflict]]:
+        """Take pending record `at` (`size` bytes, over the `budget` a push can carry) out of
+        `local`; push the rest."""
         records = self.local.take_unsaved()
-        conflicts = [Conflict(records[at], "too_large", f"{size} bytes over the frame limit")]
+        detail = (
+            f"record of {size:,} bytes is {size - budget:,} bytes over the {budget:,} a push "
+            f"can carry (max_frame {self.max_frame:,})"
+        )
+        conflicts = [Conflict(records[at], "too_large", detail)]
         keep = records[:at] + records[at + 1 :]
         confirmed = self.confirmed
         conflicts += rebase(self.local, confirmed, keep, confirmed)
@@ -294,10 +322,18 @@ class ReplicaSession:
         Raises:
             ProtocolError: the message breaks the protocol; drop the connection.
         """
-        match message:
-            case Records():  # first: by far the most frequent
+        if type(message) is Records:  # first: by far the most frequent
+            if (
+                self._inflight is None
+                and not self._catching_up
+                and not self.local.has_unsaved
+                and self._welcome is not None
+            ):
+                events = self._on_records_settled(message)
+            else:
                 events = self._on_records(message)
-                return events + self._drafts_landed() if self.live.drafts else events
+            return events + self._drafts_landed() if self.live.drafts else events
+        match message:
             case Welcome():
                 return self._on_welcome(message)
             case State():
@@ -396,6 +432,33 @@ class ReplicaSession:
             events.append(Rebased(len(pending) - len(conflicts), self.confirmed.revision))
         return events
 
+    def _on_records_settled(self, message: Records) -> list[Event]:
+        """Records for a session with nothing pending or in flight (so nothing held), caught
+        up: fold them into `local` alone and keep them as the lag. This is a subscriber's
+        whole cost per record, so it stays lean."""
+        lag = self._lag
+        revision = self._confirmed.revision + len(lag)
+        records = message.records
+        skip = revision - message.from_
+        if skip:
+            if skip < 0:
+                raise RemoteProtocolError("gap", f"records from {message.from_}, at {revision}")
+            records = records[skip:]
+            if not records:
+                return []
+        local = self.local
+        try:
+            for record in records:
+                local.apply(record)
+                lag.append(record)  # once it fits: `revision` counts what `local` holds
+        except Exception as exc:
+            raise RemoteProtocolError(
+                "diverged", f"a record from the hub does not fit: {exc}"
+            ) from exc
+        if len(lag) > self._lag_limit:
+            self._bound_lag()
+        return [Applied(len(records), revision + len(records))]
+
     def _on_records(self, message: Records) -> list[Event]:
         if self._welcome is None:
             raise RemoteProtocolError("unexpected", "records before welcome")
@@ -412,21 +475,6 @@ class ReplicaSession:
             self._fold(confirmed, records)
             return [Applied(len(records), confirmed.revision), *self._maybe_caught_up()]
         inflight = self._inflight
-        if inflight is None and not self.local.has_unsaved:
-            # Nothing pending: fold into `local` alone and keep the records as the lag (this
-            # path is a subscriber's whole cost per record, so it stays inline).
-            local = self.local
-            try:
-                for record in records:
-                    local.apply(record)
-                    lag.append(record)  # once it fits: `revision` counts what `local` holds
-            except Exception as exc:
-                raise RemoteProtocolError(
-                    "diverged", f"a record from the hub does not fit: {exc}"
-                ) from exc
-            if len(lag) > self._lag_limit:
-                self._bound_lag()
-            return [Applied(len(records), revision + len(records))]
         if inflight is not None and not inflight.doomed:
             origin = message.origin
             if origin is not None and (origin.client, origin.seq) == (self.client, inflight.seq):
@@ -434,6 +482,7 @@ class ReplicaSession:
                 # landed; its ack follows. Fold what overtook it, then these.
                 if inflight.landed is None:
                     inflight.landed = []
+                    inflight.overtook = self._held
                     if needs_base(self.local.unsaved()):
                         inflight.base = _folded(self.confirmed.copy(), inflight.records)
                 overtaken = self._fold_held()
@@ -570,6 +619,13 @@ class ReplicaSession:
             self._inflight = None
             self._report(batch.seq, landed)
             events: list[Event] = [Applied(len(landed), confirmed.revision)]
+            local = self.local
+            if not local.has_unsaved and local.take_back_pushes(batch.records):
+                # Nothing made on top of a batch of pushes (a writer awaiting its flush): put
+                # what overtook it under it in `local`, as in the log, in O(records) where a
+                # rebase rereads the whole conversation.
+                self._fold(local, batch.overtook + landed)
+                return events
             return events + self._rebase_local(batch.base)
         if ack.from_ != confirmed.revision or ack.revision != ack.from_ + len(batch.records):
             raise RemoteProtocolError(

@@ -1,14 +1,15 @@
 """Export a conversation to a file's bytes, import a file into a conversation.
 
 How this works: `export_conversation` reads the hub's copy over HTTP (`client.http`) and
-encodes it as a snapshot v1 (messages and pins) or as its whole state (entries with ids and
-authors, asides, halt, retired ids). `import_conversation` reads a snapshot v1, a state or a
-hub answer, checks everything it can before touching the hub (JSON, schema, tool-call pairing,
-each message against the frame limit), then connects a replica. An empty conversation gets the
-retired ids, then the entries as push records cut to fit one frame each (`batches`), one
-acknowledged batch at a time with a progress callback after each, then the asides and the
-halt. A conversation that is not empty is refused unless `replace=True`, which sends one reset
-record (that record must fit one frame).
+encodes it as its whole state (the default: entries with ids and authors, asides, halt, retired
+ids) or as a snapshot v1 (messages and pins only; `snapshot_leaves_out` says what that drops).
+`import_conversation` reads a state, a snapshot v1 or a hub answer, told apart by their keys;
+it checks everything it can before touching the hub (JSON, the shape, every key, the schema,
+tool-call pairing, each message against the frame limit), then connects a replica. An empty
+conversation gets the retired ids, then the entries as push records cut to fit one frame each
+(`batches`), one acknowledged batch at a time with a progress callback after each, then the
+asides and the halt. A conversation that is not empty is refused unless `replace=True`, which
+sends one reset record (that record must fit one frame).
 
 Errors: `ImportRefused` (the input or the target cannot take this import as given; nothing was
 sent), `TransferError` (the hub refused or did not answer in time; `imported` says how many
@@ -18,13 +19,16 @@ messages it took before), `HubError` (the hub is not there, or has no such conve
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from ssl import SSLContext
 from typing import IO, Literal, NamedTuple
 
 import anyio
 import msgspec
+from msgspec.inspect import ListType, StructType, Type, UnionType, type_info
 
 from sync import (
     AsideChange,
@@ -39,7 +43,8 @@ from sync import (
     decode,
     encode,
 )
-from sync.frames import MAX_FRAME, RECORD_SLACK, runs
+from sync.entries import PINS_KIND, TURN_KIND
+from sync.frames import MAX_FRAME, RECORD_SLACK, fill_budget, runs
 from sync.snapshot import ConversationSnapshot
 from sync.strict import strict_violation
 
@@ -60,6 +65,7 @@ __all__ = [
     "flush_edits",
     "import_conversation",
     "read_conversation",
+    "snapshot_leaves_out",
 ]
 
 # Chunking of an import into push records. (The frame constants may move to a module of their
@@ -88,7 +94,8 @@ class TransferError(ConvsyncError):
 
 class ImportRefused(TransferError):
     """The input, or the target conversation, cannot take this import as given; nothing was
-    sent. Reasons: `unreadable`, `bad_file`, `unpairable`, `too_large`, `not_empty`."""
+    sent. Reasons: `unreadable`, `bad_file`, `wrong_format` (a valid file of another format
+    than the one asked for), `unpairable`, `too_large`, `not_empty`."""
 
 
 class Exported(NamedTuple):
@@ -99,6 +106,8 @@ class Exported(NamedTuple):
     lineage: int
     revision: int
     messages: int
+    left_out: tuple[str, ...] = ()
+    """What the format could not hold (a snapshot's `snapshot_leaves_out`; a state: none)."""
 
 
 class Imported(NamedTuple):
@@ -115,26 +124,63 @@ class Imported(NamedTuple):
 # ---------------------------------------------------------------------- export
 
 
-def encode_conversation(conversation: Conversation, format: ExportFormat = "snapshot") -> bytes:
-    """`conversation` as a snapshot v1 document or as its whole state (JSON, no newline)."""
-    if format == "snapshot":
-        return ConversationSnapshot.from_conversation(conversation).encode()
+def encode_conversation(conversation: Conversation, format: ExportFormat = "state") -> bytes:
+    """`conversation` as its whole state or as a snapshot v1 document (JSON, no newline)."""
     if format == "state":
         return encode(conversation)
-    raise ValueError(f"no export format {format!r} (snapshot or state)")
+    if format == "snapshot":
+        return ConversationSnapshot.from_conversation(conversation).encode()
+    raise ValueError(f"no export format {format!r} (state or snapshot)")
+
+
+def _plural(count: int, word: str, words: str | None = None) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {words or word + 's'}"
+
+
+def snapshot_leaves_out(conversation: Conversation) -> list[str]:
+    """What a snapshot v1 of `conversation` would not hold, in words (empty when it would lose
+    nothing): entry ids, authors and source ids, asides other than the pins (turn records,
+    notes, others by kind), the halt and the retired ids."""
+    state = conversation.state()
+    left_out: list[str] = []
+    if state.entries:
+        left_out.append("entry ids")  # an import mints new ones
+    authored = sum(entry.author is not None for entry in state.entries)
+    if authored:
+        left_out.append(f"the authors of {_plural(authored, 'entry', 'entries')}")
+    sourced = sum(entry.source_id is not None for entry in state.entries)
+    if sourced:
+        left_out.append(f"the source ids of {_plural(sourced, 'entry', 'entries')}")
+    kinds = Counter(saved.kind for saved in state.asides if saved.kind != PINS_KIND)
+    for kind, count in kinds.items():
+        if kind == TURN_KIND:
+            left_out.append(_plural(count, "turn record"))
+        elif kind == "note":
+            left_out.append(_plural(count, "note"))
+        else:
+            left_out.append(_plural(count, f"{kind!r} aside"))
+    if state.halt is not None:
+        left_out.append(f"the halt ({state.halt.value})")
+    if state.retired:
+        left_out.append(_plural(len(state.retired), "retired id"))
+    return left_out
 
 
 async def export_conversation(
     url: str,
     conversation_id: str,
     *,
-    format: ExportFormat = "snapshot",
+    format: ExportFormat = "state",
     request_timeout: float = 10.0,
     token: str | None = None,
     ssl: SSLContext | None = None,
 ) -> Exported:
     """Read a conversation from the hub at ws(s) `url` and encode it (with `token`, for a
     hub with auth: it needs `read` on the conversation).
+
+    `format` is `state` (the default: everything the log holds, so an import gives an equal
+    conversation) or `snapshot` (snapshot v1, the portable form: messages and pins only;
+    `Exported.left_out` then says what it dropped).
 
     Returns:
         The document (`Exported.data`; write it with a newline after it to get what
@@ -147,49 +193,189 @@ async def export_conversation(
     fetched = await fetch_conversation(
         url, conversation_id, request_timeout=request_timeout, token=token, ssl=ssl
     )
-    data = encode_conversation(fetched.conversation, format)
-    return Exported(data, fetched.lineage, fetched.revision, len(fetched.conversation))
+    conversation = fetched.conversation
+    data = encode_conversation(conversation, format)
+    left_out = tuple(snapshot_leaves_out(conversation)) if format == "snapshot" else ()
+    return Exported(data, fetched.lineage, fetched.revision, len(conversation), left_out)
 
 
 # ---------------------------------------------------------------------- reading a file
 
 
+# The three documents an import reads, told apart by their keys (no two share one).
+_Shape = Literal["snapshot", "state", "hub"]
+_SHAPES: dict[_Shape, tuple[str, type]] = {
+    "state": ("a state (entries, asides, halt, retired)", ConversationState),
+    "snapshot": ("a snapshot v1 (version, messages, pinned)", ConversationSnapshot),
+    "hub": ("a hub answer (lineage, revision, state)", HubView),
+}
+_STATE_KEYS = frozenset(field.encode_name for field in msgspec.structs.fields(ConversationState))
+
+
+def _shape_of(top: dict[str, object]) -> _Shape | None:
+    """Which document a JSON object is meant to be, by its keys; None: none of them."""
+    if "version" in top:
+        return "snapshot"
+    if "state" in top:
+        return "hub"
+    if _STATE_KEYS & top.keys():
+        return "state"
+    return None
+
+
+def _found(top: dict[str, object]) -> str:
+    if not top:
+        return "found an empty object"
+    keys = ", ".join(repr(key) for key in list(top)[:5]) + (", ..." if len(top) > 5 else "")
+    hint = ""
+    if "messages" in top:
+        # The shape of a chat API's request body: close to a snapshot, but not one.
+        hint = " (a snapshot v1 also needs version 1 and a pinned flag per message)"
+    return f"found keys {keys}{hint}"
+
+
+def _expected(format: ImportFormat) -> str:
+    if format == "auto":
+        state, snapshot, hub = (described for described, _ in _SHAPES.values())
+        return f"{state}, {snapshot} or {hub}"
+    return _SHAPES[format][0]
+
+
+# A key check of decoded JSON: None when every key is known, else the path to the first unknown
+# key as segments from the inside out (joined only on failure: the check runs on every entry).
+_KeyCheck = Callable[[object], list[str] | None]
+
+
+def _key_check(info: Type) -> _KeyCheck | None:
+    """The check of the keys a value of type `info` may hold, or None when the type holds no
+    struct (scalars; free-form values such as `Any`, a tool call's arguments or an aside's
+    value, which may hold any key). It runs on a value that decoded as that type, so it
+    need not report shape mismatches: the decoder did."""
+    if isinstance(info, StructType):
+        return _struct_check(info)
+    if isinstance(info, ListType):
+        item_check = _key_check(info.item_type)
+        if item_check is None:
+            return None
+
+        def check_list(value: object) -> list[str] | None:
+            for at, item in enumerate(value if isinstance(value, list) else ()):
+                found = item_check(item)
+                if found is not None:
+                    found.append(f"[{at}]")
+                    return found
+            return None
+
+        return check_list
+    if isinstance(info, UnionType):
+        structs = [t for t in info.types if isinstance(t, StructType)]
+        lists = [check for t in info.types if isinstance(t, ListType) if (check := _key_check(t))]
+        # A tagged union picks its member by the tag; an optional struct has one member.
+        tag = structs[0].tag_field if structs else None
+        members = {t.tag: _struct_check(t) for t in structs}
+        if not members and not lists:
+            return None
+
+        def check_union(value: object) -> list[str] | None:
+            if isinstance(value, dict) and members:
+                member = members.get(value.get(tag)) if tag is not None else members[None]
+                return None if member is None else member(value)
+            if isinstance(value, list) and lists:
+                return lists[0](value)
+            return None
+
+        return check_union
+    return None
+
+
+def _struct_check(info: StructType) -> _KeyCheck:
+    fields = {field.encode_name: _key_check(field.type) for field in info.fields}
+    tag = info.tag_field
+
+    def check_struct(value: object) -> list[str] | None:
+        if not isinstance(value, dict):
+            return None
+        for key, item in value.items():
+            if key not in fields:
+                if key == tag:
+                    continue
+                return [f".{key}"]
+            field_check = fields[key]
+            if field_check is not None:
+                found = field_check(item)
+                if found is not None:
+                    found.append(f".{key}")
+                    return found
+        return None
+
+    return check_struct
+
+
+@functools.cache
+def _document_check(type_: type) -> _KeyCheck:
+    info = type_info(type_)
+    assert isinstance(info, StructType)
+    return _struct_check(info)
+
+
+def _unknown_key(value: object, type_: type) -> str | None:
+    """The path (as msgspec writes it, `$.a[0].b`) of the first key in decoded JSON `value`
+    that the document type `type_` has no field for, or None."""
+    found = _document_check(type_)(value)
+    return None if found is None else "$" + "".join(reversed(found))
+
+
 def read_conversation(
     data: bytes, format: ImportFormat = "auto", where: str = "input"
 ) -> Conversation:
-    """The conversation a snapshot v1 or state document holds.
+    """The conversation a state, snapshot v1 or hub answer document holds.
 
-    `format` is `snapshot`, `state` or `auto` (a snapshot when the JSON object has a `version`
-    key; a `{"lineage","revision","state"}` answer of the hub is read as its state). `where`
-    names the input in error messages.
+    The document is told apart by its keys: `version` makes a snapshot v1, `state` a hub
+    answer (`{"lineage","revision","state"}`, read as its state), any of `entries`, `asides`,
+    `halt`, `retired` a state. `format` is `auto` (take what is found), `state` (a state or a
+    hub answer) or `snapshot`. Every key must be one the format knows, at any depth but inside
+    free-form values: a key that would be dropped silently is an error instead. `where` names
+    the input in error messages.
 
     Raises:
-        ImportRefused: (`bad_file`) the data is not JSON, or not a valid snapshot or state.
+        ImportRefused: `bad_file` when the data is not JSON, not any of the documents, holds
+            an unknown key or is not a valid document of its kind; `wrong_format` when it is
+            a document of another format than the `format` asked for.
     """
-    fmt: str = format
     try:
-        if fmt == "auto":
-            try:
-                top = msgspec.json.decode(data)
-            except msgspec.DecodeError as exc:
-                raise ImportRefused("bad_file", f"{where}: not JSON: {exc}") from None
-            if not isinstance(top, dict):
-                raise ImportRefused(
-                    "bad_file", f"{where}: expected a JSON object, not {type(top).__name__}"
-                )
-            if "version" in top:
-                fmt = "snapshot"
-            elif "state" in top and "revision" in top:
-                return Conversation.from_state(decode(data, HubView).state)
-            else:
-                fmt = "state"
-        if fmt == "snapshot":
-            return ConversationSnapshot.decode(data).to_conversation().view()
-        return Conversation.from_state(decode(data, ConversationState))
-    except ImportRefused:
-        raise
+        top = msgspec.json.decode(data)
+    except msgspec.DecodeError as exc:
+        raise ImportRefused("bad_file", f"{where}: not JSON: {exc}") from None
+    except RecursionError:
+        raise ImportRefused("bad_file", f"{where}: not JSON: nested too deeply") from None
+    if not isinstance(top, dict):
+        raise ImportRefused(
+            "bad_file", f"{where}: expected a JSON object, not {type(top).__name__}"
+        )
+    shape = _shape_of(top)
+    if shape is None:
+        raise ImportRefused("bad_file", f"{where}: {_found(top)}; expected {_expected(format)}")
+    if format != "auto" and format != ("state" if shape == "hub" else shape):
+        raise ImportRefused(
+            "wrong_format", f"{where}: expected {_expected(format)}, found {_SHAPES[shape][0]}"
+        )
+    described, type_ = _SHAPES[shape]
+    try:
+        if shape == "snapshot":
+            conversation = ConversationSnapshot.decode(data).to_conversation().view()
+        elif shape == "hub":
+            conversation = Conversation.from_state(decode(data, HubView).state)
+        else:
+            conversation = Conversation.from_state(decode(data, ConversationState))
     except ConvsyncError as exc:
         raise ImportRefused("bad_file", f"{where}: {exc.message}") from exc
+    unknown = _unknown_key(top, type_)
+    if unknown is not None:
+        raise ImportRefused(
+            "bad_file",
+            f"{where}: unknown key {unknown} in {described}; importing would drop it",
+        )
+    return conversation
 
 
 async def _read_source(
@@ -354,13 +540,15 @@ async def import_conversation(
     token: str | None = None,
     ssl: SSLContext | None = None,
 ) -> Imported:
-    """Load a snapshot v1 or state document into a conversation of the hub at ws(s) `url`.
+    """Load a state, snapshot v1 or hub answer document into a conversation of the hub at
+    ws(s) `url`.
 
     Args:
         source: the document's bytes, a path to it, or a binary file to read.
         conversation_id: the target. An empty one gets the entries in batches; one that is
             not empty is refused unless `replace`.
-        format: `auto` (a snapshot when the JSON has a `version` key), `snapshot` or `state`.
+        format: `auto` (the default: whichever of the documents the keys say it is),
+            `state` (a state or a hub answer) or `snapshot`; see `read_conversation`.
         replace: replace a conversation that is not empty, with one reset record.
         check_pairing: refuse a document whose tool calls and results do not pair, as a hub
             with strict pairing would (False for a hub run with `--no-strict-pairing`).
@@ -446,7 +634,8 @@ async def import_conversation(
                 target.replay(ChangeRecord(Reset(ConversationState(retired=state.retired))))
             if progress is not None:
                 progress(0, len(entries))
-            for run in batches(entries, budget):
+            # Filled to FRAME_FILL like any batch; only an entry larger than that goes alone.
+            for run in batches(entries, fill_budget(max_frame, RECORD_SLACK)):
                 target.replay(ChangeRecord(Push(run), run[-1].author))
                 await flush_edits(replica, step_timeout, f"messages {done}..{done + len(run) - 1}")
                 done += len(run)

@@ -23,12 +23,14 @@ class HubConfig:
     range raises `UsageError` (`bad_setting`) naming the field, the value and the range.
 
     Attributes:
-        max_frame: the largest frame, in bytes, a peer may send and the hub sends (1 MiB).
-            A larger incoming frame gets `error too_big`; catch-up is chunked below it.
+        max_frame: the largest frame, in bytes, a peer may send and the hub sends (16 MiB);
+            so also the largest record. A larger incoming frame gets `error too_big`; frames
+            of several records are filled to 1 MiB (`sync.frames.FRAME_FILL`) at most.
         strict_pairing: reject pushes that leave an orphan tool result or two assistant
             messages in a row (a retry after a failed reply is allowed).
         send_queue: bytes queued per subscriber before it counts as lagging and is sent to
-            resync (closed with code 4000, reason `lagging`).
+            resync (closed with code 4000, reason `lagging`); 32 MiB, two frames at the
+            default limit, so one large record behind another does not count as lagging.
         idle_unload: seconds a conversation with no subscriber stays loaded.
         snapshot_every: records between two snapshots written to the store.
         recent_records: encoded records kept in memory per conversation for catch-up.
@@ -80,7 +82,7 @@ class HubConfig:
 
     max_frame: int = MAX_FRAME
     strict_pairing: bool = True
-    send_queue: int = 8 << 20
+    send_queue: int = 2 * MAX_FRAME
     idle_unload: float = 30.0
     snapshot_every: int = 1000
     recent_records: int = 1000

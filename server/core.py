@@ -610,12 +610,14 @@ class RoomCore(Generic[C]):
         # The bare client id (a replica knows its own pushes by it), not the mark's store key.
         origin = PushOrigin(self.subscribers.get(conn, append.client), batch.seq)
         frames = records_frames(from_, append.records, origin, self.config.max_frame)
-        # A placed push may differ from what was sent: the pusher gets what landed, then the ack.
-        actions: list[Action[C]] = [Send(conn, frame) for frame in frames] if placed else []
-        actions.append(Send(conn, _ack(batch.seq, append.mark)))
+        # The others first: the ack wakes the pusher, which often shares a process (or a
+        # core) with subscribers; their records should not wait behind its turn.
         others = [other for other in self.subscribers if other != conn]
-        if others:
-            actions += [Broadcast(others, frame) for frame in frames]
+        actions: list[Action[C]] = [Broadcast(others, frame) for frame in frames] if others else []
+        # A placed push may differ from what was sent: the pusher gets what landed, then the ack.
+        if placed:
+            actions += [Send(conn, frame) for frame in frames]
+        actions.append(Send(conn, _ack(batch.seq, append.mark)))
         actions += self._drafts_landed(batch.records)  # in the same step as the records
         metrics = self.metrics
         metrics.records_appended += len(append.records)

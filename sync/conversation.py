@@ -28,6 +28,7 @@ from .changes import (
     Reset,
     Splice,
 )
+from .codec import encode
 from .entries import (
     TURN_KIND,
     Aside,
@@ -130,18 +131,34 @@ class Conversation(Fold):
     Args:
         clock: milliseconds since the epoch for the ids this value mints (tests pass a fake).
         ids: the id minter; defaults to the process-wide one (or one on `clock`).
+        record_limit: the most bytes one record made here may take, encoded (see
+            `record_limit`); no limit when omitted.
 
     Equality compares entries, saved asides and halt; not the outbox, revision, lineage or
     unsaved asides.
     """
 
     # The entries, id index, retired ids, asides, halt and revision are `Fold`'s slots.
-    __slots__ = ("_dated", "_ids", "_lineage", "_listener", "_outbox", "_reserved")
+    __slots__ = (
+        "_dated",
+        "_ids",
+        "_limit",
+        "_lineage",
+        "_listener",
+        "_outbox",
+        "_reserved",
+    )
 
     def __init__(
-        self, *, clock: Callable[[], int] | None = None, ids: IdMinter | None = None
+        self,
+        *,
+        clock: Callable[[], int] | None = None,
+        ids: IdMinter | None = None,
+        record_limit: int | None = None,
     ) -> None:
         super().__init__()
+        self._limit: int | None = None
+        self.record_limit = record_limit
         self._outbox: list[ChangeRecord] = []
         self._lineage: int = Lineage.EMPTY
         self._ids = ids or (IdMinter(clock) if clock is not None else default_minter)
@@ -405,6 +422,26 @@ class Conversation(Fold):
         if self._listener is not None:
             self._listener()
 
+    @property
+    def record_limit(self) -> int | None:
+        """The most bytes one record made here may take, encoded as it is sent; `None`: no
+        limit (the default).
+
+        An edit whose record is larger raises `UsageError` with reason `too_large` and changes
+        nothing. A replica sets this from its `max_frame`, so an edit it could never send fails
+        at the call that makes it rather than after. Records folded by `apply` or `replay`
+        (from a log, or replayed by a rebase) are not measured. Copies and views have no limit.
+        """
+        return self._limit
+
+    @record_limit.setter
+    def record_limit(self, limit: int | None) -> None:
+        if limit is not None and (type(limit) is not int or limit < 1):
+            raise UsageError(
+                "bad_setting", f"record_limit must be a positive number of bytes, got {limit!r}"
+            )
+        self._limit = limit
+
     def on_edit(self, listener: Callable[[], None] | None) -> None:
         """Call `listener` after each record this value makes (not after `apply`): how a
         replica learns there is something to push. `None` removes it."""
@@ -482,8 +519,27 @@ class Conversation(Fold):
             return wanted
         return self._mint()
 
+    def _made(self, change: AnyChange, by: Author | None) -> ChangeRecord:
+        """The record of an edit made here now, measured against `record_limit`.
+
+        Raises:
+            UsageError: `too_large`, the record is over the limit; nothing changed.
+        """
+        record = ChangeRecord(change, by, self._dated)
+        limit = self._limit
+        if limit is not None:
+            size = len(encode(record))
+            if size > limit:
+                raise UsageError(
+                    "too_large",
+                    f"this edit's record is {size:,} bytes, over the record_limit of "
+                    f"{limit:,} bytes (a replica's max_frame less its push header); nothing "
+                    "was changed",
+                )
+        return record
+
     def _record(self, change: AnyChange, by: Author | None) -> None:
-        self.replay(ChangeRecord(change, by, self._dated))
+        self.replay(self._made(change, by))
 
     def _pushed(self, items: Iterable[EntryLike]) -> list[Entry]:
         """The entries a push adds for `items`, after a STOPPED note when the user stopped."""
@@ -501,9 +557,18 @@ class Conversation(Fold):
     def push(self, entry: EntryLike) -> MessageId:
         """Push `entry` (after a STOPPED note in the same record when the user stopped the last
         request); the halt is cleared. Returns the entry's id: its own when it brings a
-        well-formed id new here, else a new one."""
+        well-formed id new here, else a new one.
+
+        Raises:
+            UsageError: `too_large` (see `record_limit`); nothing changed.
+        """
+        reserved = self._reserved
         entries = self._pushed([entry])
-        self._record(Push(entries), entries[-1].author)
+        try:
+            self._record(Push(entries), entries[-1].author)
+        except UsageError:
+            self._reserved = reserved  # the refused push took no id
+            raise
         id_ = entries[-1].id
         assert id_ is not None
         return id_
@@ -514,8 +579,13 @@ class Conversation(Fold):
         items = list(messages)
         if not items:
             return []
+        reserved = self._reserved
         entries = self._pushed(items)
-        self._record(Push(entries), entries[-1].author)
+        try:
+            self._record(Push(entries), entries[-1].author)
+        except UsageError:
+            self._reserved = reserved  # the refused push took no id
+            raise
         return [entry.id for entry in entries[len(entries) - len(items) :]]  # type: ignore[misc]
 
     def _clamp(self, where: Range) -> tuple[int, int]:
@@ -562,6 +632,7 @@ class Conversation(Fold):
     ) -> Spliced:
         old = self._entries[start:stop]
         in_range = {entry.id: entry for entry in old}
+        reserved = self._reserved
         taken: set[MessageId] = set()
         new: list[Entry] = []
         done = Spliced()
@@ -586,8 +657,12 @@ class Conversation(Fold):
         if start == stop and not new:
             return done
         removed = [entry.id for entry in old]
+        try:
+            self._record(Splice(start, stop, removed, new), by)  # type: ignore[arg-type]
+        except UsageError:
+            self._reserved = reserved  # the refused splice took no id
+            raise
         done.removed.extend(id_ for id_ in removed if id_ not in taken)  # type: ignore[misc]
-        self._record(Splice(start, stop, removed, new), by)  # type: ignore[arg-type]
         return done
 
     def set_entries(self, entries: Iterable[EntryLike], by: Author | None) -> Spliced:
@@ -680,7 +755,11 @@ class Conversation(Fold):
 
     def reset(self, to: Conversation | ConversationState, by: Author | None = None) -> None:
         """Replace the whole value (entries, saved asides, halt, retired ids) with `to`'s, in
-        one record. Unsaved asides here stay."""
+        one record. Unsaved asides here stay.
+
+        Raises:
+            UsageError: `too_large`, the whole state is over `record_limit`; nothing changed.
+        """
         state = to.state() if isinstance(to, Conversation) else to
         self._record(Reset(state), by)
 
@@ -714,10 +793,11 @@ class Conversation(Fold):
         aside = _plain(aside)
         old = self._asides.get(id_)
         if aside.saved:
+            record = self._made(AsideChange(id_, aside), by)  # measured before anything moves
             if old is not None and not old.saved:
                 # The log never had it: it goes in at the end there, so here too.
                 del self._asides[id_]
-            self._record(AsideChange(id_, aside), by)
+            self.replay(record)
             return
         if old is not None and old.saved:
             # The log forgets it; this value keeps it, unsaved, in its place.

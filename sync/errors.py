@@ -98,6 +98,9 @@ rule replicas (Python and JavaScript) follow."""
 _BY_NAME: Final[dict[str, CodeInfo]] = {code: info for code, info in CODES.items()}
 
 _BY_CLOSE: Final[dict[int, ErrorCode]] = {
+    # websockets closes a socket whose frame passes its size limit with a bare 1009 (before
+    # the hub could send `error too_big`): resending the same push can only fail again.
+    1009: "too_big",
     4000: "lagging",
     4001: "unauthorized",
     4003: "forbidden",
@@ -204,7 +207,8 @@ class PairingError(ConvsyncError):
     """Why a message list is not a canonical conversation, or what a repair mended.
 
     `reason` is one of `consecutive_assistant`, `unanswered_tool_call`, `orphan_tool_result`,
-    `interrupted_tool_call` (a system message between a call and its result); `index` is the
+    `interrupted_tool_call` (a system message between a call and its result), or
+    `reused_tool_call` (strict pairing: a call id an earlier call already used); `index` is the
     message it was found at and `call_id` the tool call concerned, if any.
     """
 
@@ -248,6 +252,17 @@ class PairingError(ConvsyncError):
             index,
             call_id,
             f"system message {index} comes while tool call {call_id!r} waits for its result",
+        )
+
+    @classmethod
+    def reused_tool_call(cls, index: int, call_id: str) -> PairingError:
+        """Message `index` makes a call with id `call_id`, which an earlier call already used."""
+        return cls(
+            "reused_tool_call",
+            index,
+            call_id,
+            f"tool call {call_id!r} of message {index} reuses the id of an earlier call; "
+            "each call needs an id of its own",
         )
 
     def __eq__(self, other: object) -> bool:

@@ -86,6 +86,32 @@ class Fold:
 
         return undo_all
 
+    def take_back_pushes(self, records: Sequence[ChangeRecord]) -> bool:
+        """Undo `records` when they are pushes whose entries are still the last entries held,
+        in order (pushes folded last, nothing after them): the entries and their ids go, the
+        revision drops by one per record. Returns whether it did; when not, nothing changed.
+
+        O(entries pushed), where a reread of the value before them is O(conversation). The
+        halt a push cleared is not restored: fold a push after this, or a halt change.
+        """
+        ids: list[MessageId | None] = []
+        for record in records:
+            change = record.change
+            if type(change) is not Push:
+                return False
+            ids.extend(entry.id for entry in change.entries)
+        held = self._entries
+        start = len(held) - len(ids)
+        if start < 0 or any(entry.id != id_ for entry, id_ in zip(held[start:], ids, strict=True)):
+            return False
+        index = self._index
+        for id_ in ids:
+            del index[id_]  # type: ignore[arg-type]
+        del held[start:]
+        self._fresh_upto = min(self._fresh_upto, start)
+        self._revision -= len(records)
+        return True
+
     # ------------------------------------------------------------------ the fold
 
     def _fold(self, change: AnyChange) -> Undo:

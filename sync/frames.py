@@ -6,6 +6,12 @@ wrapping those bytes in `msgspec.Raw`, so a record is encoded once however many 
 and nothing is decoded to be sent again. `runs` is the one chunker: it splits encoded items into
 runs whose frames stay under a byte budget. Hub catch-up, hub state transfer, replica pushes
 and CLI imports all size their frames with it and with the constants below.
+
+Two sizes are at play. The frame limit (`max_frame`, `MAX_FRAME` by default) is a hard cap:
+the largest frame either side sends or takes, so it bounds the largest record (a pasted
+screenshot). `FRAME_FILL` is what a batch of records is filled to: catch-up, broadcast and
+push batches stop there, and only a record larger than that goes alone in a frame of its own,
+up to the limit. So a high limit lets big records through without making every batch big.
 """
 
 from __future__ import annotations
@@ -20,11 +26,13 @@ from .codec import encode
 from .protocol import PushOrigin
 
 __all__ = [
+    "FRAME_FILL",
     "MAX_FRAME",
     "MIN_FRAME",
     "PUSH_OVERHEAD",
     "RECORDS_OVERHEAD",
     "RECORD_SLACK",
+    "fill_budget",
     "push_frame",
     "records_frame",
     "records_frames",
@@ -32,8 +40,13 @@ __all__ = [
     "state_frames",
 ]
 
-MAX_FRAME: Final = 1 << 20
-"""The default frame limit in bytes, on both sides (`HubConfig.max_frame`, `connect`)."""
+MAX_FRAME: Final = 16 << 20
+"""The default frame limit in bytes, on both sides (`HubConfig.max_frame`, `connect`): 16 MiB,
+so one record may carry a screenshot of a few MiB as base64."""
+
+FRAME_FILL: Final = 1 << 20
+"""The bytes a frame of several records (or of state entries) is filled to, at most; a single
+record larger than that goes alone, up to the frame limit."""
 
 MIN_FRAME: Final = 4096
 """The smallest frame limit a hub accepts as a setting."""
@@ -88,11 +101,12 @@ def records_frame(from_: int, records: Sequence[bytes], origin: PushOrigin | Non
 def records_frames(
     from_: int, records: Sequence[bytes], origin: PushOrigin | None, max_frame: int
 ) -> list[bytes]:
-    """`records` messages of consecutive `from` carrying `records`, each under `max_frame`
-    (a record larger than the budget goes alone; callers send such a log as a state)."""
+    """`records` messages of consecutive `from` carrying `records`, each filled up to
+    `min(max_frame, FRAME_FILL)` (a record larger than that goes alone; one larger than
+    `max_frame` too, and a caller sends such a log as a state)."""
     frames = []
     start = from_
-    for run in runs(records, max_frame - RECORDS_OVERHEAD):
+    for run in runs(records, fill_budget(max_frame, RECORDS_OVERHEAD)):
         frames.append(records_frame(start, run, origin))
         start += len(run)
     return frames
@@ -101,6 +115,12 @@ def records_frames(
 def push_frame(seq: int, lineage: int, revision: int, records: Sequence[bytes]) -> bytes:
     """A `push` message from records already encoded."""
     return _encoder.encode(_PushOut(seq, lineage, revision, [msgspec.Raw(r) for r in records]))
+
+
+def fill_budget(max_frame: int, overhead: int) -> int:
+    """The bytes of records a frame of several is filled to: `FRAME_FILL` or `max_frame`,
+    whichever is smaller, less the frame's `overhead`."""
+    return min(max_frame, FRAME_FILL) - overhead
 
 
 def runs(
@@ -127,8 +147,9 @@ def runs(
 def state_frames(
     lineage: int, revision: int, state: ConversationState, max_frame: int
 ) -> list[bytes]:
-    """The whole state as a `state` message, then as many `entries` messages as `max_frame`
-    needs (the last one says `"more": false`). Asides, halt and retired ids travel in the first
+    """The whole state as a `state` message, then as many `entries` messages as it needs,
+    each filled up to `min(max_frame, FRAME_FILL)` (the last one says `"more": false`; an
+    entry larger than that goes alone). Asides, halt and retired ids travel in the first
     frame."""
     rest = b',"asides":%s,"halt":%s,"retired":%s}' % (
         encode(state.asides),
@@ -136,7 +157,7 @@ def state_frames(
         encode(state.retired),
     )
     head = _encoder.encode(_StateOut(lineage, revision, msgspec.Raw(b"{}"), True))
-    budget = max_frame - RECORDS_OVERHEAD
+    budget = fill_budget(max_frame, RECORDS_OVERHEAD)
     arrays = _encoded_arrays(state.entries, budget - len(head) - len(rest), budget)
     more = len(arrays) > 1
     first = b'{"entries":' + arrays[0] + rest

@@ -25,6 +25,11 @@ Each public function is a view of that pass: `pair` and `repair` keep its messag
 its entries, `check` and `validate` its first finding, `pending_calls` what still waits at the
 end.
 
+`reused_call` is a rule beside the pass: providers refuse a history in which two calls share an
+id, but the pass matches results to calls per occurrence and has no repair that would not
+change what the model did, so it is no finding of the pass (`validate` accepts such a history).
+Strict pairing (`sync.strict`) refuses an edit that makes such a call.
+
     from sync import pairing
     from sync.messages import Message
 
@@ -70,6 +75,7 @@ __all__ = [
     "pair",
     "pending_calls",
     "repair",
+    "reused_call",
     "safe_start",
     "validate",
 ]
@@ -491,3 +497,22 @@ def findings(messages: Sequence[Message], pairing: Pairing = CANONICAL) -> list[
     first). User messages side by side are no fault."""
     run = _Pass(pairing, merge_users=False, merge_assistants=True).read_all(messages).finish()
     return list(run.repairs)
+
+
+def reused_call(messages: Sequence[Message], since: int = 0) -> PairingError | None:
+    """The first tool call of a message at or after `since` whose id an earlier call already
+    used (in an earlier message, or earlier in the same one), as `reused_tool_call`; `None`
+    when every such call has an id of its own.
+
+    Calls before `since` are read only for their ids: a history that already reuses one is
+    not held against the messages after it.
+    """
+    seen: set[str] = set()
+    for index, message in enumerate(messages):
+        if not isinstance(message, Assistant):
+            continue
+        for call in message.tool_calls():
+            if call.id in seen and index >= since:
+                return PairingError.reused_tool_call(index, call.id)
+            seen.add(call.id)
+    return None

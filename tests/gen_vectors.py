@@ -632,7 +632,7 @@ def _codes() -> Json | None:
     if table is None:
         return None
     closes = [(4000, ""), (4001, ""), (1008, ""), (1008, "bad_client"), (1011, "unavailable")]
-    closes += [(1006, ""), (4999, "whatever"), (1000, "")]
+    closes += [(1006, ""), (4999, "whatever"), (1000, ""), (1009, "over size limit")]
     return {
         "codes": {code: {"close": info.close, "retry": info.retry} for code, info in table.items()},
         "unknown_retry": errors.retry_of("some_newer_code"),  # type: ignore[attr-defined]
@@ -743,7 +743,13 @@ class _Script:
     def edit(self, make: Callable[[Conversation], object]) -> None:
         local = self.session.local
         before = len(local.unsaved())
-        make(local)
+        # The JS side replays these records (unmeasured), so they are made unmeasured too: a
+        # record too large to push then pins the refusal at send time.
+        limit, local.record_limit = local.record_limit, None
+        try:
+            make(local)
+        finally:
+            local.record_limit = limit
         records = [_json(r) for r in local.unsaved()[before:]]
         self.steps.append({"op": "edit", "records": records, "expect": None})
 

@@ -3,7 +3,10 @@
 //   mirror N TOTAL: push N user messages ("js 0".."js N-1"), flush, wait until the conversation
 //                   holds TOTAL entries, print {state, revision, events}.
 //   refused:        expect the hub to refuse the connection; print {refused, state, sockets}.
-import { connect, Message } from '../client/web/convsync.js';
+//   large N TOTAL:  push one user message of N characters, flush, try one of MAX_FRAME
+//                   (refused at the call), wait for TOTAL entries; print {state, revision,
+//                   events, refused: {reason, message}, pending, length}.
+import { connect, MAX_FRAME, Message } from '../client/web/convsync.js';
 
 const [url, id, mode, n = '0', total = '0'] = process.argv.slice(2);
 const out = (value) => process.stdout.write(`${JSON.stringify(value)}\n`);
@@ -43,6 +46,33 @@ if (mode === 'refused') {
     await new Promise((resolve) => setTimeout(resolve, 300)); // a retry would show here
     out({ refused: error.code, state: replica.state, sockets });
   }
+} else if (mode === 'large') {
+  replica = connect(url, id, { client: 'js-peer' });
+  const events = seen;
+  replica.on('*', (event) =>
+    events.push(event.type === 'conflict' ? `conflict ${event.reason}` : event.type),
+  );
+  await replica.ready;
+  replica.conversation.push(Message.user('x'.repeat(Number(n))));
+  await replica.flush();
+  const length = replica.conversation.length;
+  let refused = null;
+  try {
+    replica.conversation.push(Message.user('y'.repeat(MAX_FRAME)));
+  } catch (error) {
+    refused = { reason: error.reason, message: error.message };
+  }
+  const after = { pending: replica.session.pending, length: replica.conversation.length };
+  await until(() => replica.conversation.length >= Number(total) && replica.session.settled);
+  out({
+    state: replica.conversation.state(),
+    revision: replica.revision,
+    events,
+    refused,
+    pending: after.pending,
+    length: after.length - length,
+  });
+  replica.close();
 } else {
   replica = connect(url, id, { client: 'js-peer' });
   const events = seen;

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import queue
 import signal
@@ -17,6 +18,7 @@ from typing import IO
 
 import anyio
 import pytest
+from test_transfer import an_authored_conversation
 
 from client import connect
 from client.cli import main
@@ -36,6 +38,7 @@ from sync import (
     decode_state,
     encode,
 )
+from sync.frames import MAX_FRAME
 from sync.snapshot import ConversationSnapshot
 
 SCALE = float(os.environ.get("CONVSYNC_TIMEOUT_SCALE", "1"))
@@ -130,6 +133,26 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         proc.stop()
 
 
+CONSOLE_SCRIPT = Path(sys.executable).parent / "convsync"
+
+
+def convsync(*argv: str, stdin: bytes = b"") -> subprocess.CompletedProcess[str]:
+    """The installed `convsync` console script run with `argv` (and `stdin`), to its end;
+    the worktree's code, through PYTHONPATH."""
+    assert CONSOLE_SCRIPT.exists(), f"no {CONSOLE_SCRIPT}: pip install -e . first"
+    result = subprocess.run(
+        [str(CONSOLE_SCRIPT), *argv],
+        input=stdin,
+        capture_output=True,
+        env=_env(),
+        cwd=ROOT,
+        timeout=TIMEOUT,
+    )
+    return subprocess.CompletedProcess(
+        result.args, result.returncode, result.stdout.decode(), result.stderr.decode()
+    )
+
+
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     """`main(argv)` in this process: exit code, stdout, stderr."""
     code = main(list(argv))
@@ -189,6 +212,8 @@ def test_every_command_has_help(capsys: pytest.CaptureFixture[str], command: str
         [],
         ["frob"],
         ["send", "c1"],
+        ["send", "c1", ""],
+        ["send", "c1", " \n\t"],
         ["send", "bad id!", "hi"],
         ["send", "c1", "hi", "--url", "http://127.0.0.1:1"],
         ["send", "c1", "hi", "--timeout", "-1"],
@@ -279,6 +304,9 @@ def test_send_then_export_round_trips_a_message(
     code, out, _ = run(capsys, "send", "room-1", "again", "--url", url, "--client", "me")
     assert (code, out) == (0, "2\n")
     code, out, _ = run(capsys, "export", "room-1", "--url", url)
+    assert code == 0
+    assert decode_state(out).messages() == [Message.user("hello\nworld"), Message.user("again")]
+    code, out, _ = run(capsys, "export", "room-1", "--url", url, "--format", "snapshot")
     assert code == 0
     snapshot = ConversationSnapshot.decode(out)
     assert snapshot.messages == [Message.user("hello\nworld"), Message.user("again")]
@@ -391,13 +419,122 @@ def test_import_refuses_a_message_over_the_frame_limit(
     capsys: pytest.CaptureFixture[str], url: str, tmp_path: Path
 ) -> None:
     """A message no frame can carry is refused before anything is sent."""
-    messages = [Message.user("small"), Message.user("x" * (1 << 20))]
+    messages = [Message.user("small"), Message.user("x" * MAX_FRAME)]  # the default limit
     source = tmp_path / "huge.json"
     source.write_bytes(ConversationSnapshot.new(messages, [False, False]).encode())
     code, _, err = run(capsys, "import", str(source), "huge", "--url", url)
     assert code == 2
     assert "message 1" in err and "frame limit" in err
     assert run(capsys, "export", "huge", "--url", url)[0] == 1
+
+
+# ---------------------------------------------------------------------- the console script
+
+
+def test_version_prints_the_installed_version() -> None:
+    """`convsync --version` prints the installed package's version and exits 0."""
+    result = convsync("--version")
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout == f"convsync {importlib.metadata.version('convsync')}\n"
+
+
+def test_send_dash_reads_stdin_and_an_empty_message_is_refused(url: str) -> None:
+    """`send ID -` pushes what stdin holds (less its final line break); an empty or blank
+    message, given or piped, or stdin that is not UTF-8, exits 2 with one line and pushes
+    nothing."""
+    result = convsync("send", "piped", "-", "--url", url, stdin=b"first line\nsecond line\n")
+    assert (result.returncode, result.stdout, result.stderr) == (0, "1\n", "")
+    for text, stdin in [("-", b""), ("-", b" \n\n"), ("", b"ignored"), ("  ", b"")]:
+        refused = convsync("send", "piped", text, "--url", url, stdin=stdin)
+        assert (refused.returncode, refused.stdout) == (2, "")
+        assert refused.stderr.startswith("convsync: error: the message")
+        assert "is empty or only whitespace" in refused.stderr
+        assert len(refused.stderr.splitlines()) == 1
+    garbled = convsync("send", "piped", "-", "--url", url, stdin=b"caf\xe9\n")
+    assert garbled.returncode == 2
+    assert (
+        garbled.stderr
+        == "convsync: error: stdin is not UTF-8 text: invalid continuation byte at byte 3\n"
+    )
+    exported = convsync("export", "piped", "--url", url)
+    assert decode_state(exported.stdout).messages() == [Message.user("first line\nsecond line")]
+
+
+def test_default_export_then_import_gives_an_equal_state(url: str, tmp_path: Path) -> None:
+    """`export ID -o FILE` without a format, then `import FILE NEW`, gives NEW a state equal
+    to ID's (entry ids, authors, source ids, turn records, notes, pins, halt, retired ids),
+    and the export reports no loss."""
+    source = an_authored_conversation()
+    seed = tmp_path / "seed.json"
+    seed.write_bytes(encode(source))
+    assert convsync("import", str(seed), "trip-a", "--url", url).returncode == 0
+    saved = tmp_path / "trip.json"
+    result = convsync("export", "trip-a", "--url", url, "-o", str(saved))
+    assert result.returncode == 0, result.stderr
+    [said] = result.stderr.splitlines()  # no word of a loss
+    assert said.startswith(f"exported {len(source)} messages of trip-a at revision ")
+    assert said.endswith(f" to {saved} (state)")
+    result = convsync("import", str(saved), "trip-b", "--url", url)
+    assert result.returncode == 0, result.stderr
+    copy = decode_state(convsync("export", "trip-b", "--url", url).stdout)
+    assert copy == source
+    assert copy.state() == source.state()  # ids, authors, asides, halt, retired
+
+
+def test_snapshot_export_says_what_it_left_out(url: str, tmp_path: Path) -> None:
+    """`export --format snapshot` writes snapshot v1 and one line on stderr naming what it
+    left out; `export --help` says the default keeps everything and what a snapshot drops."""
+    source = an_authored_conversation()
+    seed = tmp_path / "seed.json"
+    seed.write_bytes(encode(source))
+    assert convsync("import", str(seed), "lossy", "--url", url).returncode == 0
+    result = convsync("export", "lossy", "--url", url, "--format", "snapshot")
+    assert result.returncode == 0
+    assert ConversationSnapshot.decode(result.stdout) == ConversationSnapshot.from_conversation(
+        source
+    )
+    assert result.stderr == (
+        "convsync: snapshot v1 left out entry ids, the authors of 2 entries, the source ids "
+        "of 1 entry, 1 turn record, 1 note, the halt (kept) and 1 retired id (the default "
+        "format, state, keeps them)\n"
+    )
+    shown = " ".join(convsync("export", "--help").stdout.split())
+    assert "The default format, state, keeps everything the log holds" in shown
+    assert "messages and pins only; it leaves out ids, authors, turn records, notes" in shown
+
+
+@pytest.mark.parametrize(
+    ("content", "argv", "says"),
+    [
+        (
+            b'{"messages": [{"role": "user", "content": "hi"}]}',
+            [],
+            "found keys 'messages' (a snapshot v1 also needs version 1",
+        ),
+        (b"{}", [], "found an empty object; expected a state (entries, asides, halt, retired),"),
+        (b'{"foo": 1}', [], "found keys 'foo'; expected a state"),
+        (
+            ConversationSnapshot.new(a_turn(0), [False] * 4).encode(),
+            ["--format", "state"],
+            "expected a state (entries, asides, halt, retired), found a snapshot v1 (version, "
+            "messages, pinned) (--format auto reads either)",
+        ),
+    ],
+)
+def test_import_refuses_a_file_it_does_not_understand(
+    url: str, tmp_path: Path, content: bytes, argv: list[str], says: str
+) -> None:
+    """A file of no known shape, or of another format than `--format` names, exits 2 with one
+    line saying what was found and what was expected, and imports nothing."""
+    target = f"never-{uuid.uuid4().hex[:8]}"
+    source = tmp_path / "odd.json"
+    source.write_bytes(content)
+    result = convsync("import", str(source), target, "--url", url, *argv)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.startswith(f"convsync: error: {source}: ")
+    assert says in result.stderr
+    assert len(result.stderr.splitlines()) == 1
+    assert convsync("export", target, "--url", url).returncode == 1  # no such conversation
 
 
 def test_tail_once_prints_the_entries(

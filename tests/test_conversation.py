@@ -514,3 +514,70 @@ def test_user_entry_predicates() -> None:
     assert not results.is_request() and not results.is_users_own()
     assert titled.is_request() and not titled.is_users_own()
     assert isinstance(results.message, User)
+
+
+def test_take_back_pushes_undoes_trailing_pushes_only() -> None:
+    """Pushes still at the end are taken back exactly (entries, ids, revision); anything
+    else changes nothing and says so."""
+    conversation = Conversation()
+    conversation.push(Message.user("kept"))
+    before = conversation.copy()
+    conversation.take_unsaved()
+    conversation.extend([Message.user("one"), Message.user("two")])
+    conversation.push(Message.user("three"))
+    records = conversation.take_unsaved()
+    assert conversation.take_back_pushes(records)
+    assert conversation.messages() == before.messages()
+    assert conversation.revision == before.revision
+    first = records[0].change.entries[0]  # type: ignore[union-attr]
+    assert conversation.push(first) == first.id  # its id is free again: the index forgot it
+
+    # Not the last entries (an entry came after them): nothing changes.
+    value = Conversation()
+    value.push(Message.user("a"))
+    pushed = value.take_unsaved()
+    value.push(Message.user("b"))
+    value.take_unsaved()
+    copy = value.copy()
+    assert not value.take_back_pushes(pushed)
+    assert value == copy and value.revision == copy.revision
+
+    # A record that is not a push: nothing changes.
+    value.splice(range(0, 1), [], None)
+    spliced = value.take_unsaved()
+    copy = value.copy()
+    assert not value.take_back_pushes(spliced)
+    assert value == copy and value.revision == copy.revision
+
+
+def test_record_limit_refuses_an_edit_and_leaves_the_value_as_it_was() -> None:
+    """With `record_limit`, an edit whose record is larger raises `too_large` naming the size
+    and the limit; nothing moves (an unsaved aside it would have saved stays, in place), and
+    records folded from a log are not measured."""
+    conversation = Conversation(record_limit=2000)
+    conversation.push(Message.user("q"))
+    first = conversation.add_aside(Aside("note", None, Author.user(), "a", saved=False))
+    conversation.add_aside(Aside("note", None, Author.user(), "b", saved=False))
+    before = (conversation.state(), conversation.asides(), conversation.unsaved())
+    big = Aside("note", None, Author.user(), "x" * 3000)
+    with pytest.raises(UsageError) as raised:
+        conversation.replace_aside(first, big)
+    assert raised.value.reason == "too_large"
+    size = len(encode(ChangeRecord(AsideChange(first, big), Author.user())))
+    assert f"record is {size:,} bytes, over the record_limit of 2,000 bytes" in str(raised.value)
+    assert (conversation.state(), conversation.asides(), conversation.unsaved()) == before
+    log = Conversation()
+    log.push(Message.user("y" * 5000))
+    [record] = log.take_unsaved()
+    conversation.apply(record)  # from a log: folded whatever its size
+    assert conversation.messages()[-1] == Message.user("y" * 5000)
+
+
+@pytest.mark.parametrize("limit", [0, -1, True, 1.5, "4096"])
+def test_record_limit_must_be_a_positive_int(limit: object) -> None:
+    """A record limit that is not a positive number of bytes is refused, changing nothing."""
+    conversation = Conversation(record_limit=100)
+    with pytest.raises(UsageError) as raised:
+        conversation.record_limit = limit  # type: ignore[assignment]
+    assert raised.value.reason == "bad_setting" and repr(limit) in raised.value.message
+    assert conversation.record_limit == 100

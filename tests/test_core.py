@@ -19,7 +19,18 @@ from server.core import (
     Send,
 )
 from server.store import ClientMark, Loaded, LogMoved, SeqTaken, StoreError
-from sync import ChangeRecord, Conversation, Lineage, Message, Push, Splice, encode
+from sync import (
+    Assistant,
+    ChangeRecord,
+    Conversation,
+    Lineage,
+    Message,
+    Push,
+    Splice,
+    Stop,
+    ToolCall,
+    encode,
+)
 from sync.entries import Entry
 from sync.protocol import (
     Ack,
@@ -148,6 +159,47 @@ def test_invalid_and_strict_pairing_pushes_are_rejected_and_leave_no_trace() -> 
         [reject] = frames_to(actions, "a")
         assert isinstance(reject, Reject) and reject.reason == "invalid"
         assert room.conversation == before and room.revision == 1
+
+
+def test_a_push_reusing_a_tool_call_id_is_rejected_invalid_and_leaves_no_trace() -> None:
+    """Strict pairing: a turn whose call takes an id an earlier call of the conversation
+    used is `invalid` with a reason naming the id; nothing is folded, stored or broadcast.
+    The same turn with an id of its own lands, and a hub without strict pairing takes it."""
+
+    def records_of(*messages: Any) -> list[ChangeRecord]:
+        maker = Conversation()
+        maker.extend(messages)
+        return maker.take_unsaved()
+
+    def turn(call_id: str) -> list[ChangeRecord]:
+        call = Assistant([ToolCall(call_id, "weather", {"city": "Lisbon"})], Stop("tool_use"))
+        return records_of(call, Message.tool_result(call_id, "weather", "18°C"))
+
+    for strict in (True, False):
+        room = core(strict_pairing=strict)
+        joined(room, "a", "b")
+        land(room, "a", 1, "weather?")
+        first = room.push("a", PushBatch(2, room.lineage, 1, turn("c1")), NOW)
+        assert isinstance(first[-1], AppendRecords)
+        room.resume(2)
+        before = room.conversation.copy()
+        actions = room.push(
+            "a", PushBatch(3, room.lineage, 2, [record("again?"), *turn("c1")]), NOW
+        )
+        if not strict:
+            assert isinstance(actions[-1], AppendRecords)
+            continue
+        [reject] = frames_to(actions, "a")
+        assert isinstance(reject, Reject) and reject.reason == "invalid"
+        assert reject.detail == (
+            "strict pairing: tool call 'c1' of message 4 reuses the id of an earlier call; "
+            "each call needs an id of its own"
+        )
+        assert not frames_to(actions, "b")
+        assert not any(isinstance(action, AppendRecords) for action in actions)
+        assert room.conversation == before and room.revision == 2
+        fresh = room.push("a", PushBatch(4, room.lineage, 2, [record("again?"), *turn("c2")]), NOW)
+        assert isinstance(fresh[-1], AppendRecords)
 
 
 def test_catch_up_by_records_by_state_and_from_the_store() -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 import anyio
 import pytest
 from conftest import bound, drop_connection, hub_config
+from terminal import last_frame
 
 from client import Replica, connect
 from client.live import DraftChanged, DraftEnded
@@ -365,7 +366,7 @@ async def test_tail_draws_a_draft_growing_under_the_last_message_and_who_is_onli
                 d.append("re, friend")
                 await until(lambda: "Hello there, friend▌" in out.getvalue())
                 await until(lambda: "worker (agent, drafting)" in out.getvalue())
-                screen = out.getvalue().rsplit("\x1b[2J", 1)[1].splitlines()
+                screen = last_frame(out.getvalue())
                 assert screen[1].startswith("#0   user  hello?")
                 assert screen[2] == "...  assistant [worker]  Hello there, friend▌"
                 assert screen[3] == "online: viewer · worker (agent, drafting)"

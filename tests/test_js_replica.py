@@ -73,3 +73,25 @@ async def test_js_replica_refused_for_good_is_not_retried(hub: Hub) -> None:
     """A conversation id the hub refuses closes the JS replica for good, after one socket."""
     result = await run_peer(f"ws://127.0.0.1:{hub.port}", "bad id", "refused")
     assert result == {"refused": "bad_conversation_id", "state": "closed", "sockets": 1}
+
+
+async def test_js_replica_sends_and_takes_five_mib_records_by_default() -> None:
+    """At the default settings a JS replica pushes a 5 MiB message and receives one from a
+    Python replica; one over its limit throws at the call and changes nothing."""
+    big = 5 * 2**20
+    async with Hub(MemoryStore(), host="127.0.0.1", port=0, config=hub_config()) as hub:
+        url = f"ws://127.0.0.1:{hub.port}"
+        async with connect(url, "web.big", client="py") as py:
+            py.conversation.push(Message.user("p" * big))
+            with anyio.fail_after(bound(30)):
+                await py.flush()
+                result = await run_peer(url, "web.big", "large", str(big), "2")
+                assert "error" not in result, result
+                await py.wait_for(result["revision"])
+            assert json.loads(encode(py.conversation.state())) == result["state"]
+            texts = [m.content[0].text for m in py.conversation.messages()]  # type: ignore[union-attr]
+            assert texts == ["p" * big, "x" * big]
+            assert result["refused"]["reason"] == "too_large"
+            assert "over the record limit of 16,777,088 bytes" in result["refused"]["message"]
+            assert result["pending"] == 0 and result["length"] == 0
+            assert not [e for e in result["events"] if e.startswith("conflict")]

@@ -29,6 +29,7 @@ from sync import (
     ToolCall,
     encode,
 )
+from sync.frames import MAX_FRAME
 from sync.protocol import SUBPROTOCOL
 
 
@@ -237,7 +238,7 @@ HELLO = b'{"type":"hello","client":"x","lineage":0,"revision":0}'
             [
                 HELLO,
                 b'{"type":"push","seq":1,"lineage":0,"revision":0,"records":["'
-                + b"x" * (1 << 20)
+                + b"x" * MAX_FRAME  # over the default limit
                 + b'"]}',
             ],
             "too_big",

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import anyio
 from conftest import bound
+
+from client import fetch_conversation
+from server import Hub
+from sync import decode_state
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,6 +35,33 @@ def test_readme_worker_and_ui_example_runs(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "Lisbon" in result.stdout
     assert (tmp_path / "convsync.db").exists()
+
+
+def test_readme_worker_and_ui_example_run_twice_refuses_the_reused_call_id(
+    tmp_path: Path,
+) -> None:
+    """Run a second time on the same database, the README example's turn reuses call id
+    `c1`: the hub refuses it, the example says so (as the README explains) and still ends
+    with both replicas equal."""
+    text = (ROOT / "README.md").read_text()
+    start = text.index("```python\n") + len("```python\n")
+    code = text[start : text.index("```", start)]
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=tmp_path,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            capture_output=True,
+            text=True,
+            timeout=bound(60),
+        )
+        for _ in range(2)
+    ]
+    assert [run.returncode for run in runs] == [0, 0], runs[-1].stderr
+    assert "refused" not in runs[0].stdout
+    said = "worker had 5 edits refused: strict pairing: tool call 'c1' of message 5 reuses"
+    assert said in runs[1].stdout
+    assert said in text.replace("\n", " ").replace("`", "")
 
 
 def test_readme_draft_example_stops_the_model_call(tmp_path: Path) -> None:
@@ -71,3 +104,47 @@ def test_readme_running_it_for_real_example_runs(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["ui edit: forbidden", "billing-1: forbidden"]
+
+
+async def test_readme_command_line_runs_as_written(hub: Hub, tmp_path: Path) -> None:
+    """The README's command-line block runs as written in a shell with no `convsync` on its
+    PATH until the block's first line activates `.venv`, against the test's hub
+    (`CONVSYNC_URL`; the `serve` line and the live `tail` are left out, they do not end):
+    both sends land, the export imports as an equal conversation, the snapshot says what it
+    left out."""
+    text = (ROOT / "README.md").read_text()
+    anchor = text.index("The same from the command line")
+    start = text.index("```sh\n", anchor) + len("```sh\n")
+    lines = text[start : text.index("```", start)].splitlines()
+    assert lines[0].startswith(". .venv/bin/activate")
+    script = "\n".join(
+        line for line in lines if not line.startswith(("convsync serve ", "convsync tail "))
+    )
+    assert (Path(sys.prefix) / "bin" / "activate").exists(), "the tests run outside a venv"
+    (tmp_path / ".venv").symlink_to(sys.prefix)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CONVSYNC_", "VIRTUAL_ENV"))}
+    env["PATH"] = os.pathsep.join(
+        folder
+        for folder in env.get("PATH", "").split(os.pathsep)
+        if folder and not (Path(folder) / "convsync").exists()
+    )
+    env.update(CONVSYNC_URL=hub.url, PYTHONPATH=str(ROOT))
+    run = functools.partial(
+        subprocess.run,
+        ["sh", "-e", "-c", script],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=bound(60),
+    )
+    result = await anyio.to_thread.run_sync(run)
+    assert result.returncode == 0, result.stderr
+    *revisions, snapshot = result.stdout.splitlines()
+    assert revisions == ["1", "2"]
+    assert '"version":1' in snapshot
+    assert "convsync: snapshot v1 left out entry ids" in result.stderr
+    original = (await fetch_conversation(hub.url, "support-42")).conversation
+    copy = (await fetch_conversation(hub.url, "support-43")).conversation
+    assert decode_state((tmp_path / "chat.json").read_bytes()) == original == copy
+    assert original.messages()[1].content[0].text == "line one\nline two"

@@ -117,6 +117,20 @@ async def test_real_hub_refusals_reach_the_caller() -> None:
             assert replica.refused is raised.value
 
 
+async def test_a_push_past_the_hubs_socket_limit_is_refused_not_retried() -> None:
+    """A replica whose frame limit is far above the hub's: its push is cut by the socket's own
+    size limit (a bare close 1009, no error frame), which is `too_big` for good, not a drop to
+    retry with the same push forever."""
+    config = hub_config(max_frame=4096)  # the socket takes frames up to 4x that
+    async with Hub(MemoryStore(), config=config) as hub:
+        async with connect(hub.url, "c", max_frame=1 << 20) as replica:
+            replica.conversation.push(Message.user("x" * 100_000))
+            with anyio.fail_after(bound(2)), pytest.raises(Refused) as raised:
+                await replica.flush()
+            assert raised.value.code == "too_big"
+            assert replica.connects == 1  # never connected again to resend it
+
+
 @pytest.mark.parametrize("code", ["forbidden", "bad_conversation_id"])
 def test_cli_prints_the_hubs_reason_and_exits_non_zero(
     code: str, capsys: pytest.CaptureFixture[str]

@@ -11,7 +11,19 @@ from hypothesis import strategies as st
 from strategies import Run, operations
 
 from client.session import Applied, Connected, Rebased, ReplicaSession, Reset
-from sync import Aside, Author, ChangeRecord, Conversation, Message
+from sync import (
+    Aside,
+    Assistant,
+    Author,
+    ChangeRecord,
+    Conversation,
+    Message,
+    Stop,
+    ToolCall,
+    UsageError,
+    encode,
+)
+from sync.frames import PUSH_OVERHEAD
 from sync.protocol import (
     Ack,
     Hello,
@@ -82,6 +94,40 @@ def test_a_stale_push_is_placed_by_the_hub_and_taken_as_landed() -> None:
     assert a.pending == b.pending == 0
     assert a.confirmed == b.confirmed == hub.conversation
     assert not [e for e in alink.events + blink.events if isinstance(e, Conflict)]
+
+
+def test_a_placed_batch_with_nothing_on_top_is_fixed_in_place(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A writer awaiting its placed batch (nothing made on top of it) gets `local` put in log
+    order without rereading the conversation: what overtook the batch goes under it."""
+    hub = FakeHub()
+    a, alink = replica(hub, "a")
+    b, blink = replica(hub, "b")
+    for n in range(5):
+        a.local.push(Message.user(f"old {n}"))
+    settle([alink, blink])
+    b.local.push(Message.user("from b"))
+    blink.pump()
+    blink.deliver_to_hub()
+    note = a.local.add_aside(Aside("ui", None, Author.user(), {"x": 1}, saved=False))
+    a.local.push(Message.user("from a"))
+    alink.pump()  # made on revision 5; the log is at 6 when it arrives
+    rereads: list[Conversation] = []
+    original = Conversation.reread
+    monkeypatch.setattr(
+        Conversation, "reread", lambda self, log: (rereads.append(self), original(self, log))[1]
+    )
+    settle([alink, blink])
+    assert a.local not in rereads  # fixed in place, not reread
+    texts = [m.content[0].text for m in a.local.messages()]  # type: ignore[union-attr]
+    assert texts == [*(f"old {n}" for n in range(5)), "from b", "from a"]
+    assert a.local.revision == a.confirmed.revision == hub.conversation.revision == 7
+    assert a.local.aside(note) is not None  # an unsaved aside stays
+    assert [m.content for m in a.local.messages()] == [
+        m.content for m in hub.conversation.messages()
+    ]
+    assert a.pending == 0 and hub.rejected == []
 
 
 def test_a_placed_push_keeps_what_was_made_on_top_of_it() -> None:
@@ -176,6 +222,35 @@ def test_invalid_push_is_a_conflict_and_later_edits_survive() -> None:
     assert hub.conversation.messages() == [Message.user("later")]
 
 
+def test_a_turn_reusing_a_tool_call_id_is_a_conflict_and_the_log_is_unchanged() -> None:
+    """A replica pushing a turn whose call reuses an id of the conversation gets one
+    `invalid` conflict per record of the batch, each naming the id; its value goes back to
+    the log's, which is unchanged, and a later edit lands."""
+    hub = FakeHub()  # strict pairing
+    worker, wlink = replica(hub, "worker")
+    settle([wlink])
+
+    def turn(question: str) -> None:
+        worker.local.push(Message.user(question))
+        call = Assistant([ToolCall("c1", "weather", {"city": "Lisbon"})], Stop("tool_use"))
+        worker.local.push(call)
+        worker.local.push(Message.tool_result("c1", "weather", "18°C, clear"))
+
+    turn("weather?")
+    settle([wlink])
+    before = hub.conversation.copy()
+    turn("and tomorrow?")
+    settle([wlink])
+    conflicts = [e for e in wlink.events if isinstance(e, Conflict)]
+    assert [c.reason for c in conflicts] == ["invalid"] * 3
+    assert all("tool call 'c1' of message 4 reuses the id" in c.detail for c in conflicts)
+    assert hub.conversation == before and worker.local == before
+    worker.local.push(Message.user("later"))
+    settle([wlink])
+    assert worker.local == hub.conversation
+    assert hub.conversation.messages()[-1] == Message.user("later")
+
+
 def test_rewritten_log_sends_state_and_pending_replays() -> None:
     """After the log is rewritten under a new lineage, replicas reread and replay pending."""
     hub = FakeHub()
@@ -192,17 +267,64 @@ def test_rewritten_log_sends_state_and_pending_replays() -> None:
 
 
 def test_too_large_record_is_refused_locally() -> None:
-    """A record over the frame limit is refused before sending, with a conflict."""
+    """A record over the frame limit made before the replica measured its value is refused
+    before sending, with a conflict naming its size and the excess; the rest is pushed."""
+    hub = FakeHub()
+    made = Conversation()
+    made.push(Message.user("x" * 10_000))
+    made.push(Message.user("small"))
+    size = len(encode(made.unsaved()[0]))
+    session = ReplicaSession("big", made, max_frame=4096)
+    link = hub.link(session)
+    settle([link])
+    [conflict] = [e for e in link.events if isinstance(e, Conflict)]
+    budget = 4096 - PUSH_OVERHEAD
+    assert conflict.reason == "too_large"
+    assert conflict.detail == (
+        f"record of {size:,} bytes is {size - budget:,} bytes over the {budget:,} a push "
+        "can carry (max_frame 4,096)"
+    )
+    assert hub.conversation.messages() == [Message.user("small")]
+    assert session.local == hub.conversation
+
+
+def test_an_edit_too_large_to_push_raises_at_the_call_and_changes_nothing() -> None:
+    """On a replica's value, an edit whose record could never go in a push raises
+    `UsageError` naming its size and the limit, at the call; value, outbox, revision and the
+    id `turn_start` reserved are unchanged, and smaller edits still go."""
     hub = FakeHub()
     session = ReplicaSession("big", max_frame=4096)
     link = hub.link(session)
     settle([link])
-    session.local.push(Message.user("x" * 10_000))
-    session.local.push(Message.user("small"))
+    local = session.local
+    local.extend([Message.user("before"), Message.assistant("reply")])
+    start = local.turn_start()  # reserves the id the next entry takes
+    before = (local.copy(), local.unsaved(), local.revision, local.state())
+    assert local.record_limit == 4096 - PUSH_OVERHEAD
+    with pytest.raises(UsageError) as raised:
+        local.push(Message.user("x" * 10_000))
+    assert raised.value.reason == "too_large"
+    assert "over the record_limit of 3,968 bytes" in raised.value.message
+    assert "record is 10,1" in raised.value.message  # the record's size, not the excess
+    for edit in (
+        lambda: local.extend([Message.user("y" * 5000)]),
+        lambda: local.splice(slice(0, 1), [Message.user("z" * 5000)], None),
+        lambda: local.reset(Conversation.from_messages([Message.user("w" * 5000)])),
+        lambda: local.add_aside(Aside("note", None, None, "v" * 5000)),
+    ):
+        with pytest.raises(UsageError) as raised:
+            edit()
+        assert raised.value.reason == "too_large"
+    assert (local.copy(), local.unsaved(), local.revision, local.state()) == before
+    assert local.push(Message.user("fits")) == start  # the reserved id was not used up
     settle([link])
-    assert [e.reason for e in link.events if isinstance(e, Conflict)] == ["too_large"]
-    assert hub.conversation.messages() == [Message.user("small")]
-    assert session.local == hub.conversation
+    assert not [e for e in link.events if isinstance(e, Conflict)]
+    assert hub.conversation.messages() == [
+        Message.user("before"),
+        Message.assistant("reply"),
+        Message.user("fits"),
+    ]
+    assert local == hub.conversation
 
 
 def _link_steps(*extra: str) -> list[st.SearchStrategy[tuple[Any, ...]]]:

@@ -11,6 +11,7 @@ import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
 
 import anyio
 import pytest
@@ -25,17 +26,20 @@ from client import (
     fetch_conversation,
     import_conversation,
 )
-from client.transfer import encode_conversation, read_conversation
+from client.http import HubView
+from client.transfer import encode_conversation, read_conversation, snapshot_leaves_out
 from server import Hub
 from sync import (
     Aside,
     Assistant,
     Author,
     Conversation,
+    Entry,
     Message,
     Stop,
     Text,
     ToolCall,
+    TurnEnd,
     decode_state,
     encode,
 )
@@ -62,6 +66,25 @@ def a_conversation() -> Conversation:
     conversation.splice(slice(4, 5), [], Author.user())
     answers = conversation.extend(a_turn(1))
     conversation.add_aside(Aside.note("todo", "look again", answers[-1]))
+    return conversation.view()
+
+
+def an_authored_conversation() -> Conversation:
+    """Entries by several authors, with a source id, a turn record, a note, pins, a halt and a
+    retired id: everything a state holds and a snapshot does not."""
+    conversation = Conversation()
+    conversation.extend(a_turn(0))
+    conversation.push(Message.user("scratch"))
+    conversation.splice(slice(4, 5), [], Author.user())
+    conversation.push(Entry(Message.user("from the planner"), author=Author.agent("planner")))
+    conversation.push(Entry(Message.user("imported"), author=Author.plugin("mail"), source_id="m1"))
+    conversation.open_turn()
+    answer = conversation.push(Message.assistant("done"))
+    conversation.end_turn(TurnEnd.answered(answer))
+    conversation.add_aside(Aside.note("todo", "look again", answer))
+    conversation.add_aside(Aside("pins", None, Author.user(), [answer]))
+    conversation.push(Message.user("one more thing"))
+    assert conversation.halt("kept")
     return conversation.view()
 
 
@@ -181,15 +204,18 @@ async def test_fetch_of_a_bad_answer_is_a_clear_error(impostor: str) -> None:
 # ---------------------------------------------------------------------- export
 
 
-async def test_export_gives_a_snapshot_or_the_whole_state(hub: Hub) -> None:
-    """`export_conversation` encodes the hub's copy as snapshot v1 or state, with revision."""
+async def test_export_gives_the_whole_state_or_a_snapshot(hub: Hub) -> None:
+    """`export_conversation` encodes the hub's copy as its state by default (nothing left
+    out) or, asked for by name, as snapshot v1, saying what that left out."""
     source = a_conversation()
     await import_conversation(hub.url, encode(source), "exported")
-    snapshot = await export_conversation(hub.url, "exported")
-    assert ConversationSnapshot.decode(snapshot.data).messages == source.messages()
-    state = await export_conversation(hub.url, "exported", format="state")
+    state = await export_conversation(hub.url, "exported")
     assert state.data == encode(source)
     assert state.messages == len(source)
+    assert state.left_out == ()
+    snapshot = await export_conversation(hub.url, "exported", format="snapshot")
+    assert ConversationSnapshot.decode(snapshot.data).messages == source.messages()
+    assert snapshot.left_out == ("entry ids", "1 note", "1 retired id")
     fetched = await fetch_conversation(hub.url, "exported")
     assert (state.lineage, state.revision) == (fetched.lineage, fetched.revision)
     with pytest.raises(HubError) as missing:
@@ -211,6 +237,20 @@ async def test_import_of_bytes_goes_in_batches_and_reports_progress(hub: Hub) ->
     assert calls == [(0, 1200), (500, 1200), (1000, 1200), (1200, 1200)]
     assert imported == (1200, 0, 3, False)
     fetched = await fetch_conversation(hub.url, "big")
+    assert fetched.conversation.messages() == messages
+
+
+async def test_import_batches_are_filled_to_the_fill_size_not_the_frame_limit(hub: Hub) -> None:
+    """Batches hold about `FRAME_FILL` bytes (1 MiB) whatever the frame limit (16 MiB by
+    default); an entry larger than that still goes, alone."""
+    messages = [Message.user(str(n) * 300_000) for n in range(6)] + [Message.user("z" * 2**21)]
+    data = ConversationSnapshot.new(messages, [False] * len(messages)).encode()
+    calls: list[tuple[int, int]] = []
+    await import_conversation(
+        hub.url, data, "fill", progress=lambda done, total: calls.append((done, total))
+    )
+    assert calls == [(0, 7), (3, 7), (6, 7), (7, 7)]  # 3 x 300 KB per batch, then 2 MiB alone
+    fetched = await fetch_conversation(hub.url, "fill")
     assert fetched.conversation.messages() == messages
 
 
@@ -286,6 +326,137 @@ async def test_a_push_the_hub_refuses_says_how_much_went_in(hub: Hub) -> None:
     assert "(500 of 501 messages were imported)" in refused.value.message
     fetched = await fetch_conversation(hub.url, "half")
     assert fetched.conversation.messages() == messages[:500]
+
+
+async def test_default_export_then_import_gives_an_equal_conversation(hub: Hub) -> None:
+    """What `export_conversation` writes by default imports into a new conversation as an
+    equal one: ids, authors, source ids, turn records, notes, pins, halt and retired ids."""
+    source = an_authored_conversation()
+    await import_conversation(hub.url, encode(source), "original")
+    exported = await export_conversation(hub.url, "original")
+    await import_conversation(hub.url, exported.data, "copy")
+    copy = (await fetch_conversation(hub.url, "copy")).conversation
+    assert copy == source
+    assert copy.state() == source.state()
+    assert [ref.author for ref in copy.entries()] == [ref.author for ref in source.entries()]
+    assert copy.turns() and copy.halted() == "kept"
+
+
+def test_snapshot_leaves_out_names_each_loss() -> None:
+    """`snapshot_leaves_out` lists what a snapshot v1 drops (the pins it keeps are not
+    listed), and nothing for a conversation it holds whole."""
+    assert snapshot_leaves_out(an_authored_conversation()) == [
+        "entry ids",
+        "the authors of 2 entries",
+        "the source ids of 1 entry",
+        "1 turn record",
+        "1 note",
+        "the halt (kept)",
+        "1 retired id",
+    ]
+    assert snapshot_leaves_out(Conversation()) == []
+    snapshot = ConversationSnapshot.new(a_turn(0), [True, False, False, False])
+    assert snapshot_leaves_out(snapshot.to_conversation()) == ["entry ids"]
+
+
+def test_read_tells_the_three_documents_apart() -> None:
+    """Without a format, a state, a snapshot v1 and a hub answer are each read as what they
+    are; `state` also takes a hub answer (it holds a state)."""
+    source = an_authored_conversation()
+    view = HubView(7, 3, source.state())
+    assert read_conversation(encode(source)) == source
+    assert read_conversation(encode(view)) == source
+    assert read_conversation(encode(view), "state") == source
+    snapshot = ConversationSnapshot.from_conversation(source).encode()
+    assert read_conversation(snapshot).messages() == source.messages()
+    assert read_conversation(snapshot, "snapshot").messages() == source.messages()
+
+
+EXPECTED_ANY = (
+    "expected a state (entries, asides, halt, retired), a snapshot v1 (version, messages, "
+    "pinned) or a hub answer (lineage, revision, state)"
+)
+
+
+@pytest.mark.parametrize(
+    ("data", "format", "reason", "says"),
+    [
+        (
+            b'{"messages": [{"role": "user", "content": "hi"}]}',
+            "auto",
+            "bad_file",
+            "found keys 'messages' (a snapshot v1 also needs version 1 and a pinned flag per "
+            f"message); {EXPECTED_ANY}",
+        ),
+        (b"{}", "auto", "bad_file", f"found an empty object; {EXPECTED_ANY}"),
+        (b'{"foo": 1}', "auto", "bad_file", f"found keys 'foo'; {EXPECTED_ANY}"),
+        (
+            b'{"foo": 1}',
+            "state",
+            "bad_file",
+            "found keys 'foo'; expected a state (entries, asides, halt, retired)",
+        ),
+        (
+            ConversationSnapshot.new(a_turn(0), [False] * 4).encode(),
+            "state",
+            "wrong_format",
+            "expected a state (entries, asides, halt, retired), found a snapshot v1 "
+            "(version, messages, pinned)",
+        ),
+        (
+            encode(a_conversation()),
+            "snapshot",
+            "wrong_format",
+            "expected a snapshot v1 (version, messages, pinned), found a state (entries, "
+            "asides, halt, retired)",
+        ),
+        (
+            b'{"lineage": 1, "revision": 0, "state": {}}',
+            "snapshot",
+            "wrong_format",
+            "found a hub answer (lineage, revision, state)",
+        ),
+        (
+            b'{"entries": [], "messages": []}',
+            "auto",
+            "bad_file",
+            "unknown key $.messages in a state (entries, asides, halt, retired); importing "
+            "would drop it",
+        ),
+        (
+            b'{"version": 1, "pinned": [false], "messages": [{"role": "user", "content": '
+            b'[{"type": "text", "text": "hi", "lang": "en"}]}]}',
+            "auto",
+            "bad_file",
+            "unknown key $.messages[0].content[0].lang in a snapshot v1",
+        ),
+        (
+            b'{"lineage": 1, "revision": 0, "at": 5, "state": {}}',
+            "state",
+            "bad_file",
+            "unknown key $.at in a hub answer",
+        ),
+    ],
+)
+def test_read_refuses_what_it_does_not_understand(
+    data: bytes, format: Literal["auto", "state", "snapshot"], reason: str, says: str
+) -> None:
+    """A document of no known shape, of another format than the one asked for, or holding a
+    key its format does not know, is refused saying what was found and what was expected."""
+    with pytest.raises(ImportRefused) as refused:
+        read_conversation(data, format, "f.json")
+    assert refused.value.reason == reason
+    assert refused.value.message.startswith("f.json: ")
+    assert says in refused.value.message
+
+
+def test_free_form_values_may_hold_any_key() -> None:
+    """Tool call arguments, JSON results and aside values are not checked for keys."""
+    conversation = Conversation()
+    call = ToolCall("c1", "lookup", {"anything": {"nested": 1}})
+    conversation.extend([Message.user("q"), Assistant([call], stop=Stop("tool_use"))])
+    conversation.add_aside(Aside("custom", None, Author.user(), {"whatever": [{"x": 1}]}))
+    assert read_conversation(encode(conversation)) == conversation
 
 
 def test_state_export_is_a_state_file() -> None:

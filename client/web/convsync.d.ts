@@ -162,8 +162,14 @@ export interface Spliced {
   added: string[];
 }
 
+/** The default frame limit in bytes (16 MiB). */
+export const MAX_FRAME: number;
+
 export class Conversation {
-  constructor(options?: { ids?: IdMinter });
+  constructor(options?: { ids?: IdMinter; recordLimit?: number | null });
+  /** The most bytes one record made here may take (JSON, UTF-8); null: no limit. An edit
+   * over it throws `UsageError` (`too_large`) and changes nothing. */
+  recordLimit: number | null;
   static fromState(state: unknown, options?: { ids?: IdMinter }): Conversation;
   ids: IdMinter;
   revision: number;
@@ -306,6 +312,7 @@ export class ReplicaSession {
   local: Conversation;
   confirmed: Conversation;
   seq: number;
+  /** Setting it also sets `local.recordLimit` (`maxFrame - 128`). */
   maxFrame: number;
   maxBatch: number;
   readonly pending: number;

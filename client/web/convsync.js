@@ -31,6 +31,17 @@
 
 export const SUBPROTOCOL = 'convsync.v1';
 
+/** The default frame limit in bytes (Python's `sync.frames.MAX_FRAME`): 16 MiB, so one record
+ * may carry a screenshot of a few MiB as base64. */
+export const MAX_FRAME = 16 << 20;
+
+/** The bytes a push of several records is filled to (`FRAME_FILL`); a larger record goes alone,
+ * up to the frame limit. */
+const FRAME_FILL = 1 << 20;
+
+/** Bytes of a `push` frame around its records (`PUSH_OVERHEAD`). */
+const PUSH_OVERHEAD = 128;
+
 /** The feature a session lists: it takes a placed push's records as its batch (SPEC 2.4.6). */
 const HUB_REBASE = 'hub_rebase';
 const DRAFTS = 'drafts';
@@ -543,14 +554,36 @@ export class Conversation {
   /** @type {string | null} */ #halt = null;
   /** @type {ChangeRecord[]} */ #outbox = [];
   /** @type {(() => void) | null} */ #listener = null;
+  /** @type {number | null} */ #recordLimit = null;
   /** The records behind this value. */
   revision = 0;
   /** The saved log this value continues. @type {number} */
   lineage = Lineage.EMPTY;
 
-  /** @param {{ids?: IdMinter}} [options] */
+  /** @param {{ids?: IdMinter, recordLimit?: number | null}} [options] */
   constructor(options = {}) {
     this.ids = options.ids ?? defaultMinter;
+    this.recordLimit = options.recordLimit ?? null;
+  }
+
+  /**
+   * The most UTF-8 bytes one record made here may take as JSON; `null`: no limit (Python's
+   * `record_limit`). An edit whose record is larger throws `UsageError` (`too_large`) and
+   * changes nothing. A replica session sets it from `maxFrame`. Records folded by `apply` or
+   * `replay` are not measured; copies have no limit.
+   */
+  get recordLimit() {
+    return this.#recordLimit;
+  }
+
+  set recordLimit(limit) {
+    if (limit !== null && !(Number.isInteger(limit) && limit >= 1)) {
+      throw new UsageError(
+        'bad_setting',
+        `recordLimit must be a positive number of bytes, got ${JSON.stringify(limit)}`,
+      );
+    }
+    this.#recordLimit = limit;
   }
 
   /**
@@ -737,7 +770,11 @@ export class Conversation {
    * @throws {ApplyError | DecodeError}
    */
   replay(record) {
-    const read = readRecord(record);
+    this.#replayRead(readRecord(record));
+  }
+
+  /** `replay` of a record already read. */
+  #replayRead(read) {
     this.#fold(read.change, read.change.type);
     this.revision += 1;
     this.#outbox.push(read);
@@ -801,7 +838,29 @@ export class Conversation {
 
   /** @param {ChangeRecord['change']} change @param {any} by */
   #record(change, by) {
-    this.replay({ change, by: by ?? null, at: null });
+    this.#replayRead(this.#made(change, by));
+  }
+
+  /**
+   * The record of an edit made here now, read, and measured against `recordLimit`.
+   * @param {ChangeRecord['change']} change @param {any} by
+   * @throws {UsageError} `too_large`: the record is over the limit; nothing changed.
+   */
+  #made(change, by) {
+    const read = readRecord({ change, by: by ?? null, at: null });
+    const limit = this.#recordLimit;
+    if (limit !== null) {
+      const size = utf8Length(JSON.stringify(read));
+      if (size > limit) {
+        throw new UsageError(
+          'too_large',
+          `this edit's record is ${grouped(size)} bytes, over the record limit of ` +
+            `${grouped(limit)} bytes (a replica's maxFrame less its push header); nothing ` +
+            'was changed',
+        );
+      }
+    }
+    return read;
   }
 
   /** @param {string | null | undefined} wanted @param {Set<string>} taken */
@@ -945,8 +1004,9 @@ export class Conversation {
     const aside = readAside({ saved: true, ...given }, 'aside');
     const old = this.#asides.get(id);
     if (aside.saved) {
+      const record = this.#made({ type: 'aside', id, aside }, aside.author); // before any move
       if (old !== undefined && !old.saved) this.#asides.delete(id); // the log puts it at the end
-      this.#record({ type: 'aside', id, aside }, aside.author);
+      this.#replayRead(record);
       return;
     }
     if (old !== undefined && old.saved) {
@@ -1247,6 +1307,11 @@ function retarget(local, record, anchor) {
 
 // ------------------------------------------------------------------ the replica session
 
+/** `n` with thousands separated by commas, as Python's `f"{n:,}"`. @param {number} n */
+function grouped(n) {
+  return String(n).replace(/\B(?=(\d{3})+(?!\d))/g, ',');
+}
+
 /** @param {string} text */
 function utf8Length(text) {
   let bytes = 0;
@@ -1279,6 +1344,8 @@ function needInts(message, fields) {
  * edits (`confirmed` plus pending records: the batch in flight, then `local`'s outbox).
  */
 export class ReplicaSession {
+  #maxFrame = MAX_FRAME;
+
   /**
    * @param {string} client this replica's client id (push seqs rise under it)
    * @param {{local?: Conversation, maxFrame?: number, maxBatch?: number, seq?: number, live?: boolean}} [options]
@@ -1293,7 +1360,7 @@ export class ReplicaSession {
     this.local = local;
     this.confirmed = new Conversation();
     this.seq = options.seq ?? 0;
-    this.maxFrame = options.maxFrame ?? 1 << 20;
+    this.maxFrame = options.maxFrame ?? MAX_FRAME;
     this.maxBatch = options.maxBatch ?? 1000;
     /** @type {{seq: number, records: ChangeRecord[], doomed: boolean, landed: ChangeRecord[] | null, base: Conversation | null} | null} */
     this.inflight = null;
@@ -1317,6 +1384,26 @@ export class ReplicaSession {
     /** Live connections by connection id (live only). @type {Map<string, any>} */
     this.presence = new Map();
     this.draftsFresh = false;
+  }
+
+  /**
+   * The largest frame this session sends, in bytes; setting it also sets `local.recordLimit`
+   * to what one push can carry (`maxFrame - 128`), so an edit too large to push throws at the
+   * call that makes it.
+   */
+  get maxFrame() {
+    return this.#maxFrame;
+  }
+
+  set maxFrame(maxFrame) {
+    if (!(Number.isInteger(maxFrame) && maxFrame > PUSH_OVERHEAD)) {
+      throw new UsageError(
+        'bad_setting',
+        `maxFrame must be more than ${PUSH_OVERHEAD} bytes, got ${JSON.stringify(maxFrame)}`,
+      );
+    }
+    this.#maxFrame = maxFrame;
+    this.local.recordLimit = maxFrame - PUSH_OVERHEAD;
   }
 
   /** Records made here that the hub has not acknowledged yet. */
@@ -1354,8 +1441,11 @@ export class ReplicaSession {
   }
 
   /**
-   * The next push frame (JSON text) if one may go now, and records refused locally (a record
-   * whose push alone would exceed `maxFrame`: taken out of `local`, reported `too_large`).
+   * The next push frame (JSON text) if one may go now, and records refused locally. An edit
+   * too large to push throws when it is made (`local.recordLimit`); a record that still
+   * outgrows a push here (made before the session measured `local`, or re-targeted by a
+   * rebase) is taken out of `local` and reported `too_large`. A push of several records is
+   * filled to 1 MiB at most; a larger record goes alone, up to `maxFrame`.
    * @returns {{frame: string | null, conflicts: Conflict[]}}
    */
   nextPush() {
@@ -1363,15 +1453,16 @@ export class ReplicaSession {
       return { frame: null, conflicts: [] };
     }
     const records = this.local.unsaved();
-    const overhead = 128;
+    const budget = this.maxFrame - PUSH_OVERHEAD;
+    const fill = Math.min(this.maxFrame, FRAME_FILL) - PUSH_OVERHEAD;
     const encoded = [];
-    let size = overhead;
+    let size = 0;
     for (let at = 0; at < records.length; at += 1) {
       if (encoded.length === this.maxBatch) break;
       const data = JSON.stringify(records[at]);
       const bytes = utf8Length(data);
-      if (bytes + overhead > this.maxFrame) return this.#refuse(at, bytes);
-      if (size + bytes + 1 > this.maxFrame) break;
+      if (at === 0 && bytes > budget) return this.#refuse(at, bytes, budget);
+      if (at > 0 && size + bytes + 1 > fill) break; // the next push takes it
       encoded.push(data);
       size += bytes + 1;
     }
@@ -1391,9 +1482,12 @@ export class ReplicaSession {
     return { frame, conflicts: [] };
   }
 
-  #refuse(at, size) {
+  #refuse(at, size, budget) {
     const records = this.local.takeUnsaved();
-    const conflicts = [conflict(records[at], 'too_large', `${size} bytes over the frame limit`)];
+    const detail =
+      `record of ${grouped(size)} bytes is ${grouped(size - budget)} bytes over the ` +
+      `${grouped(budget)} a push can carry (maxFrame ${grouped(this.maxFrame)})`;
+    const conflicts = [conflict(records[at], 'too_large', detail)];
     const keep = records.slice(0, at).concat(records.slice(at + 1));
     conflicts.push(...rebase(this.local, this.confirmed, keep, this.confirmed));
     const next = this.nextPush();
@@ -1949,6 +2043,7 @@ export const CODES = Object.freeze({
 
 /** @type {Readonly<Record<number, string>>} the close codes that name one code alone */
 const CODE_OF_CLOSE = Object.freeze({
+  1009: 'too_big', // a bare close from the socket's own size limit: resending fails again
   4000: 'lagging',
   4001: 'unauthorized',
   4003: 'forbidden',

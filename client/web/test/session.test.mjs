@@ -139,22 +139,94 @@ test('pushes split by the frame limit and the batch size', () => {
   assert.equal(session.local.unsaved().length, 1);
 });
 
-test('a record too large for a frame is refused locally and taken out', () => {
-  const session = caughtUp([]);
-  session.maxFrame = 2000;
-  session.local.push(Message.user('small'));
-  session.local.push(Message.user('x'.repeat(3000)));
-  session.local.push(Message.user('after'));
+test('a record too large for a frame, made before the session measured it, is refused at send', () => {
+  const local = new Conversation();
+  local.push(Message.user('small'));
+  local.push(Message.user('x'.repeat(3000)));
+  local.push(Message.user('after'));
+  const size = new TextEncoder().encode(JSON.stringify(local.unsaved()[1])).length;
+  const session = new ReplicaSession('ui', { local, maxFrame: 2000 });
+  session.hello();
+  session.receive({ type: 'welcome', lineage: LINEAGE, revision: 0, acked: 0 });
+  // As in Python: the records before it go first, then it is refused and the rest pushed.
+  const first = session.nextPush();
+  assert.deepEqual(first.conflicts, []);
+  assert.deepEqual(
+    JSON.parse(first.frame).records.map((r) => r.change.entries[0].message.content[0].text),
+    ['small'],
+  );
+  session.receive({ type: 'ack', seq: 1, from: 0, revision: 1 });
   const { frame, conflicts } = session.nextPush();
   assert.deepEqual(
-    conflicts.map((c) => c.reason),
-    ['too_large'],
+    conflicts.map((c) => [c.reason, c.detail]),
+    [
+      [
+        'too_large',
+        `record of ${size.toLocaleString('en-US')} bytes is ` +
+          `${(size - 1872).toLocaleString('en-US')} bytes over the 1,872 a push can carry ` +
+          '(maxFrame 2,000)',
+      ],
+    ],
   );
-  assert.deepEqual(JSON.parse(frame).records.length, 2);
+  assert.deepEqual(JSON.parse(frame).records.length, 1);
   assert.deepEqual(
     session.local.messages().map((m) => m.content[0].text),
     ['small', 'after'],
   );
+});
+
+test('an edit too large to push throws at the call, naming its size and the limit, and changes nothing', () => {
+  const session = caughtUp([]);
+  session.maxFrame = 2000;
+  assert.equal(session.local.recordLimit, 1872);
+  session.local.push(Message.user('small'));
+  const unsaved = session.local.addAside({
+    kind: 'note',
+    after: null,
+    author: { kind: 'user', name: null },
+    value: 'draft',
+    saved: false,
+  });
+  const before = [plain(session.local.state()), session.local.asides(), session.local.unsaved()];
+  const revision = session.local.revision;
+  const big = 'x'.repeat(3000);
+  for (const edit of [
+    () => session.local.push(Message.user(big)),
+    () => session.local.extend([Message.user(big)]),
+    () => session.local.splice(0, 1, [Message.user(big)]),
+    () => session.local.reset(Conversation.fromState({ entries: [], asides: [], halt: null, retired: [big] })),
+    () => session.local.replaceAside(unsaved, { ...session.local.aside(unsaved), value: big, saved: true }),
+  ]) {
+    assert.throws(edit, (error) => {
+      assert.equal(error.reason, 'too_large');
+      assert.match(error.message, /record is 3,\d{3} bytes, over the record limit of 1,872 bytes/);
+      return true;
+    });
+  }
+  assert.deepEqual(
+    [plain(session.local.state()), session.local.asides(), session.local.unsaved()],
+    before,
+  );
+  assert.equal(session.local.revision, revision);
+  const { frame, conflicts } = session.nextPush();
+  assert.deepEqual(conflicts, []);
+  assert.equal(JSON.parse(frame).records.length, 1);
+});
+
+test('a bad maxFrame or recordLimit is refused, changing nothing', () => {
+  const session = caughtUp([]);
+  for (const bad of [0, 128, 1.5, '4096', null]) {
+    assert.throws(() => {
+      session.maxFrame = bad;
+    }, /bad_setting: maxFrame must be more than 128 bytes/);
+  }
+  assert.equal(session.maxFrame, 16 << 20);
+  for (const bad of [0, -1, 2.5, '10', true]) {
+    assert.throws(() => {
+      session.local.recordLimit = bad;
+    }, /bad_setting: recordLimit must be a positive number of bytes/);
+  }
+  assert.equal(session.local.recordLimit, (16 << 20) - 128);
 });
 
 test('resend after reconnect: a batch the hub holds (acked) is not sent again', () => {
