@@ -399,6 +399,9 @@ def _put_order(item: tuple[int, Aside]) -> int:
 
 def _status(event: Event) -> str | None:
     match event:
+        case Disconnected(reason=reason) if reason.startswith("refused:"):
+            # The replica stopped for good (`Replica._stop_refused`): it will not come back.
+            return f"-- disconnected ({one_line(reason, 80)}); not reconnecting"
         case Disconnected(reason=reason):
             return f"-- disconnected ({one_line(reason, 80)}); reconnecting"
         case Connected(revision=revision):

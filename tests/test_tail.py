@@ -33,7 +33,7 @@ from terminal import frames, last_frame, plain
 
 import client.tail
 from client.live import Draft, DraftChanged
-from client.session import Applied
+from client.session import Applied, Disconnected
 from client.tail import Bottom, render, tail
 from sync import Aside, Author, Conversation, Entry, Message, TurnEnd, decode_record, encode
 from sync.changes import ChangeRecord, Reset
@@ -557,3 +557,13 @@ def test_lines_read_only_the_part_of_a_long_text_they_show(seed: int) -> None:
         assert client.tail._tail_of(text, limit) == (
             flat if len(flat) <= limit else "…" + flat[-(limit - 1) :]
         )
+
+
+def test_a_refusal_is_not_announced_as_reconnecting() -> None:
+    """The replica stops for good when the hub refuses it: the status line says so."""
+    assert client.tail._status(Disconnected("refused: forbidden: no write")) == (
+        "-- disconnected (refused: forbidden: no write); not reconnecting"
+    )
+    assert client.tail._status(Disconnected("keepalive timed out")) == (
+        "-- disconnected (keepalive timed out); reconnecting"
+    )
