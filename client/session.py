@@ -34,7 +34,16 @@ from collections.abc import Callable, Sequence
 
 import msgspec
 
-from sync import ApplyError, ChangeRecord, Conversation, Entry, Lineage, UsageError, encode
+from sync import (
+    ApplyError,
+    ChangeRecord,
+    Conversation,
+    Entry,
+    Lineage,
+    Push,
+    UsageError,
+    encode,
+)
 from sync.errors import Refused, RemoteProtocolError, Unavailable, retry_of
 from sync.frames import MAX_FRAME, PUSH_OVERHEAD, fill_budget, push_frame, runs
 from sync.protocol import (
@@ -56,7 +65,7 @@ from sync.protocol import (
     State,
     Welcome,
 )
-from sync.rebase import Conflict, needs_base, rebase
+from sync.rebase import Conflict, needs_base, rebase, replay_pushes
 
 from .live import DraftChanged, DraftEnded, LiveState, PresenceChanged
 
@@ -494,6 +503,10 @@ class ReplicaSession:
             self._held.extend(records)
             return []
         # The log moved under pending records: replay them on it.
+        if inflight is None:
+            rebased = self._replay_pushes_over(records, revision)
+            if rebased is not None:
+                return rebased
         confirmed = self.confirmed
         base = None
         pending = self.local.take_unsaved()
@@ -503,6 +516,38 @@ class ReplicaSession:
         self.local.return_unsaved(pending)
         events: list[Event] = [Applied(len(records), confirmed.revision)]
         return events + self._rebase_local(base)
+
+    def _replay_pushes_over(self, records: list[ChangeRecord], revision: int) -> list[Event] | None:
+        """The rebase below in O(records + pending) instead of a reread of the conversation,
+        for its common case: nothing in flight, and the records and every pending record are
+        pushes still at the end of `local` (an agent or a user appending while others do).
+        The pending pushes come off `local`, which is then the log's value at `revision`; the
+        records are folded in as a subscriber folds them (into the lag), and the pending
+        pushes replayed on top by the rebase's own rules. None when the case does not apply
+        (nothing changed then)."""
+        if not all(type(record.change) is Push for record in records):
+            return None
+        local = self.local
+        pending = local.take_unsaved()
+        if not all(type(record.change) is Push for record in pending) or not (
+            local.take_back_pushes(pending)
+        ):
+            local.return_unsaved(pending)
+            return None
+        lag = self._lag
+        try:
+            for record in records:
+                local.apply(record)
+                lag.append(record)
+        except Exception as exc:
+            raise RemoteProtocolError(
+                "diverged", f"a record from the hub does not fit: {exc}"
+            ) from exc
+        if len(lag) > self._lag_limit:
+            self._bound_lag()  # while `local` is exactly the log: a renewal may copy it
+        now = revision + len(records)
+        conflicts = replay_pushes(local, pending)
+        return [Applied(len(records), now), *conflicts, Rebased(len(pending) - len(conflicts), now)]
 
     def _fold_held(self) -> list[Event]:
         """Fold the records that overtook the batch in flight into `confirmed`."""

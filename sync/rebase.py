@@ -25,10 +25,10 @@ import msgspec
 
 from .changes import AsideChange, ChangeRecord, HaltChange, Push, Reset, Splice
 from .conversation import Conversation
-from .errors import ApplyError
+from .errors import ApplyError, UsageError
 from .ids import MessageId
 
-__all__ = ["Conflict", "needs_base", "place", "rebase"]
+__all__ = ["Conflict", "needs_base", "place", "rebase", "replay_pushes"]
 
 
 class Conflict(msgspec.Struct, frozen=True):
@@ -79,6 +79,31 @@ def rebase(
     for id_, _ in shadowing:
         local.remove_aside(id_)  # unsaved: records nothing
     local.reread(onto)  # reread copies what it takes
+    conflicts = _replay(local, pending, walk)
+    for id_, aside in shadowing:
+        if local.aside(id_) is None:  # its saved twin is gone again: it stands once more
+            local._put_aside(id_, aside, aside.author)
+    return conflicts
+
+
+def replay_pushes(local: Conversation, pending: Sequence[ChangeRecord]) -> list[Conflict]:
+    """Replay push records `pending` on `local`, which holds the log's value already (what
+    `rebase` does after its reread, without the reread); return the conflicts.
+
+    Raises:
+        UsageError: `not_pushes` when a record of `pending` is not a push (others may need
+            the base they were made on, or the reread's handling of asides: use `rebase`).
+    """
+    if not all(type(record.change) is Push for record in pending):
+        raise UsageError("not_pushes", "replay_pushes replays push records only")
+    return _replay(local, pending, None)
+
+
+def _replay(
+    local: Conversation, pending: Sequence[ChangeRecord], walk: Conversation | None
+) -> list[Conflict]:
+    """Replay each of `pending` by intent on `local`, following `walk` (a copy of the base
+    they were made on, when anchors are needed); the conflicts."""
     conflicts: list[Conflict] = []
     for record in pending:
         anchor: MessageId | None = _NO_ANCHOR
@@ -97,9 +122,6 @@ def rebase(
                 local.replay(replayed)
             except ApplyError as error:
                 conflicts.append(Conflict(record, error.reason, error.message))
-    for id_, aside in shadowing:
-        if local.aside(id_) is None:  # its saved twin is gone again: it stands once more
-            local._put_aside(id_, aside, aside.author)
     return conflicts
 
 

@@ -130,6 +130,42 @@ def test_a_placed_batch_with_nothing_on_top_is_fixed_in_place(
     assert a.pending == 0 and hub.rejected == []
 
 
+def test_pending_pushes_are_replayed_over_arriving_pushes_without_a_reread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Records arriving while pushes wait unsent (nothing in flight): `local` takes the log's
+    records, then the pending pushes on top, in place; events as the rebase's."""
+    hub = FakeHub()
+    a, alink = replica(hub, "a")
+    b, blink = replica(hub, "b")
+    for n in range(5):
+        a.local.push(Message.user(f"old {n}"))
+    settle([alink, blink])
+    note = b.local.add_aside(Aside("ui", None, Author.user(), {"x": 1}, saved=False))
+    b.local.push(Message.user("b first"))
+    b.local.push(Message.user("b second"))  # both unsent: b is not pumped
+    a.local.push(Message.user("from a"))
+    alink.pump()
+    alink.deliver_to_hub()
+    rereads: list[Conversation] = []
+    original = Conversation.reread
+    monkeypatch.setattr(
+        Conversation, "reread", lambda self, log: (rereads.append(self), original(self, log))[1]
+    )
+    while blink.deliver_to_replica():
+        pass
+    assert b.local not in rereads  # replayed in place
+    texts = [m.content[0].text for m in b.local.messages()]  # type: ignore[union-attr]
+    assert texts == [*(f"old {n}" for n in range(5)), "from a", "b first", "b second"]
+    assert b.local.revision == 8 and b.revision == 6 and b.pending == 2
+    assert b.local.aside(note) is not None
+    assert [type(e).__name__ for e in blink.events[-2:]] == ["Applied", "Rebased"]
+    assert blink.events[-1] == Rebased(2, 6)
+    settle([alink, blink])
+    assert a.local == b.local == hub.conversation and b.confirmed == hub.conversation
+    assert hub.rejected == []
+
+
 def test_a_placed_push_keeps_what_was_made_on_top_of_it() -> None:
     """Edits made while a batch is in flight, a pure insertion among them, are replayed on
     the log once the hub placed the batch, after the records that overtook it."""
