@@ -612,12 +612,11 @@ class RoomCore(Generic[C]):
         frames = records_frames(from_, append.records, origin, self.config.max_frame)
         # The others first: the ack wakes the pusher, which often shares a process (or a
         # core) with subscribers; their records should not wait behind its turn.
-        others = [other for other in self.subscribers if other != conn]
-        actions: list[Action[C]] = [Broadcast(others, frame) for frame in frames] if others else []
-        # A placed push may differ from what was sent: the pusher gets what landed, then the ack.
-        if placed:
-            actions += [Send(conn, frame) for frame in frames]
+        actions: list[Action[C]] = [Send(conn, frame) for frame in frames] if placed else []
         actions.append(Send(conn, _ack(batch.seq, append.mark)))
+        others = [other for other in self.subscribers if other != conn]
+        if others:
+            actions += [Broadcast(others, frame) for frame in frames]
         actions += self._drafts_landed(batch.records)  # in the same step as the records
         metrics = self.metrics
         metrics.records_appended += len(append.records)
