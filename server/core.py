@@ -612,6 +612,9 @@ class RoomCore(Generic[C]):
         frames = records_frames(from_, append.records, origin, self.config.max_frame)
         # The others first: the ack wakes the pusher, which often shares a process (or a
         # core) with subscribers; their records should not wait behind its turn.
+        # A placed push may differ from what was sent: the pusher gets what landed, then the ack.
+        # The ack goes before the others' records: a pipelined writer sends its next batch on
+        # it (docs/design.md, "Performance choices").
         actions: list[Action[C]] = [Send(conn, frame) for frame in frames] if placed else []
         actions.append(Send(conn, _ack(batch.seq, append.mark)))
         others = [other for other in self.subscribers if other != conn]
