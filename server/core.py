@@ -99,9 +99,9 @@ log = logging.getLogger("convsync.hub")
 HUB_REBASE = "hub_rebase"
 """The feature a replica lists when it takes a placed push's records as its batch."""
 AUTH = "auth"
+"""The feature a hub with auth lists in `welcome` (SPEC 5)."""
 PING = "ping"
 """The feature of a hub that answers `ping` with `pong` (keepalive for browser replicas)."""
-"""The feature a hub with auth lists in `welcome` (SPEC 5)."""
 
 C = TypeVar("C", bound=Hashable)
 """A connection, as the shell names it (the core only compares and hashes it)."""
@@ -110,8 +110,7 @@ C = TypeVar("C", bound=Hashable)
 # ---------------------------------------------------------------------- actions
 
 
-@dataclass(frozen=True, slots=True)
-class Send(Generic[C]):
+class Send(msgspec.Struct, Generic[C], frozen=True):
     """Write `frame` to `to`. A catch-up frame never counts toward the subscriber's
     `lagging` limit (it is bounded by the log)."""
 
@@ -120,16 +119,14 @@ class Send(Generic[C]):
     catch_up: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class Broadcast(Generic[C]):
+class Broadcast(msgspec.Struct, Generic[C], frozen=True):
     """Write the same `frame` to every connection of `to`."""
 
     to: list[C]
     frame: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class Close(Generic[C]):
+class Close(msgspec.Struct, Generic[C], frozen=True):
     """Send `error {code, detail}` to `to`, then close it with the code's close code."""
 
     to: C
@@ -137,8 +134,7 @@ class Close(Generic[C]):
     detail: str
 
 
-@dataclass(frozen=True, slots=True)
-class SendDraft(Generic[C]):
+class SendDraft(msgspec.Struct, Generic[C], frozen=True):
     """Write `frame` (the encoded `message`: one draft part grown) to every connection of
     `to`. A shell may merge it into a delta for the same `key` still queued for a slow peer;
     draft deltas never count toward `lagging` (SPEC 7)."""
@@ -149,23 +145,20 @@ class SendDraft(Generic[C]):
     frame: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class ReadRecords:
+class ReadRecords(msgspec.Struct, frozen=True):
     """Read the log's records after revision `from_`, at `lineage` (None: gone)."""
 
     lineage: int
     from_: int
 
 
-@dataclass(frozen=True, slots=True)
-class ReadMark:
+class ReadMark(msgspec.Struct, frozen=True):
     """Read `client`'s last accepted push from the store (`LogStore.client_mark`)."""
 
     client: str
 
 
-@dataclass(frozen=True, slots=True)
-class AppendRecords:
+class AppendRecords(msgspec.Struct, frozen=True):
     """Compare-and-append `records` at `lineage`/`from_`, with `client`'s new `mark`."""
 
     lineage: int
@@ -175,13 +168,11 @@ class AppendRecords:
     mark: ClientMark
 
 
-@dataclass(frozen=True, slots=True)
-class LoadLog:
+class LoadLog(msgspec.Struct, frozen=True):
     """Load the conversation from the store (its snapshot and the records after it)."""
 
 
-@dataclass(frozen=True, slots=True)
-class WriteSnapshot:
+class WriteSnapshot(msgspec.Struct, frozen=True):
     """Store `data`, the encoded state at `lineage`/`revision`."""
 
     lineage: int
@@ -189,8 +180,7 @@ class WriteSnapshot:
     data: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class RewriteLog:
+class RewriteLog(msgspec.Struct, frozen=True):
     """Replace the log with `records` under the new `lineage`, only if it is still at `base`
     (lineage, revision): a lagging hub never erases what another hub acknowledged."""
 
@@ -199,8 +189,7 @@ class RewriteLog:
     base: tuple[int, int] | None
 
 
-@dataclass(frozen=True, slots=True)
-class Raise:
+class Raise(msgspec.Struct, frozen=True):
     """Raise `error` to the caller of the operation, once the actions before it are done."""
 
     error: Exception

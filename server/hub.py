@@ -143,6 +143,9 @@ class Hub:
         self._group: anyio.abc.TaskGroup | None = None
         self._following: dict[Room, bool] = {}  # room -> check again once this one ends
         self._deadline_moved = asyncio.Event()  # a room's next deadline may be sooner
+        # What the room timer sleeps until (ms); 0 while it looks at the rooms, when every
+        # deadline a room reports must make it look again; None: no deadline at all.
+        self._tick_target: int | None = 0
         self._web = Web(self)
         self._relay: Relay | None = None  # the bus to other hubs, on a shared store
 
@@ -285,7 +288,7 @@ class Hub:
                         self._store,
                         self.config,
                         self.metrics,
-                        self._deadline_moved.set,
+                        self._room_deadline,
                         auth=self.auth,
                     )
                     await room.load()
@@ -322,6 +325,13 @@ class Hub:
                         del self._rooms[conversation_id]
             self.metrics.conversations_loaded = len(self._rooms)
 
+    def _room_deadline(self, deadline: int | None) -> None:
+        """A room's next deadline after an operation: wake the room timer only when it is
+        sooner than what the timer sleeps until (most pushes have none: no task switch)."""
+        target = self._tick_target
+        if deadline is not None and (target is None or deadline < target):
+            self._deadline_moved.set()
+
     async def _tick_rooms(self) -> None:
         """Sleep until the soonest room deadline (draft coalescing and expiry, presence
         diffs), tick the rooms that are due, repeat; a room whose deadline may have moved
@@ -329,6 +339,7 @@ class Hub:
         moved = self._deadline_moved
         while True:
             moved.clear()
+            self._tick_target = 0
             soonest: int | None = None
             for room in list(self._rooms.values()):
                 if room.lock.locked():
@@ -343,6 +354,7 @@ class Hub:
                     deadline = room.next_deadline()
                 if deadline is not None:
                     soonest = deadline if soonest is None else min(soonest, deadline)
+            self._tick_target = soonest
             if soonest is None:
                 await moved.wait()
                 continue

@@ -52,7 +52,7 @@ class Room:
         store: LogStore,
         config: HubConfig,
         metrics: Metrics,
-        on_deadline: Callable[[], None] | None = None,
+        on_deadline: Callable[[int | None], None] | None = None,
         *,
         auth: bool = False,
     ) -> None:
@@ -82,7 +82,8 @@ class Room:
         self.lock = asyncio.Lock()
         self.users = 0  # connections holding this room (joined or about to)
         self.idle_since = time.monotonic()
-        self._on_deadline = on_deadline  # the hub's timer: this room's deadline may have moved
+        # The hub's timer: told this room's next deadline after each operation.
+        self._on_deadline = on_deadline
         # Set by the hub's relay when a bus runs (SPEC 9): this room has news for other hubs.
         self.on_relay: Callable[[Room], None] | None = None
 
@@ -193,7 +194,7 @@ class Room:
 
     def _deadline_moved(self) -> None:
         if self._on_deadline is not None:
-            self._on_deadline()
+            self._on_deadline(self.core.next_deadline())
         if self.on_relay is not None and relay_pending(self.core):
             self.on_relay(self)
 
