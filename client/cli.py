@@ -36,7 +36,7 @@ import os
 import socket
 import ssl
 import urllib.parse
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NoReturn
 
 import anyio
@@ -51,6 +51,7 @@ from sync.frames import MAX_FRAME
 from .http import HubError
 from .progress import Progress
 from .replica import url_problem
+from .signals import on_signals
 from .tail import tail
 from .transfer import (
     ImportRefused,
@@ -493,24 +494,6 @@ async def _run(command: Callable[[argparse.Namespace], Awaitable[int]], ns: Any)
         raise _cli_error(exc) from exc
 
 
-@contextlib.contextmanager
-def _on_signals(callback: Callable[[], None]) -> Iterator[None]:
-    """Call `callback` on SIGINT and SIGTERM while inside (no-op off the main thread)."""
-    loop = asyncio.get_running_loop()
-    installed = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, callback)
-            installed.append(sig)
-        except (ValueError, RuntimeError, NotImplementedError):
-            pass
-    try:
-        yield
-    finally:
-        for sig in installed:
-            loop.remove_signal_handler(sig)
-
-
 # ---------------------------------------------------------------------- serve
 
 
@@ -561,7 +544,7 @@ async def cmd_serve(args: argparse.Namespace) -> int:
         else:
             starting.cancel()
 
-    with _on_signals(on_signal):
+    with on_signals(("SIGINT", "SIGTERM"), on_signal):
         try:
             started: Hub | None = None
             with starting:
@@ -735,7 +718,7 @@ async def cmd_tail(args: argparse.Namespace) -> int:
                     raise
                 raise CliError(f"{exc.message} (without --once, tail waits for it)") from exc
             return 0
-        with anyio.CancelScope() as scope, _on_signals(scope.cancel):
+        with anyio.CancelScope() as scope, on_signals(("SIGINT", "SIGTERM"), scope.cancel):
             await tail(replica, out, once=False, tty=out.isatty())
     return 0
 

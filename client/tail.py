@@ -14,12 +14,9 @@ reported as not existing yet. Nothing here edits the conversation.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import re
-import signal
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TextIO
 
 import anyio
@@ -50,6 +47,7 @@ from .live import Draft, DraftEnded, Presence, PresenceChanged
 from .replica import Replica
 from .session import Applied, Connected, Disconnected, Event, Rebased, Reset
 from .session import Conflict as ConflictEvent
+from .signals import on_signals
 
 __all__ = [
     "Bottom",
@@ -553,7 +551,7 @@ async def _on_screen(replica: Replica, console: Console) -> None:
             redirect_stdout=False,
             redirect_stderr=False,
         ) as live,
-        _on_resize(resized),
+        on_signals(("SIGWINCH",), resized),  # the terminal was resized
     ):
         async with anyio.create_task_group() as group:
             group.start_soon(read)
@@ -563,31 +561,12 @@ async def _on_screen(replica: Replica, console: Console) -> None:
                 events, arrived[:] = list(arrived), []
                 notes = [note for note in map(_status, events) if note is not None]
                 if any(isinstance(e, Disconnected) for e in events):
-                    status = " · disconnected, reconnecting"
+                    status = " · disconnected, " + (
+                        "not reconnecting" if replica.refused is not None else "reconnecting"
+                    )
                 if any(isinstance(e, Connected) for e in events):
                     status = ""
                 if any(isinstance(e, Rebased | Reset) for e in events):
                     bottom.forget()
                 live.update(frame(notes[-1] if notes else ""), refresh=True)
                 await anyio.sleep(_FRAME)  # what arrives meanwhile goes in the next frame
-
-
-@contextlib.contextmanager
-def _on_resize(callback: Callable[[], None]) -> Iterator[None]:
-    """Call `callback` when the terminal is resized (SIGWINCH; a no-op off the main thread
-    or where there is no such signal)."""
-    loop = asyncio.get_running_loop()
-    installed: list[int] = []
-    for sig in [getattr(signal, "SIGWINCH", None)]:
-        if sig is None:
-            continue
-        try:
-            loop.add_signal_handler(sig, callback)
-            installed.append(sig)
-        except (ValueError, RuntimeError, NotImplementedError):
-            pass
-    try:
-        yield
-    finally:
-        for sig in installed:
-            loop.remove_signal_handler(sig)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 from client import Replica
 from server import Hub, HubConfig, MemoryStore
+from server.store import LogStore, PostgresStore, SqliteStore
 
 TIMEOUT_SCALE = float(os.environ.get("CONVSYNC_TIMEOUT_SCALE", "1"))
 
@@ -100,3 +102,16 @@ def drop_connection(replica: Replica) -> None:
     ws = replica._ws
     if ws is not None:
         ws.transport.abort()
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], LogStore]:
+    """Makes a fresh store of one kind; PostgreSQL in a schema of the test's own."""
+    if request.param == "memory":
+        return MemoryStore
+    if request.param == "sqlite":
+        return lambda: SqliteStore(tmp_path / "db")
+    # Resolved here, outside the event loop: finding the server may start a cluster.
+    dsn: str = request.getfixturevalue("postgres_dsn")
+    schema: str = request.getfixturevalue("pg_schema")
+    return lambda: PostgresStore(dsn, schema=schema)

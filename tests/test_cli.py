@@ -3,21 +3,17 @@
 from __future__ import annotations
 
 import importlib.metadata
-import os
-import queue
-import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
 
 import anyio
 import pytest
+from cliproc import ROOT, SCALE, TIMEOUT, Running, cli_env, convsync
 from test_transfer import an_authored_conversation
 
 from client import connect
@@ -41,84 +37,7 @@ from sync import (
 from sync.frames import MAX_FRAME
 from sync.snapshot import ConversationSnapshot
 
-SCALE = float(os.environ.get("CONVSYNC_TIMEOUT_SCALE", "1"))
-TIMEOUT = 20.0 * SCALE
-ROOT = Path(__file__).resolve().parents[1]
-
-
 # ---------------------------------------------------------------------- helpers
-
-
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CONVSYNC_")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    return env
-
-
-class Running:
-    """A `python -m client.cli ...` process whose output threads read as it comes."""
-
-    def __init__(self, *args: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "client.cli", *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=_env(),
-            cwd=ROOT,
-        )
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        self.errors: list[str] = []
-        assert self.proc.stdout is not None and self.proc.stderr is not None
-        self._readers = [
-            threading.Thread(target=self._read, args=(self.proc.stdout, self.lines.put)),
-            threading.Thread(target=self._read, args=(self.proc.stderr, self.errors.append)),
-        ]
-        for reader in self._readers:
-            reader.start()
-
-    @staticmethod
-    def _read(stream: IO[str], put: Callable[[str | None], None]) -> None:
-        for line in stream:
-            put(line)
-        put(None)
-
-    def wait_for(self, text: str) -> str:
-        """The first line of stdout holding `text` (bounded wait)."""
-        deadline = time.monotonic() + TIMEOUT
-        while True:
-            try:
-                line = self.lines.get(timeout=max(deadline - time.monotonic(), 0.001))
-            except queue.Empty:
-                raise TimeoutError(f"no {text!r} in time") from None
-            if line is None:
-                raise AssertionError(f"exited before printing {text!r}")
-            if text in line:
-                return line
-
-    def url(self) -> str:
-        """The url a `serve` process printed."""
-        line = self.wait_for("convsync hub at ")
-        return line.split(" at ", 1)[1].split()[0]
-
-    def stop(self) -> tuple[int, str]:
-        """SIGTERM (if still running), wait (bounded); the exit code and stderr."""
-        proc = self.proc
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-        try:
-            code = proc.wait(timeout=TIMEOUT)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            raise
-        finally:
-            for reader in self._readers:
-                reader.join(timeout=TIMEOUT)
-            assert proc.stdout is not None and proc.stderr is not None
-            proc.stdout.close()
-            proc.stderr.close()
-        return code, "".join(line for line in self.errors if line)
 
 
 @pytest.fixture(scope="module")
@@ -131,26 +50,6 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield proc.url()
     finally:
         proc.stop()
-
-
-CONSOLE_SCRIPT = Path(sys.executable).parent / "convsync"
-
-
-def convsync(*argv: str, stdin: bytes = b"") -> subprocess.CompletedProcess[str]:
-    """The installed `convsync` console script run with `argv` (and `stdin`), to its end;
-    the worktree's code, through PYTHONPATH."""
-    assert CONSOLE_SCRIPT.exists(), f"no {CONSOLE_SCRIPT}: pip install -e . first"
-    result = subprocess.run(
-        [str(CONSOLE_SCRIPT), *argv],
-        input=stdin,
-        capture_output=True,
-        env=_env(),
-        cwd=ROOT,
-        timeout=TIMEOUT,
-    )
-    return subprocess.CompletedProcess(
-        result.args, result.returncode, result.stdout.decode(), result.stderr.decode()
-    )
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -617,7 +516,7 @@ def test_second_serve_on_one_sqlite_file_is_refused(
             [sys.executable, "-m", "client.cli", "serve", "--db", db, "--port", "0"],
             capture_output=True,
             text=True,
-            env=_env(),
+            env=cli_env(),
             cwd=ROOT,
             timeout=TIMEOUT,
         )
@@ -641,7 +540,7 @@ def test_demo_mirrors_the_worker_and_checks_the_hub(tmp_path: Path) -> None:
         [sys.executable, "-m", "client.cli", "demo", "--fast", "--db", str(tmp_path / "d.db")],
         capture_output=True,
         text=True,
-        env=_env(),
+        env=cli_env(),
         cwd=ROOT,
         timeout=3 * TIMEOUT,
     )

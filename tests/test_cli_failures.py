@@ -6,106 +6,25 @@ start leaves no file behind."""
 from __future__ import annotations
 
 import os
-import queue
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_settings import CONVSYNC, ROOT, SCALE, convsync
+from cliproc import ROOT, SCALE, TIMEOUT, Running, convsync
 
 import client
 from sync import UsageError
 
-TIMEOUT = 20.0 * SCALE
-
-
-class Command:
-    """A running `convsync ...` console-script process whose stdout lines a thread collects."""
-
-    def __init__(self, *argv: str, env: dict[str, str] | None = None) -> None:
-        environ = {k: v for k, v in os.environ.items() if not k.startswith("CONVSYNC_")}
-        environ["PYTHONPATH"] = str(ROOT)
-        environ.update(env or {})
-        self.proc = subprocess.Popen(
-            [str(CONVSYNC), *argv],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=environ,
-            cwd=ROOT,
-        )
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        self.seen: list[str] = []
-        assert self.proc.stdout is not None
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def wait_for(self, text: str, within: float = TIMEOUT) -> str:
-        """The next stdout line holding `text` (every line read is kept in `seen`)."""
-        deadline = time.monotonic() + within
-        while True:
-            try:
-                line = self.lines.get(timeout=max(deadline - time.monotonic(), 0.001))
-            except queue.Empty:
-                raise TimeoutError(f"no {text!r} within {within:g}s: {self.seen}") from None
-            if line is None:
-                raise AssertionError(f"exited before printing {text!r}: {self.seen}")
-            self.seen.append(line)
-            if text in line:
-                return line
-
-    def read_for(self, seconds: float) -> list[str]:
-        """The stdout lines printed in the next `seconds`."""
-        lines: list[str] = []
-        deadline = time.monotonic() + seconds
-        while (left := deadline - time.monotonic()) > 0:
-            try:
-                line = self.lines.get(timeout=left)
-            except queue.Empty:
-                break
-            if line is None:
-                break
-            lines.append(line)
-        self.seen += lines
-        return lines
-
-    def signal(self, sig: int) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, sig)
-
-    def stop(self) -> tuple[int, str]:
-        """SIGCONT and SIGTERM (if running), a bounded wait; the exit code and stderr."""
-        self.signal(signal.SIGCONT)
-        self.signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=TIMEOUT)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        assert self.proc.stderr is not None and self.proc.stdout is not None
-        err = self.proc.stderr.read()
-        self.proc.stderr.close()
-        self._reader.join(timeout=TIMEOUT)
-        self.proc.stdout.close()
-        return self.proc.returncode, err
-
 
 @pytest.fixture
-def serve(tmp_path: Path) -> Iterator[tuple[Command, str]]:
+def serve(tmp_path: Path) -> Iterator[tuple[Running, str]]:
     """`convsync serve` on a SQLite file and port 0, and its url."""
-    hub = Command("serve", "--db", str(tmp_path / "hub.db"), "--port", "0")
+    hub = Running("serve", "--db", str(tmp_path / "hub.db"), "--port", "0")
     try:
         line = hub.wait_for("convsync hub at ")
         yield hub, line.split(" at ", 1)[1].split()[0]
@@ -123,14 +42,14 @@ def free_port() -> int:
 
 
 def test_tail_of_a_frozen_hub_says_disconnected_once_then_connected(
-    serve: tuple[Command, str],
+    serve: tuple[Running, str],
 ) -> None:
     """`tail` of a hub frozen with SIGSTOP prints one "disconnected (keepalive timed out)"
     line within the default keepalive (10 s), nothing per failed attempt after it, and one
     "connected" line once the hub runs again."""
     hub, url = serve
     assert convsync("send", "frozen", "hi", "--url", url).returncode == 0
-    tail = Command("tail", "frozen", "--url", url)
+    tail = Running("tail", "frozen", "--url", url)
     try:
         tail.wait_for("hi")
         hub.signal(signal.SIGSTOP)
@@ -154,10 +73,10 @@ def test_tail_of_a_frozen_hub_says_disconnected_once_then_connected(
 def test_a_hub_at_capacity_is_named_with_its_503(tmp_path: Path) -> None:
     """A hub at `max_connections` answers 503: `send` says the hub refuses connections for
     now, with the status and the hub's reason, and that it gave up after retrying."""
-    hub = Command("serve", "--db", ":memory:", "--port", "0", env={"CONVSYNC_MAX_CONNECTIONS": "1"})
+    hub = Running("serve", "--db", ":memory:", "--port", "0", env={"CONVSYNC_MAX_CONNECTIONS": "1"})
     try:
         url = hub.wait_for("convsync hub at ").split(" at ", 1)[1].split()[0]
-        holder = Command("tail", "held", "--url", url)  # takes the one connection
+        holder = Running("tail", "held", "--url", url)  # takes the one connection
         try:
             holder.wait_for("held · revision")
             result = convsync("send", "c1", "hi", "--url", url, "--timeout", "2")
@@ -256,7 +175,7 @@ def test_ctrl_c_while_the_store_opens_exits_130_quietly() -> None:
         silent.bind(("127.0.0.1", 0))
         silent.listen()
         port = silent.getsockname()[1]
-        hub = Command("serve", "--db", f"postgresql://u@127.0.0.1:{port}/db", "--port", "0")
+        hub = Running("serve", "--db", f"postgresql://u@127.0.0.1:{port}/db", "--port", "0")
         try:
             time.sleep(1.5 * SCALE)  # past the imports, waiting for the store
             assert hub.proc.poll() is None
@@ -273,7 +192,7 @@ def test_ctrl_c_while_the_store_opens_exits_130_quietly() -> None:
 def test_ctrl_c_at_any_moment_of_the_start_is_quiet(tmp_path: Path, delay: float) -> None:
     """SIGINT at any moment after the command began (imports, store, bind): no traceback;
     the exit is a quiet 130 (or the signal's own), or, once the hub serves, a clean stop."""
-    hub = Command("serve", "--db", str(tmp_path / "hub.db"), "--port", "0")
+    hub = Running("serve", "--db", str(tmp_path / "hub.db"), "--port", "0")
     time.sleep(delay)
     hub.signal(signal.SIGINT)
     try:

@@ -7,7 +7,6 @@ import base64
 import itertools
 import random
 from collections.abc import Callable
-from pathlib import Path
 
 import anyio
 import msgspec
@@ -15,8 +14,8 @@ import pytest
 from conftest import bound, hub_config
 
 from client import Conflict, connect
-from server import Hub, MemoryStore, SqliteStore
-from server.store import LogStore, PostgresStore
+from server import Hub, MemoryStore
+from server.store import LogStore
 from sync import Conversation, Message, Text, UsageError, User, encode
 from sync.frames import FRAME_FILL, MAX_FRAME, PUSH_OVERHEAD, records_frames, state_frames
 from sync.messages import Image
@@ -28,18 +27,6 @@ def screenshot(size: int) -> str:
     """`size` characters of base64, as a pasted image would be (not compressible)."""
     raw = random.Random(size).randbytes(size * 3 // 4 + 3)
     return base64.b64encode(raw).decode()[:size]
-
-
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], LogStore]:
-    """Makes the hub's store of one kind; PostgreSQL in a schema of the test's own."""
-    if request.param == "memory":
-        return MemoryStore
-    if request.param == "sqlite":
-        return lambda: SqliteStore(tmp_path / "db")
-    dsn: str = request.getfixturevalue("postgres_dsn")
-    schema: str = request.getfixturevalue("pg_schema")
-    return lambda: PostgresStore(dsn, schema=schema)
 
 
 async def test_a_five_mib_message_lands_by_default(backend: Callable[[], LogStore]) -> None:

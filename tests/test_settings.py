@@ -4,35 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cliproc import convsync
 
 from server.config import _NUMBERS, RULED, HubConfig
 from sync import UsageError
-
-SCALE = float(os.environ.get("CONVSYNC_TIMEOUT_SCALE", "1"))
-ROOT = Path(__file__).resolve().parents[1]
-CONVSYNC = Path(sys.executable).with_name("convsync")  # the installed console script
-
-
-def convsync(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run the `convsync` console script on this tree's code (bounded), with only the
-    `CONVSYNC_*` variables in `env`."""
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("CONVSYNC_")}
-    environ["PYTHONPATH"] = str(ROOT)
-    environ.update(env or {})
-    return subprocess.run(
-        [str(CONVSYNC), *argv],
-        capture_output=True,
-        text=True,
-        env=environ,
-        cwd=ROOT,
-        timeout=30 * SCALE,
-    )
 
 
 def test_every_setting_has_a_rule() -> None:

@@ -42,19 +42,6 @@ def recs(*names: str) -> list[bytes]:
     return [name.encode() for name in names]
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], LogStore]:
-    """Makes a fresh store of one kind; PostgreSQL in a schema of the test's own."""
-    if request.param == "memory":
-        return MemoryStore
-    if request.param == "sqlite":
-        return lambda: SqliteStore(tmp_path / "db")
-    # Resolved here, outside the event loop: finding the server may start a cluster.
-    dsn: str = request.getfixturevalue("postgres_dsn")
-    schema: str = request.getfixturevalue("pg_schema")
-    return lambda: PostgresStore(dsn, schema=schema)
-
-
 @pytest.fixture
 async def store(backend: Callable[[], LogStore]) -> AsyncIterator[LogStore]:
     async with backend() as made:

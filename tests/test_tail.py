@@ -9,7 +9,6 @@ import fcntl
 import io
 import os
 import pty
-import queue
 import random
 import re
 import signal
@@ -23,11 +22,12 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
-from typing import IO, Any
+from typing import Any
 
 import anyio
 import msgspec
 import pytest
+from cliproc import CONVSYNC, ROOT, Running, cli_env, convsync
 from conftest import bound
 from terminal import frames, last_frame, plain
 
@@ -39,8 +39,6 @@ from sync import Aside, Author, Conversation, Entry, Message, TurnEnd, decode_re
 from sync.changes import ChangeRecord, Reset
 from sync.snapshot import ConversationSnapshot
 
-ROOT = Path(__file__).resolve().parent.parent
-CONVSYNC = Path(sys.executable).with_name("convsync")  # the installed console script
 TIMEOUT = bound(20.0)
 
 
@@ -243,88 +241,6 @@ async def test_a_redraw_describes_only_the_lines_that_fit_the_screen(
 # ---------------------------------------------------------------------- the command line
 
 
-def _env(**extra: str) -> dict[str, str]:
-    drop = ("CONVSYNC_", "COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR", "TTY_")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    return env | extra
-
-
-def convsync(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:
-    """Run the console script to its end (bounded)."""
-    return subprocess.run(
-        [str(CONVSYNC), *args],
-        input=stdin.decode() if stdin is not None else None,
-        capture_output=True,
-        text=True,
-        env=_env(),
-        cwd=ROOT,
-        timeout=TIMEOUT,
-        check=False,
-    )
-
-
-class Piped:
-    """A console-script process with stdout and stderr on pipes, read by threads."""
-
-    def __init__(self, *args: str) -> None:
-        self.proc = subprocess.Popen(
-            [str(CONVSYNC), *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=_env(),
-            cwd=ROOT,
-        )
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        self.seen: list[str] = []
-        self.errors: list[str] = []
-        assert self.proc.stdout is not None and self.proc.stderr is not None
-        self._readers = [
-            threading.Thread(target=self._read, args=(self.proc.stdout, self.lines.put)),
-            threading.Thread(target=self._read, args=(self.proc.stderr, self.errors.append)),
-        ]
-        for reader in self._readers:
-            reader.start()
-
-    @staticmethod
-    def _read(stream: IO[str], put: Callable[[str | None], None]) -> None:
-        for line in stream:
-            put(line)
-        put(None)
-
-    def wait_for(self, text: str) -> str:
-        """The first line of stdout holding `text` (bounded wait)."""
-        deadline = time.monotonic() + TIMEOUT
-        while True:
-            try:
-                line = self.lines.get(timeout=max(deadline - time.monotonic(), 0.001))
-            except queue.Empty:
-                raise TimeoutError(f"no {text!r} in time; saw {self.seen}") from None
-            if line is None:
-                raise AssertionError(f"exited before printing {text!r}: {self.errors}")
-            self.seen.append(line)
-            if text in line:
-                return line
-
-    def stop(self) -> tuple[int, str]:
-        """SIGTERM (if still running), wait (bounded); the exit code and stderr."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            code = self.proc.wait(timeout=TIMEOUT)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
-            for reader in self._readers:
-                reader.join(timeout=TIMEOUT)
-            assert self.proc.stdout is not None and self.proc.stderr is not None
-            self.proc.stdout.close()
-            self.proc.stderr.close()
-        return code, "".join(line for line in self.errors if line)
-
-
 class OnTerminal:
     """A console-script process whose stdout and stderr are a pseudo-terminal of a given
     size; a thread collects what it writes."""
@@ -338,7 +254,7 @@ class OnTerminal:
             stdin=subprocess.DEVNULL,
             stdout=slave,
             stderr=slave,
-            env=_env(TERM="xterm-256color"),
+            env=cli_env(TERM="xterm-256color"),
             cwd=ROOT,
             start_new_session=True,
         )
@@ -406,7 +322,7 @@ class OnTerminal:
 def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The url of a `convsync serve` (the console script) on port 0 and a SQLite file."""
     db = tmp_path_factory.mktemp("hub") / "hub.db"
-    hub = Piped("serve", "--db", str(db), "--port", "0")
+    hub = Running("serve", "--db", str(db), "--port", "0")
     try:
         line = hub.wait_for("convsync hub at ")
         yield line.split(" at ", 1)[1].split()[0]
@@ -439,7 +355,7 @@ def test_tail_once_of_an_emptied_conversation_shows_it_empty(url: str) -> None:
         [sys.executable, "-c", EMPTY_IT, url],
         capture_output=True,
         text=True,
-        env=_env(),
+        env=cli_env(),
         cwd=ROOT,
         timeout=TIMEOUT,
         check=False,
@@ -464,7 +380,7 @@ asyncio.run(main())
 def test_tail_piped_waits_visibly_then_prints_lines(url: str) -> None:
     """`tail` on a pipe of a conversation not made yet prints a line saying it waits, then
     one plain line per new entry (no redraw, no escape codes); SIGTERM ends it with 0."""
-    proc = Piped("tail", "later-1", "--url", url)
+    proc = Running("tail", "later-1", "--url", url)
     try:
         assert proc.wait_for("later-1 · revision").startswith("later-1 · revision 0 · 0 entries")
         waiting = proc.wait_for("waiting")
