@@ -472,33 +472,53 @@ class PostgresStore(Counted):
 
     @contextlib.asynccontextmanager
     async def _watch(self) -> AsyncIterator[AsyncIterator[Notice]]:
+        watcher = _Watcher()
+        async with self._listening(self.channel, watcher.heard, watcher.fail, "listening"):
+            self._watchers.add(watcher)
+            try:
+                yield watcher
+            finally:
+                self._watchers.discard(watcher)
+                watcher.end()
+
+    @contextlib.asynccontextmanager
+    async def _listening(
+        self,
+        channel: str,
+        heard: Callable[[str], None],
+        lost: Callable[[StoreError], None],
+        what: str,
+    ) -> AsyncIterator[None]:
+        """A connection of its own with `LISTEN` on `channel` in effect while inside:
+        `heard(payload)` for each notice, `lost(error)` once if the connection drops (`what`
+        names it in the error); closed on the way out.
+
+        Raises:
+            StoreError: on enter, the server cannot be reached or refused.
+        """
         self._check_open()
         await self._open()
         conn = await self._connect_one()
-        watcher = _Watcher()
 
-        def heard(_conn: object, _pid: int, _channel: str, payload: object) -> None:
-            watcher.heard(str(payload))
+        def notice(_conn: object, _pid: int, _channel: str, payload: object) -> None:
+            heard(str(payload))
 
-        def lost(_conn: object) -> None:
-            watcher.fail(self._unavailable(ConnectionError("the listening connection closed")))
+        def closed(_conn: object) -> None:
+            lost(self._unavailable(ConnectionError(f"the {what} connection closed")))
 
         try:
-            conn.add_termination_listener(lost)
-            await conn.add_listener(self.channel, heard)
+            conn.add_termination_listener(closed)
+            await conn.add_listener(channel, notice)
         except _DB_ERRORS as exc:
             await conn.close()
             raise self._translate(exc) from exc
         except BaseException:
             await conn.close()
             raise
-        self._watchers.add(watcher)
         try:
-            yield watcher
+            yield
         finally:
-            self._watchers.discard(watcher)
-            watcher.end()
-            conn.remove_termination_listener(lost)
+            conn.remove_termination_listener(closed)
             with contextlib.suppress(*_DB_ERRORS):
                 await conn.close(timeout=self._connect_timeout)
 
@@ -533,16 +553,7 @@ class PostgresStore(Counted):
     async def bus_listen(self) -> AsyncIterator[AsyncIterator[str]]:
         """Listen on `bus_channel`: entering returns once `LISTEN` is in effect and gives an
         async iterator of payloads that raises `StoreError` when the connection is lost."""
-        self._check_open()
-        await self._open()
-        conn = await self._connect_one()
         queue: asyncio.Queue[str | StoreError] = asyncio.Queue()
-
-        def heard(_conn: object, _pid: int, _channel: str, payload: object) -> None:
-            queue.put_nowait(str(payload))
-
-        def lost(_conn: object) -> None:
-            queue.put_nowait(self._unavailable(ConnectionError("the bus connection closed")))
 
         async def payloads() -> AsyncIterator[str]:
             while True:
@@ -551,21 +562,8 @@ class PostgresStore(Counted):
                     raise item
                 yield item
 
-        try:
-            conn.add_termination_listener(lost)
-            await conn.add_listener(self.bus_channel, heard)
-        except _DB_ERRORS as exc:
-            await conn.close()
-            raise self._translate(exc) from exc
-        except BaseException:
-            await conn.close()
-            raise
-        try:
+        async with self._listening(self.bus_channel, queue.put_nowait, queue.put_nowait, "bus"):
             yield payloads()
-        finally:
-            conn.remove_termination_listener(lost)
-            with contextlib.suppress(*_DB_ERRORS):
-                await conn.close(timeout=self._connect_timeout)
 
     async def beat(self, hub: str, ttl: float) -> set[str]:
         """Record that hub `hub` lives for `ttl` more seconds (the database's clock); returns
