@@ -712,7 +712,7 @@ class RoomCore(Generic[C]):
         self.load(outcome)
         frames = self._state_frames()
         to = list(self.subscribers)
-        ended = self._live(self.drafts.end_all("aborted"))  # a rewrite ends every draft
+        ended = live_actions(self.drafts.end_all("aborted"))  # a rewrite ends every draft
         return [*(Broadcast(to, frame) for frame in frames), *ended, *then()]
 
     # ------------------------------------------------------------------ rewriting
@@ -758,7 +758,7 @@ class RoomCore(Generic[C]):
             refusal = self._open_refusal(conn, op)
             if refusal is not None:
                 return [Send(conn, encode_message(refusal))]
-        actions = self._live(self.drafts.receive(conn, owner, op, now))
+        actions = live_actions(self.drafts.receive(conn, owner, op, now))
         self.presence.set_drafting(self.drafts.owners())
         return actions + self.tick(now)
 
@@ -774,7 +774,7 @@ class RoomCore(Generic[C]):
         """What is due at `now`: coalesced draft deltas, drafts that timed out, a presence
         diff. The shell calls it when `next_deadline()` comes."""
         self._now = now
-        actions = self._live(self.drafts.tick(now))
+        actions = live_actions(self.drafts.tick(now))
         if actions:
             self.presence.set_drafting(self.drafts.owners())
         for to, frame in self.presence.tick(now):
@@ -832,16 +832,6 @@ class RoomCore(Generic[C]):
         self.drafts.unsubscribe(conn, now)
         self.presence.leave(conn)
 
-    def _live(self, out: list[Out[C]]) -> list[Action[C]]:
-        actions: list[Action[C]] = []
-        for item in out:
-            match item:
-                case Frame(to, frame):
-                    actions.append(Send(to[0], frame) if len(to) == 1 else Broadcast(to, frame))
-                case Delta(to, key, message, frame):
-                    actions.append(SendDraft(to, key, message, frame))
-        return actions
-
     def _draft_clash(self, conn: C, records: Sequence[ChangeRecord]) -> str | None:
         """Why `records` from `conn` may not land: one would make another client's open
         draft's id held."""
@@ -864,7 +854,7 @@ class RoomCore(Generic[C]):
             if self.drafts.owner_of(id_) == owner:
                 out += self.drafts.end(id_, "aborted", "the push carrying it was rejected")
         self.presence.set_drafting(self.drafts.owners())
-        return self._live(out)
+        return live_actions(out)
 
     def _drafts_landed(self, records: Sequence[ChangeRecord]) -> list[Action[C]]:
         """Records landed: drafts whose ids they made held end `committed`; a stop ends every
@@ -878,7 +868,7 @@ class RoomCore(Generic[C]):
         ):
             out += self.drafts.end_all("stopped")
         self.presence.set_drafting(self.drafts.owners())
-        return self._live(out)
+        return live_actions(out)
 
     # ------------------------------------------------------------------ reads
 
@@ -919,6 +909,18 @@ def deliver(
             case _:
                 call = action
     return call
+
+
+def live_actions(out: list[Out[C]]) -> list[Action[C]]:
+    """The actions that carry out what the drafts board sent (`Frame`s and `Delta`s)."""
+    actions: list[Action[C]] = []
+    for item in out:
+        match item:
+            case Frame(to, frame):
+                actions.append(Send(to[0], frame) if len(to) == 1 else Broadcast(to, frame))
+            case Delta(to, key, message, frame):
+                actions.append(SendDraft(to, key, message, frame))
+    return actions
 
 
 def error_frame(code: ErrorCode, detail: str) -> bytes:

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import TypeVar
 
-from .core import Action, Broadcast, RoomCore, Send, SendDraft
-from .drafts import Delta, Frame, Out
+from .core import Action, RoomCore, live_actions
+from .drafts import Out
 from .mirror import BusDraft, BusEnd, BusGrow, BusOp, BusPresence, Change
 
 __all__ = ["answer_ask", "relay_ops", "relay_pending", "show_changes"]
@@ -67,11 +67,4 @@ def show_changes(core: RoomCore[C], changes: list[Change], now: int) -> list[Act
             case BusPresence(entries):
                 core.presence.set_foreign(change.hub, entries)
     core.presence.set_drafting(core.drafts.owners())
-    actions: list[Action[C]] = []
-    for item in out:
-        match item:
-            case Frame(to, frame):
-                actions.append(Send(to[0], frame) if len(to) == 1 else Broadcast(to, frame))
-            case Delta(to, key, message, frame):
-                actions.append(SendDraft(to, key, message, frame))
-    return actions  # merged deltas and presence diffs wait for the room's next `tick`
+    return live_actions(out)  # merged deltas and presence diffs wait for the room's next `tick`
