@@ -14,7 +14,7 @@ from pathlib import Path
 import anyio
 import pytest
 from cliproc import ROOT, SCALE, TIMEOUT, Running, cli_env, convsync
-from test_transfer import an_authored_conversation
+from test_transfer import a_turn, an_authored_conversation
 
 from client import connect
 from client.cli import main
@@ -28,7 +28,6 @@ from sync import (
     Entry,
     Message,
     Stop,
-    Text,
     ToolCall,
     TurnEnd,
     decode_state,
@@ -64,16 +63,6 @@ def exported(capsys: pytest.CaptureFixture[str], url: str, id_: str, tmp_path: P
     code, _, err = run(capsys, "export", id_, "--url", url, "--format", "state", "-o", str(out))
     assert code == 0, err
     return out.read_bytes()
-
-
-def a_turn(n: int) -> list[Message]:
-    call = ToolCall(f"call_{n}", "lookup", {"n": n})
-    return [
-        Message.user(f"question {n}"),
-        Assistant([Text("checking"), call], stop=Stop("tool_use")),
-        Message.tool_result(call.id, "lookup", f"result {n}"),
-        Message.assistant(f"answer {n}"),
-    ]
 
 
 def a_conversation() -> Conversation:
