@@ -233,10 +233,4 @@ def is_loopback_bind(host: str) -> bool:
     The wildcard (`""`, `0.0.0.0`, `::`) and any other name are not: the hub refuses them
     without a key unless started with `--insecure`.
     """
-    name = host.strip().lower()
-    if name == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name.strip("[]")).is_loopback
-    except ValueError:
-        return False
+    return _is_loopback_name(host.strip().lower())
