@@ -254,6 +254,7 @@ class RoomCore(Generic[C]):
         self.exists = False
         self.marks: dict[str, ClientMark] = {}
         self.subscribers: dict[C, str] = {}  # connection -> its client id
+        self._others: dict[C, list[C]] = {}  # connection -> every other subscriber (a cache)
         self.grants: dict[C, Grant] = {}  # connection -> what its token allows
         self._placing: set[C] = set()  # connections whose stale pushes the hub may place
         self._answered: dict[C, int] = {}  # connection -> the last push seq it was answered
@@ -436,6 +437,7 @@ class RoomCore(Generic[C]):
 
     def _subscribe(self, conn: C, client: str, actions: list[Action[C]]) -> list[Action[C]]:
         self.subscribers[conn] = client
+        self._others.clear()
         return actions + self._live_join(conn)
 
     def _state_to(self, conn: C) -> list[Action[C]]:
@@ -449,6 +451,7 @@ class RoomCore(Generic[C]):
         """`conn` is gone; it gets nothing more. Its presence entry goes at the next `tick`;
         drafts it produced wait `draft_grace` for their producer to come back."""
         self.subscribers.pop(conn, None)
+        self._others.clear()
         self.grants.pop(conn, None)
         self._placing.discard(conn)
         self._answered.pop(conn, None)
@@ -475,7 +478,9 @@ class RoomCore(Generic[C]):
 
     def push(self, conn: C, batch: PushBatch, now: int) -> list[Action[C]]:
         """Handle `batch` from `conn` (joined); `now` stamps records without a time (ms)."""
-        return self._fresh(lambda: self._push(conn, batch, now))
+        if self._stale:
+            return self._fresh(lambda: self._push(conn, batch, now))
+        return self._push(conn, batch, now)
 
     def _push(self, conn: C, batch: PushBatch, now: int) -> list[Action[C]]:
         if self.closing:
@@ -490,7 +495,7 @@ class RoomCore(Generic[C]):
             # Checked before anything else, a resend too: the token decides, not the seq.
             why = "token expired" if grant.can_write else "token lacks the write scope"
             return [Send(conn, self._reject(batch, "forbidden", why))]
-        key = self._mark_key(grant, client)
+        key = self._mark_key(grant, client) if self.config.auth else client
         mark = self.marks.get(key)
         if mark is not None and batch.seq <= mark.seq:
             # A resend of a push that landed: answer with its ack, append nothing.
@@ -505,7 +510,7 @@ class RoomCore(Generic[C]):
         ):
             reject = self._reject(batch, "lineage", "the log was rewritten; a state follows")
             return [Send(conn, reject), *self._state_to(conn)]
-        clash = self._draft_clash(conn, batch.records)
+        clash = self._draft_clash(conn, batch.records) if self.drafts.drafts else None
         if clash is not None:
             return [Send(conn, self._reject(batch, "invalid", clash))]
         since = len(self.conversation)
@@ -572,25 +577,9 @@ class RoomCore(Generic[C]):
         placed: bool,
         outcome: object,
     ) -> list[Action[C]]:
-        if isinstance(outcome, SeqTaken):
-            # Another hub (or this one before a restart) appended this push: bring the room
-            # and everyone up to the store, then answer with the ack the store holds.
-            undo()
-            self.marks[append.client] = outcome.mark
-            ack = Send(conn, _ack(batch.seq, outcome.mark))
-            return self._forward_missing(lambda: [ack])
-        if isinstance(outcome, LogMoved):
-            # Another hub sharing the store appended first: forward what it appended (exactly
-            # what this room folds), then reject; the replica rebases on those records.
-            undo()
-            return self._forward_missing(lambda: self._reject_after_move(conn, batch))
         if isinstance(outcome, Exception):
-            # The write may or may not have landed: trust only what the store says.
-            log.error("append to %s failed", self.id, exc_info=outcome)
             undo()
-            self._stale = True
-            detail = f"storage failed: {outcome}; reconnect and resend"
-            return [Close(conn, "unavailable", detail)]
+            return self._not_appended(conn, batch, append, outcome)
         self.exists = True
         from_ = append.from_
         self.revision = append.mark.ack_revision
@@ -606,10 +595,13 @@ class RoomCore(Generic[C]):
         # it (docs/design.md, "Performance choices").
         actions: list[Action[C]] = [Send(conn, frame) for frame in frames] if placed else []
         actions.append(Send(conn, _ack(batch.seq, append.mark)))
-        others = [other for other in self.subscribers if other != conn]
+        others = self._others.get(conn)
+        if others is None:
+            others = self._others[conn] = [other for other in self.subscribers if other != conn]
         if others:
             actions += [Broadcast(others, frame) for frame in frames]
-        actions += self._drafts_landed(batch.records)  # in the same step as the records
+        if self.drafts.drafts:
+            actions += self._drafts_landed(batch.records)  # in the same step as the records
         metrics = self.metrics
         metrics.records_appended += len(append.records)
         metrics.pushes_accepted += 1
@@ -618,6 +610,26 @@ class RoomCore(Generic[C]):
             snapshot = WriteSnapshot(self.lineage, self.revision, encode(self.conversation))
             actions += self._call(snapshot, self._snapshot_written)
         return actions
+
+    def _not_appended(
+        self, conn: C, batch: PushBatch, append: AppendRecords, outcome: Exception
+    ) -> list[Action[C]]:
+        """The store did not append `batch` (undone in the room already): say why."""
+        if isinstance(outcome, SeqTaken):
+            # Another hub (or this one before a restart) appended this push: bring the room
+            # and everyone up to the store, then answer with the ack the store holds.
+            self.marks[append.client] = outcome.mark
+            ack = Send(conn, _ack(batch.seq, outcome.mark))
+            return self._forward_missing(lambda: [ack])
+        if isinstance(outcome, LogMoved):
+            # Another hub sharing the store appended first: forward what it appended (exactly
+            # what this room folds), then reject; the replica rebases on those records.
+            return self._forward_missing(lambda: self._reject_after_move(conn, batch))
+        # The write may or may not have landed: trust only what the store says.
+        log.error("append to %s failed", self.id, exc_info=outcome)
+        self._stale = True
+        detail = f"storage failed: {outcome}; reconnect and resend"
+        return [Close(conn, "unavailable", detail)]
 
     def _reject_after_move(self, conn: C, batch: PushBatch) -> list[Action[C]]:
         if batch.lineage != self.lineage:
@@ -783,8 +795,10 @@ class RoomCore(Generic[C]):
 
     def next_deadline(self) -> int | None:
         """When `tick` next has something to do (ms, on the callers' clock), or None."""
-        times = [self.drafts.next_deadline(), self.presence.next_deadline()]
-        return min((t for t in times if t is not None), default=None)
+        drafts, presence = self.drafts.next_deadline(), self.presence.next_deadline()
+        if drafts is None or presence is None:
+            return presence if drafts is None else drafts
+        return min(drafts, presence)
 
     def _owner(self, conn: C) -> Owner:
         """Who `conn` is for draft ownership and presence: (principal, client)."""
@@ -889,25 +903,25 @@ def deliver(
     they go through `send`); return the store call that ends the list, if any (the caller
     awaits it and hands the outcome to `RoomCore.resume`). A `Raise` raises its error."""
     call: StoreCall | None = None
-    for action in actions:
-        match action:
-            case Send(to, frame, catch_up):
-                send(to, frame, catch_up)
-            case Broadcast(to, frame):
-                for conn in to:
-                    send(conn, frame, False)
-            case SendDraft(to, _, _, frame):
-                for conn in to:
-                    if send_draft is not None:
-                        send_draft(conn, action)
-                    else:
-                        send(conn, frame, False)
-            case Close(to, code, detail):
-                close(to, code, detail)
-            case Raise(error):
-                raise error
-            case _:
-                call = action
+    for action in actions:  # `isinstance`, most frequent first: not `match`, which costs more
+        if isinstance(action, Broadcast):
+            frame = action.frame
+            for conn in action.to:
+                send(conn, frame, False)
+        elif isinstance(action, Send):
+            send(action.to, action.frame, action.catch_up)
+        elif isinstance(action, SendDraft):
+            for conn in action.to:
+                if send_draft is not None:
+                    send_draft(conn, action)
+                else:
+                    send(conn, action.frame, False)
+        elif isinstance(action, Close):
+            close(action.to, action.code, action.detail)
+        elif isinstance(action, Raise):
+            raise action.error
+        else:
+            call = action
     return call
 
 

@@ -212,6 +212,8 @@ class DraftBoard(Generic[C]):
 
     def next_deadline(self) -> int | None:
         """When `tick` next has something to do (ms), or None."""
+        if not self.drafts:
+            return None  # deltas are owed only for open drafts (`end` drops the rest)
         interval = self.config.interval
         times = [sub.last_flush + interval for sub in self._subs.values() if sub.pending]
         for draft in self.drafts.values():

@@ -178,7 +178,7 @@ class Room:
         return self.core.snapshot_json()
 
     async def _carry_out(self, actions: list[Action[Subscriber]]) -> None:
-        while (call := deliver(actions, _send, Subscriber.fail, _send_draft)) is not None:
+        while (call := deliver(actions, Subscriber.send, Subscriber.fail, _send_draft)) is not None:
             try:
                 outcome: object = await store_call(self._store, self.id, call)
             except Exception as exc:
@@ -189,7 +189,8 @@ class Room:
     def show_remote(self, changes: list[Change]) -> None:
         """Show other hubs' drafts and presence changes to this room's subscribers. Needs no
         lock: it touches the live boards only (see `server.remote`)."""
-        deliver(show_changes(self.core, changes, now_ms()), _send, Subscriber.fail, _send_draft)
+        changes_shown = show_changes(self.core, changes, now_ms())
+        deliver(changes_shown, Subscriber.send, Subscriber.fail, _send_draft)
         self._deadline_moved()
 
     def _deadline_moved(self) -> None:
@@ -199,21 +200,19 @@ class Room:
             self.on_relay(self)
 
 
-def _send(sub: Subscriber, frame: bytes, catch_up: bool) -> None:
-    sub.send(frame, catch_up=catch_up)
-
-
 def _send_draft(sub: Subscriber, action: SendDraft[Subscriber]) -> None:
     sub.send_draft(action.key, action.message, action.frame)
 
 
 async def store_call(store: LogStore, conversation_id: str, call: StoreCall) -> object:
     """Carry out one `StoreCall` of a `RoomCore` on `store`; its outcome for `resume`."""
+    if isinstance(call, AppendRecords):  # first: one per push
+        return await store.append(
+            conversation_id, call.lineage, call.from_, call.records, call.client, call.mark
+        )
     match call:
         case ReadRecords(lineage, from_):
             return await store.read(conversation_id, lineage, from_)
-        case AppendRecords(lineage, from_, records, client, mark):
-            return await store.append(conversation_id, lineage, from_, records, client, mark)
         case LoadLog():
             return await store.load(conversation_id)
         case WriteSnapshot(lineage, revision, data):

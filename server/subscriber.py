@@ -77,7 +77,7 @@ class Subscriber:
     def closing(self) -> bool:
         return self._closing is not None
 
-    def send(self, frame: bytes, *, catch_up: bool = False) -> None:
+    def send(self, frame: bytes, catch_up: bool = False) -> None:
         """Send `frame` now if the socket keeps up, else queue it for the writer task. A full
         queue sends this subscriber to resync (live frames only: a catch-up is bounded by the
         log and always queued)."""
