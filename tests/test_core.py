@@ -107,6 +107,23 @@ def test_accepted_push_is_appended_with_the_mark_then_acked_and_broadcast() -> N
     assert room.revision == 1 and not room.waiting
 
 
+def test_records_go_to_exactly_the_connections_joined_at_the_time() -> None:
+    """Every push reaches every other connection joined then: one that joined after an earlier
+    push gets the later ones, one that left gets nothing more."""
+    room = core()
+
+    def reached(actions: list[Any]) -> list[int]:
+        return [len(frames_to(actions, conn)) for conn in "abc"]  # the ack counts for the pusher
+
+    joined(room, "a", "b")
+    assert reached(land(room, "a", 1, "one")) == [1, 1, 0]
+    joined(room, "c")
+    assert reached(land(room, "a", 2, "two")) == [1, 1, 1]
+    room.leave("b")
+    assert reached(land(room, "a", 3, "three")) == [1, 0, 1]
+    assert reached(land(room, "c", 1, "four")) == [1, 0, 1]
+
+
 def test_resend_of_a_landed_push_gets_its_ack_and_appends_nothing() -> None:
     """The same seq again is answered with the first ack, with no store call."""
     room = core()
