@@ -563,7 +563,7 @@ class _Sink:
         self.frames: list[bytes] = []
         self.closing = False
 
-    def send(self, frame: bytes, *, catch_up: bool = False) -> None:
+    def send(self, frame: bytes, catch_up: bool = False) -> None:
         self.frames.append(frame)
 
     def fail(self, code: str, detail: str) -> None:

@@ -178,7 +178,7 @@ class Room:
         return self.core.snapshot_json()
 
     async def _carry_out(self, actions: list[Action[Subscriber]]) -> None:
-        while (call := deliver(actions, Subscriber.send, Subscriber.fail, _send_draft)) is not None:
+        while (call := deliver(actions, _send, _fail, _send_draft)) is not None:
             try:
                 outcome: object = await store_call(self._store, self.id, call)
             except Exception as exc:
@@ -190,7 +190,7 @@ class Room:
         """Show other hubs' drafts and presence changes to this room's subscribers. Needs no
         lock: it touches the live boards only (see `server.remote`)."""
         changes_shown = show_changes(self.core, changes, now_ms())
-        deliver(changes_shown, Subscriber.send, Subscriber.fail, _send_draft)
+        deliver(changes_shown, _send, _fail, _send_draft)
         self._deadline_moved()
 
     def _deadline_moved(self) -> None:
@@ -198,6 +198,14 @@ class Room:
             self._on_deadline(self.core.next_deadline())
         if self.on_relay is not None and relay_pending(self.core):
             self.on_relay(self)
+
+
+def _send(sub: Subscriber, frame: bytes, catch_up: bool) -> None:
+    sub.send(frame, catch_up)
+
+
+def _fail(sub: Subscriber, code: str, detail: str) -> None:
+    sub.fail(code, detail)
 
 
 def _send_draft(sub: Subscriber, action: SendDraft[Subscriber]) -> None:
