@@ -42,7 +42,7 @@ from .entries import (
     stopped_note,
 )
 from .errors import ApplyError, UsageError
-from .fold import Fold
+from .fold import Fold, entry_list
 from .ids import AsideId, IdMinter, MessageId, default_minter, is_message_id
 from .lineage import Lineage
 from .messages import AnyMessage, Message, ToolCall, User
@@ -193,7 +193,7 @@ class Conversation(Fold):
     def copy(self) -> Conversation:
         """A full copy: entries, asides, halt, outbox, revision and lineage (messages shared)."""
         other = Conversation(ids=self._ids)
-        other._entries = list(self._entries)
+        other._entries = entry_list(self._entries)
         other._index = dict(self._index)
         other._fresh_upto = self._fresh_upto
         other._retired = dict(self._retired)
@@ -477,7 +477,7 @@ class Conversation(Fold):
         unsaved = {id_: aside for id_, aside in self._asides.items() if not aside.saved}
         if any(id_ in from_log._asides for id_ in unsaved):
             raise ApplyError("mismatch", "an unsaved aside's id is saved in the log")
-        self._entries = list(from_log._entries)
+        self._entries = entry_list(from_log._entries)
         self._index = dict(from_log._index)
         self._fresh_upto = from_log._fresh_upto
         self._retired = dict(from_log._retired)

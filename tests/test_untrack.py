@@ -156,3 +156,35 @@ def test_aside_values_are_untracked() -> None:
     assert not gc.is_tracked(aside.value)
     note = Aside("data", None, Author.rig(), {"rows": [[1, 2], [3]]})
     assert not gc.is_tracked(note.value) and not gc.is_tracked(note.value["rows"][0])
+
+
+@cpython_only
+def test_the_entry_list_stays_untracked_through_every_change() -> None:
+    """A full collection visits every item of a tracked list, so the list holding a
+    conversation's entries must stay untracked: when made, after pushes and a splice, after a
+    reset record, a reread and a copy, and in values made from a state."""
+    from sync import Reset, decode_state
+
+    conversation = Conversation()
+    conversation.push(Message.user("one"))
+    conversation.push(Message.user("two"))
+    conversation.splice(slice(0, 1), [Message.user("uno")], None)
+    log = Conversation()
+    for record in conversation.take_unsaved():
+        log.apply(record)
+    reread = Conversation()
+    reread.reread(log)
+    reset = Conversation()
+    reset.apply(ChangeRecord(Reset(log.state()), Author.rig(), 0))
+    made = [
+        conversation,
+        conversation.copy(),
+        log,
+        reread,
+        reset,
+        Conversation.from_state(log.state()),
+        decode_state(encode(log)),
+    ]
+    for value in made:
+        assert value.messages() == [Message.user("uno"), Message.user("two")]
+        assert not gc.is_tracked(value._entries), value
