@@ -360,7 +360,9 @@ def main(argv: list[str] | None = None) -> int:
             "This tree untracks them where they are made and decoded (`sync/untrack.py`); "
             "the structs around them were already `gc=False`, and the id index (strings to "
             "ints) is a dict CPython leaves untracked by itself. The price is paid once per "
-            "message made or decoded (`decode_record` above).",
+            "message made or decoded (`decode_record` above). The list holding each value's "
+            "entries is untracked too (`sync.fold.entry_list`): with it tracked, a full "
+            "collection still visited its 100,000 items per value, 13-17 ms here on its own.",
         ]
     )
     if args.quick or args.no_write:
