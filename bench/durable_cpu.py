@@ -32,6 +32,7 @@ import importlib.util
 import io
 import os
 import pstats
+import shutil
 import sys
 import tempfile
 import threading
@@ -124,6 +125,7 @@ def _handoff_store(memory_store: Any) -> Any:
 
 def serve(argv: list[str]) -> None:
     """`bench/_hubproc.py hub ...`, plus the `threads` and `cpu_profile_*` commands."""
+    import bench._engine
     import bench._hubproc as hubproc  # first: it imports the run's copy of the engine
 
     sqlite_mod = importlib.import_module("server.store.sqlite")
@@ -132,7 +134,10 @@ def serve(argv: list[str]) -> None:
         hubproc.SqliteStore = _handoff_store(hubproc.MemoryStore)  # type: ignore[misc]
     if "--variant-file" in argv:
         at = argv.index("--variant-file")
-        path = argv[at + 1]
+        # Copied into the run's engine copy, where the driver's check expects every engine
+        # module of this process to come from.
+        path = str(Path(bench._engine.CODE) / "server" / "store" / "_variant.py")
+        shutil.copyfile(argv[at + 1], path)
         del argv[at : at + 2]
         spec = importlib.util.spec_from_file_location("server.store._variant", path)
         assert spec is not None and spec.loader is not None
