@@ -6,7 +6,6 @@ import msgspec
 
 from .entries import Aside, Author, Entry, Halt, SavedAside
 from .ids import AsideId, MessageId
-from .untrack import is_tracked, untrack_at
 
 __all__ = [
     "AnyChange",
@@ -22,14 +21,6 @@ __all__ = [
 ]
 
 
-def _settle(items: object) -> None:
-    """Untrack the list `items` when all it holds is untracked (entries, ids, saved asides):
-    replicas keep records (a subscriber's lag, a writer's pushes), and a full collection
-    would visit every one of these lists (`sync/untrack.py` says why that is safe)."""
-    if type(items) is list and not any(map(is_tracked, items)):
-        untrack_at(id(items))
-
-
 class Change(msgspec.Struct, frozen=True, gc=False, tag_field="type"):
     """Base of every change: one edit of a conversation."""
 
@@ -39,9 +30,6 @@ class Push(Change, frozen=True, tag="push"):
 
     entries: list[Entry]
 
-    def __post_init__(self) -> None:
-        _settle(self.entries)
-
 
 class Splice(Change, frozen=True, tag="splice"):
     """Entries `start:stop` (whose ids are `removed`) replaced with `entries`."""
@@ -50,10 +38,6 @@ class Splice(Change, frozen=True, tag="splice"):
     stop: int
     removed: list[MessageId]
     entries: list[Entry]
-
-    def __post_init__(self) -> None:
-        _settle(self.removed)
-        _settle(self.entries)
 
 
 class HaltChange(Change, frozen=True, tag="halt"):
@@ -77,11 +61,6 @@ class ConversationState(msgspec.Struct, frozen=True, gc=False):
     asides: list[SavedAside] = msgspec.field(default_factory=list)
     halt: Halt | None = None
     retired: list[MessageId] = msgspec.field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        _settle(self.entries)
-        _settle(self.asides)
-        _settle(self.retired)
 
 
 class Reset(Change, frozen=True, tag="reset"):

@@ -188,33 +188,3 @@ def test_the_entry_list_stays_untracked_through_every_change() -> None:
     for value in made:
         assert value.messages() == [Message.user("uno"), Message.user("two")]
         assert not gc.is_tracked(value._entries), value
-
-
-@cpython_only
-def test_change_lists_are_untracked_when_made_and_decoded() -> None:
-    """Replicas keep records (a subscriber's lag, a writer's pushes): the lists inside their
-    changes leave the collector, whether a conversation made them or a decoder did, unless
-    they hold something tracked."""
-    from sync import ConversationState, Reset, Splice
-
-    conversation = Conversation()
-    first = conversation.push(Message.user("one"))
-    conversation.push(Message.user("two"))
-    conversation.splice(slice(0, 1), [Message.user("uno")], None)
-    conversation.open_turn()
-    conversation.end_turn(TurnEnd.answered(first))
-    made = conversation.take_unsaved()
-    reset = ChangeRecord(Reset(conversation.state()), Author.rig(), 0)
-    records = [*made, reset, *(decode_record(encode(record)) for record in [*made, reset])]
-    pushes = [r.change for r in records if isinstance(r.change, Push)]
-    splices = [r.change for r in records if isinstance(r.change, Splice)]
-    states = [r.change.state for r in records if isinstance(r.change, Reset)]
-    assert len(pushes) == 4 and len(splices) == 2 and len(states) == 2
-    lists = [p.entries for p in pushes] + [s.entries for s in splices]
-    lists += [s.removed for s in splices]
-    lists += [getattr(s, name) for s in states for name in ("entries", "asides", "retired")]
-    assert not any(gc.is_tracked(items) for items in lists)
-    decoded = msgspec.json.decode(encode(conversation.state()), type=ConversationState)
-    assert not any(gc.is_tracked(getattr(decoded, f)) for f in ("entries", "asides", "retired"))
-    mine = ["a list of the caller's"]
-    assert gc.is_tracked(Push([mine]).entries)  # type: ignore[list-item]
