@@ -18,20 +18,31 @@ from sync import decode_state
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_readme_worker_and_ui_example_runs(tmp_path: Path) -> None:
-    """The worker + UI example in README.md runs and its replicas agree."""
+def readme_block(after: str | None = None, lang: str = "python") -> str:
+    """The first ```lang block of README.md (after the text `after`, if given)."""
     text = (ROOT / "README.md").read_text()
-    start = text.index("```python\n") + len("```python\n")
-    code = text[start : text.index("```", start)]
-    assert "assert ui.conversation == worker.conversation" in code
-    result = subprocess.run(
+    fence = f"```{lang}\n"
+    start = text.index(fence, text.index(after) if after else 0) + len(fence)
+    return text[start : text.index("```", start)]
+
+
+def run_python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run `code` in a fresh interpreter in `cwd`, the repository importable; bounded."""
+    return subprocess.run(
         [sys.executable, "-c", code],
-        cwd=tmp_path,  # the example's ./convsync.db lands here
+        cwd=cwd,
         env=dict(os.environ, PYTHONPATH=str(ROOT)),
         capture_output=True,
         text=True,
         timeout=bound(60),
     )
+
+
+def test_readme_worker_and_ui_example_runs(tmp_path: Path) -> None:
+    """The worker + UI example in README.md runs and its replicas agree."""
+    code = readme_block()
+    assert "assert ui.conversation == worker.conversation" in code
+    result = run_python(code, tmp_path)  # the example's ./convsync.db lands here
     assert result.returncode == 0, result.stderr
     assert "Lisbon" in result.stdout
     assert (tmp_path / "convsync.db").exists()
@@ -44,19 +55,8 @@ def test_readme_worker_and_ui_example_run_twice_refuses_the_reused_call_id(
     `c1`: the hub refuses it, the example says so (as the README explains) and still ends
     with both replicas equal."""
     text = (ROOT / "README.md").read_text()
-    start = text.index("```python\n") + len("```python\n")
-    code = text[start : text.index("```", start)]
-    runs = [
-        subprocess.run(
-            [sys.executable, "-c", code],
-            cwd=tmp_path,
-            env=dict(os.environ, PYTHONPATH=str(ROOT)),
-            capture_output=True,
-            text=True,
-            timeout=bound(60),
-        )
-        for _ in range(2)
-    ]
+    code = readme_block()
+    runs = [run_python(code, tmp_path) for _ in range(2)]
     assert [run.returncode for run in runs] == [0, 0], runs[-1].stderr
     assert "refused" not in runs[0].stdout
     said = "worker had 5 edits refused: strict pairing: tool call 'c1' of message 5 reuses"
@@ -66,19 +66,9 @@ def test_readme_worker_and_ui_example_run_twice_refuses_the_reused_call_id(
 
 def test_readme_draft_example_stops_the_model_call(tmp_path: Path) -> None:
     """The drafts example in README.md runs: the UI's stop cancels the worker's model call."""
-    text = (ROOT / "README.md").read_text()
-    anchor = text.index("## Streaming an answer")
-    start = text.index("```python\n", anchor) + len("```python\n")
-    code = text[start : text.index("```", start)]
+    code = readme_block(after="## Streaming an answer")
     assert "cancel_on_end()" in code
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=tmp_path,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        capture_output=True,
-        text=True,
-        timeout=bound(60),
-    )
+    result = run_python(code, tmp_path)
     assert result.returncode == 0, result.stderr
     assert "ui sees: Once upon a time," in result.stdout
     assert "drafting" in result.stdout or "thinking" in result.stdout
@@ -89,19 +79,9 @@ def test_readme_draft_example_stops_the_model_call(tmp_path: Path) -> None:
 def test_readme_running_it_for_real_example_runs(tmp_path: Path) -> None:
     """The token-protected example in "Running it for real" runs: the read-only UI's edit is
     refused as `forbidden` and a conversation outside its token is refused at once."""
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("## Running it for real") :]
-    start = section.index("```python\n") + len("```python\n")
-    code = section[start : section.index("```", start)]
+    code = readme_block(after="## Running it for real")
     assert "token=" in code and "mint_token" in code
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=tmp_path,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        capture_output=True,
-        text=True,
-        timeout=bound(60),
-    )
+    result = run_python(code, tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["ui edit: forbidden", "billing-1: forbidden"]
 
@@ -112,10 +92,7 @@ async def test_readme_command_line_runs_as_written(hub: Hub, tmp_path: Path) -> 
     (`CONVSYNC_URL`; the `serve` line and the live `tail` are left out, they do not end):
     both sends land, the export imports as an equal conversation, the snapshot says what it
     left out."""
-    text = (ROOT / "README.md").read_text()
-    anchor = text.index("The same from the command line")
-    start = text.index("```sh\n", anchor) + len("```sh\n")
-    lines = text[start : text.index("```", start)].splitlines()
+    lines = readme_block(after="The same from the command line", lang="sh").splitlines()
     assert lines[0].startswith(". .venv/bin/activate")
     script = "\n".join(
         line for line in lines if not line.startswith(("convsync serve ", "convsync tail "))
