@@ -41,6 +41,26 @@ def replica(hub: FakeHub, name: str) -> tuple[ReplicaSession, Link]:
     return session, hub.link(session)
 
 
+def two_after_five() -> tuple[FakeHub, tuple[ReplicaSession, Link], tuple[ReplicaSession, Link]]:
+    """A hub and replicas `a` and `b`, both settled on five messages `a` pushed."""
+    hub = FakeHub()
+    a, b = replica(hub, "a"), replica(hub, "b")
+    for n in range(5):
+        a[0].local.push(Message.user(f"old {n}"))
+    settle([a[1], b[1]])
+    return hub, a, b
+
+
+def rereads_seen(monkeypatch: pytest.MonkeyPatch) -> list[Conversation]:
+    """The values `Conversation.reread` is called on from now on."""
+    rereads: list[Conversation] = []
+    original = Conversation.reread
+    monkeypatch.setattr(
+        Conversation, "reread", lambda self, log: (rereads.append(self), original(self, log))[1]
+    )
+    return rereads
+
+
 def test_fresh_replica_catches_up_and_mirrors() -> None:
     """A new replica takes the log and then sees every record another replica pushes."""
     hub = FakeHub()
@@ -101,23 +121,14 @@ def test_a_placed_batch_with_nothing_on_top_is_fixed_in_place(
 ) -> None:
     """A writer awaiting its placed batch (nothing made on top of it) gets `local` put in log
     order without rereading the conversation: what overtook the batch goes under it."""
-    hub = FakeHub()
-    a, alink = replica(hub, "a")
-    b, blink = replica(hub, "b")
-    for n in range(5):
-        a.local.push(Message.user(f"old {n}"))
-    settle([alink, blink])
+    hub, (a, alink), (b, blink) = two_after_five()
     b.local.push(Message.user("from b"))
     blink.pump()
     blink.deliver_to_hub()
     note = a.local.add_aside(Aside("ui", None, Author.user(), {"x": 1}, saved=False))
     a.local.push(Message.user("from a"))
     alink.pump()  # made on revision 5; the log is at 6 when it arrives
-    rereads: list[Conversation] = []
-    original = Conversation.reread
-    monkeypatch.setattr(
-        Conversation, "reread", lambda self, log: (rereads.append(self), original(self, log))[1]
-    )
+    rereads = rereads_seen(monkeypatch)
     settle([alink, blink])
     assert a.local not in rereads  # fixed in place, not reread
     texts = [m.content[0].text for m in a.local.messages()]  # type: ignore[union-attr]
@@ -135,23 +146,14 @@ def test_pending_pushes_are_replayed_over_arriving_pushes_without_a_reread(
 ) -> None:
     """Records arriving while pushes wait unsent (nothing in flight): `local` takes the log's
     records, then the pending pushes on top, in place; events as the rebase's."""
-    hub = FakeHub()
-    a, alink = replica(hub, "a")
-    b, blink = replica(hub, "b")
-    for n in range(5):
-        a.local.push(Message.user(f"old {n}"))
-    settle([alink, blink])
+    hub, (a, alink), (b, blink) = two_after_five()
     note = b.local.add_aside(Aside("ui", None, Author.user(), {"x": 1}, saved=False))
     b.local.push(Message.user("b first"))
     b.local.push(Message.user("b second"))  # both unsent: b is not pumped
     a.local.push(Message.user("from a"))
     alink.pump()
     alink.deliver_to_hub()
-    rereads: list[Conversation] = []
-    original = Conversation.reread
-    monkeypatch.setattr(
-        Conversation, "reread", lambda self, log: (rereads.append(self), original(self, log))[1]
-    )
+    rereads = rereads_seen(monkeypatch)
     while blink.deliver_to_replica():
         pass
     assert b.local not in rereads  # replayed in place
