@@ -16,6 +16,7 @@ import collections
 
 from websockets.asyncio.server import ServerConnection, broadcast
 from websockets.exceptions import ConnectionClosed
+from websockets.frames import Frame, Opcode
 from websockets.protocol import State
 
 from sync.errors import CODES, close_code_of
@@ -31,6 +32,30 @@ LAGGING = CODES["lagging"].close
 DIRECT_WRITE = 256 * 1024
 """Unsent bytes on a socket below which a frame is written at once; above, frames queue (and
 count towards `send_queue` bytes) behind a writer that waits for the peer to read."""
+
+FRAMED_ONCE = 64 * 1024
+"""Frames up to this size are framed once for all the connections they go to (the last one
+framed is kept); a larger one is framed per connection, so no large copy outlives its send."""
+
+
+def wire_bytes(frame: bytes) -> bytes:
+    """`frame` as one unfragmented text frame from a server (unmasked, no extension): the
+    bytes are the same for every connection, so a broadcast needs them built once."""
+    return Frame(Opcode.TEXT, frame).serialize(mask=False, extensions=[])
+
+
+_framed: tuple[bytes, bytes] = (b"", wire_bytes(b""))  # the last frame framed, and its bytes
+
+
+def _wire(frame: bytes) -> bytes:
+    global _framed
+    last, wire = _framed
+    if frame is last:
+        return wire
+    wire = wire_bytes(frame)
+    if len(frame) <= FRAMED_ONCE:
+        _framed = (frame, wire)
+    return wire
 
 
 class _HeldDelta:
@@ -71,6 +96,9 @@ class Subscriber:
         self._closing: tuple[int, str] | None = None
         self._sending = False
         self._closer: asyncio.Task[None] | None = None
+        # Without an extension (permessage-deflate) a frame's bytes do not depend on the
+        # connection: they are written to the transport as built once (`_wire`).
+        self._plain = not ws.protocol.extensions
         self.client: str | None = None
 
     @property
@@ -86,7 +114,7 @@ class Subscriber:
         if not self._queue and not self._sending and self._keeps_up():
             # Nothing waits before it: write straight to the transport, as websockets'
             # broadcast does, without a task switch per frame and subscriber.
-            broadcast((self._ws,), frame, text=True)
+            self._write(frame)
             return
         counted = 0 if catch_up else len(frame)
         if counted and self._queued + counted > self._limit and self._queue:
@@ -107,7 +135,7 @@ class Subscriber:
         if self._closing is not None:
             return
         if not self._queue and not self._sending and self._keeps_up():
-            broadcast((self._ws,), frame, text=True)
+            self._write(frame)
             return
         held = self._held.get(key)
         if held is not None and held.end == message.offset:
@@ -117,6 +145,12 @@ class Subscriber:
         held = self._held[key] = _HeldDelta(key, message)
         self._queue.append((held, 0))
         self._wake.set()
+
+    def _write(self, frame: bytes) -> None:
+        if self._plain:
+            self._ws.transport.write(_wire(frame))
+        else:
+            broadcast((self._ws,), frame, text=True)
 
     def _keeps_up(self) -> bool:
         """Whether the socket is open and its unsent bytes are few (below `DIRECT_WRITE`)."""

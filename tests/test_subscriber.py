@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from websockets.frames import Frame, Opcode
 from websockets.protocol import State
+from websockets.streams import StreamReader
 
 from server.metrics import Metrics
-from server.subscriber import LAGGING, Subscriber
+from server.subscriber import FRAMED_ONCE, LAGGING, Subscriber
 from sync.protocol import DraftUpdate, decode_hub_message, encode_message
 
 
@@ -16,7 +18,7 @@ class FakeSocket:
     """Stands in for a server connection whose peer reads only when told to."""
 
     def __init__(self, buffered: int) -> None:
-        self.protocol = type("P", (), {"state": State.OPEN})()
+        self.protocol = type("P", (), {"state": State.OPEN, "extensions": []})()
         self.transport = self
         self.buffered = buffered
         self.sent: list[bytes] = []
@@ -101,3 +103,72 @@ async def test_draft_deltas_for_a_slow_peer_merge_and_never_count_as_lagging() -
     ]
     sub.close(1000, "")
     await asyncio.wait_for(writer, 1)
+
+
+class OpenSocket(FakeSocket):
+    """A connection that keeps up: every frame is written straight to its transport."""
+
+    def __init__(self, extensions: list[Any] | None = None) -> None:
+        super().__init__(buffered=0)
+        self.protocol.extensions = extensions or []
+        self.written: list[bytes] = []
+
+    def write(self, data: Any) -> None:
+        self.written.append(bytes(data))
+
+
+def parsed(wire: bytes) -> Frame:
+    """The one frame `wire` holds, read as a client reads what a server sent."""
+    reader = StreamReader()
+    reader.feed_data(wire)
+    reader.feed_eof()
+    parser = Frame.parse(reader.read_exact, mask=False)
+    try:
+        next(parser)
+    except StopIteration as done:
+        assert reader.at_eof(), "bytes left after the frame"
+        return done.value  # type: ignore[no-any-return]
+    raise AssertionError("an incomplete frame")
+
+
+def test_direct_writes_are_whole_text_frames_of_every_length_class() -> None:
+    """A frame written straight to the transport is one unmasked text frame holding exactly
+    the payload, for each header form (7-bit, 16-bit and 64-bit lengths) and for a frame
+    that goes to several connections (framed once) or over `FRAMED_ONCE` (framed each time)."""
+    sockets = [OpenSocket() for _ in range(3)]
+    subs = [Subscriber(ws, 1 << 30, Metrics()) for ws in sockets]  # type: ignore[arg-type]
+    sizes = [0, 125, 126, 65_535, 65_536, FRAMED_ONCE + 1, 200_000]
+    payloads = [bytes([97 + k]) * size for k, size in enumerate(sizes)]
+    for payload in payloads:
+        for sub in subs:
+            sub.send(payload)
+        # Another payload of the same length is framed afresh, not taken for the last one.
+        subs[0].send(payload.upper())
+    for ws in sockets:
+        expected = (
+            payloads if ws is not sockets[0] else [x for p in payloads for x in (p, p.upper())]
+        )
+        frames = [parsed(wire) for wire in ws.written]
+        assert [(f.opcode, f.fin, f.data) for f in frames] == [
+            (Opcode.TEXT, True, p) for p in expected
+        ]
+
+
+def test_with_an_extension_frames_go_through_websockets() -> None:
+    """With an extension (permessage-deflate) the bytes depend on the connection: websockets
+    frames them, not the hub."""
+
+    class Deflating(OpenSocket):
+        def __init__(self) -> None:
+            super().__init__(extensions=[object()])
+            self.framed: list[bytes] = []
+            self.protocol.send_text = self.framed.append
+            self.send_in_progress = None
+
+        def send_data(self) -> None:
+            pass
+
+    ws = Deflating()
+    sub = Subscriber(ws, 1 << 30, Metrics())  # type: ignore[arg-type]
+    sub.send(b'{"type":"ack"}')
+    assert ws.framed == [b'{"type":"ack"}'] and ws.written == []
