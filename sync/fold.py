@@ -74,7 +74,11 @@ class Fold:
         Raises:
             ApplyError: the record does not fit; nothing changed.
         """
-        self._fold(record.change)
+        change = record.change
+        if type(change) is Push:  # the common case: no undo to build, no `match`
+            self._add(change.entries)
+        else:
+            self._fold(change)
         self._revision += 1
 
     def apply_batch(self, records: Sequence[ChangeRecord]) -> Undo:
@@ -168,6 +172,23 @@ class Fold:
                 raise ApplyError("retired", f"entry id {id_} was taken out and cannot be pushed")
 
     def _fold_push(self, entries: list[Entry]) -> Undo:
+        index = self._index
+        held = self._entries
+        length = len(held)
+        halt = self._halt
+        self._add(entries)
+
+        def undo() -> None:
+            for entry in held[length:]:
+                del index[entry.id]  # type: ignore[arg-type]
+            del held[length:]
+            self._fresh_upto = min(self._fresh_upto, length)
+            self._halt = halt
+
+        return undo
+
+    def _add(self, entries: list[Entry]) -> None:
+        """Check `entries` as a push's, then append them (the halt is cleared)."""
         if len(entries) == 1:  # the common case, checked inline
             id_ = entries[0].id
             if not is_message_id(id_):
@@ -189,16 +210,7 @@ class Fold:
         held.extend(entries)
         if self._fresh_upto == length:
             self._fresh_upto = len(held)
-        halt, self._halt = self._halt, None
-
-        def undo() -> None:
-            for entry in held[length:]:
-                del index[entry.id]  # type: ignore[arg-type]
-            del held[length:]
-            self._fresh_upto = min(self._fresh_upto, length)
-            self._halt = halt
-
-        return undo
+        self._halt = None
 
     def _fold_splice(
         self, start: int, stop: int, removed: list[MessageId], entries: list[Entry]
