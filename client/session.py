@@ -455,11 +455,15 @@ class ReplicaSession:
             records = records[skip:]
             if not records:
                 return []
-        local = self.local
         try:
-            for record in records:
-                local.apply(record)
-                lag.append(record)  # once it fits: `revision` counts what `local` holds
+            if len(records) == 1:
+                self.local.apply(records[0])
+                lag.append(records[0])  # once it fits: `revision` counts what `local` holds
+            else:
+                apply, keep = self.local.apply, lag.append
+                for record in records:
+                    apply(record)
+                    keep(record)
         except Exception as exc:
             raise RemoteProtocolError(
                 "diverged", f"a record from the hub does not fit: {exc}"
