@@ -137,6 +137,8 @@ class Fold:
     def _fold(self, change: AnyChange) -> Undo:
         """Check `change` completely, then apply it; return what undoes it (valid until the
         next change). Raises `ApplyError` changing nothing."""
+        if type(change) is Push:  # the common case, before the `match`
+            return self._fold_push(change.entries)
         match change:
             case Push(entries):
                 return self._fold_push(entries)
