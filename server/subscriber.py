@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 
 from websockets.asyncio.server import ServerConnection, broadcast
 from websockets.exceptions import ConnectionClosed
@@ -25,6 +26,8 @@ from sync.protocol import DraftUpdate, Error, encode_message
 from .metrics import Metrics
 
 __all__ = ["DIRECT_WRITE", "LAGGING", "Subscriber"]
+
+log = logging.getLogger("convsync.hub")
 
 LAGGING = CODES["lagging"].close
 """Close code for a subscriber sent to resync: reconnect and catch up from your revision."""
@@ -148,7 +151,11 @@ class Subscriber:
 
     def _write(self, frame: bytes) -> None:
         if self._plain:
-            self._ws.transport.write(_wire(frame))
+            try:
+                self._ws.transport.write(_wire(frame))
+            except Exception:  # as in websockets' broadcast: one bad socket stops no other
+                log.warning("a frame could not be written; dropping the connection", exc_info=True)
+                self._ws.transport.abort()  # its replica reconnects and catches up
         else:
             broadcast((self._ws,), frame, text=True)
 

@@ -172,3 +172,22 @@ def test_with_an_extension_frames_go_through_websockets() -> None:
     sub = Subscriber(ws, 1 << 30, Metrics())  # type: ignore[arg-type]
     sub.send(b'{"type":"ack"}')
     assert ws.framed == [b'{"type":"ack"}'] and ws.written == []
+
+
+def test_a_socket_that_fails_a_write_is_dropped_and_the_others_still_get_the_frame(
+    caplog: Any,
+) -> None:
+    """A transport whose write raises is aborted (its replica reconnects and catches up); the
+    frame still goes to every other subscriber, as websockets' broadcast would have it."""
+
+    class Broken(OpenSocket):
+        def write(self, data: Any) -> None:
+            raise OSError("the socket is gone")
+
+    broken, healthy = Broken(), OpenSocket()
+    subs = [Subscriber(ws, 1 << 30, Metrics()) for ws in (broken, healthy)]  # type: ignore[arg-type]
+    for sub in subs:
+        sub.send(b'{"type":"records"}')
+    assert broken.closed == (1006, "")  # aborted
+    assert [parsed(wire).data for wire in healthy.written] == [b'{"type":"records"}']
+    assert "could not be written" in caplog.text
