@@ -897,14 +897,19 @@ def deliver(
     send: Callable[[C, bytes, bool], None],
     close: Callable[[C, ErrorCode, str], None],
     send_draft: Callable[[C, SendDraft[C]], None] | None = None,
+    broadcast: Callable[[list[C], bytes], None] | None = None,
 ) -> StoreCall | None:
     """Carry out the frame actions of `actions` in order with `send(to, frame, catch_up)` and
     `close(to, code, detail)` (and `send_draft(to, action)` for draft deltas, if given; else
-    they go through `send`); return the store call that ends the list, if any (the caller
-    awaits it and hands the outcome to `RoomCore.resume`). A `Raise` raises its error."""
+    they go through `send`; and `broadcast(to, frame)` for a frame to several, if given; else
+    `send` to each); return the store call that ends the list, if any (the caller awaits it
+    and hands the outcome to `RoomCore.resume`). A `Raise` raises its error."""
     call: StoreCall | None = None
     for action in actions:  # `isinstance`, most frequent first: not `match`, which costs more
         if isinstance(action, Broadcast):
+            if broadcast is not None:
+                broadcast(action.to, action.frame)
+                continue
             frame = action.frame
             for conn in action.to:
                 send(conn, frame, False)

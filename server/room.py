@@ -178,7 +178,7 @@ class Room:
         return self.core.snapshot_json()
 
     async def _carry_out(self, actions: list[Action[Subscriber]]) -> None:
-        while (call := deliver(actions, _send, _fail, _send_draft)) is not None:
+        while (call := deliver(actions, _send, _fail, _send_draft, _broadcast)) is not None:
             try:
                 outcome: object = await store_call(self._store, self.id, call)
             except Exception as exc:
@@ -190,7 +190,7 @@ class Room:
         """Show other hubs' drafts and presence changes to this room's subscribers. Needs no
         lock: it touches the live boards only (see `server.remote`)."""
         changes_shown = show_changes(self.core, changes, now_ms())
-        deliver(changes_shown, _send, _fail, _send_draft)
+        deliver(changes_shown, _send, _fail, _send_draft, _broadcast)
         self._deadline_moved()
 
     def _deadline_moved(self) -> None:
@@ -202,6 +202,11 @@ class Room:
 
 def _send(sub: Subscriber, frame: bytes, catch_up: bool) -> None:
     sub.send(frame, catch_up)
+
+
+def _broadcast(subs: list[Subscriber], frame: bytes) -> None:
+    for sub in subs:  # one call per subscriber, not two: the hot loop of every push
+        sub.send(frame)
 
 
 def _fail(sub: Subscriber, code: str, detail: str) -> None:
