@@ -612,15 +612,16 @@ class Hub:
                 break
             try:
                 message = session.receive(data, now)
+                if type(message) is PushBatch:  # first, without the `match`
+                    assert held.room is not None
+                    await held.room.push(sub, message)
+                    self._web.touched(held.room)
+                    continue
                 match message:
                     case Hello():
                         held.moved.set()
                         await self._join(session, message, sub, held, conversation_id, now)
                         assert held.room is not None
-                        self._web.touched(held.room)
-                    case PushBatch():
-                        assert held.room is not None
-                        await held.room.push(sub, message)
                         self._web.touched(held.room)
                     case Auth():
                         assert held.room is not None

@@ -155,6 +155,15 @@ class HubSession:
             message = decode_client_message(data)
         except DecodeError as exc:
             raise _explain(data, exc) from exc
+        if type(message) is PushBatch:  # first, without the `match`: nearly every message
+            if self.hello is None:
+                raise RemoteProtocolError("no_hello", "push before hello")
+            if message.seq < 1:
+                raise RemoteProtocolError("bad_message", "push seq starts at 1")
+            if not message.records:
+                raise RemoteProtocolError("bad_message", "a push carries at least one record")
+            _check_position(message.lineage, message.revision)
+            return message
         match message:
             case Hello(client, lineage, revision):
                 if self.hello is not None:
@@ -165,14 +174,6 @@ class HubSession:
                     )
                 _check_position(lineage, revision)
                 self.hello = message
-            case PushBatch(seq, lineage, revision, records):
-                if self.hello is None:
-                    raise RemoteProtocolError("no_hello", "push before hello")
-                if seq < 1:
-                    raise RemoteProtocolError("bad_message", "push seq starts at 1")
-                if not records:
-                    raise RemoteProtocolError("bad_message", "a push carries at least one record")
-                _check_position(lineage, revision)
             case Auth():
                 if self.hello is None:
                     raise RemoteProtocolError("no_hello", "auth before hello")
