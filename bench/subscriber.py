@@ -336,18 +336,23 @@ def section(results: Results, settings: Settings, ref: str, started: str, second
             "most max(64, entries // 4) records of it.",
             "",
             "What is left beyond one fold per record is a fixed cost per `records` message "
-            "(the row above: CPU per message beyond one fold per record): the `receive` call "
-            "and its `match`, the gap check, the nothing-pending check, and the `Applied` "
-            "event the application receives. Spread over a burst it vanishes (the 50-record "
-            "rows); with one record per message it is over half a fold on top of the fold, "
-            "which is why that row misses the 1.2x bar. The row 'the least loop per message' "
-            "measures, in the same run, a loop that does only what any session must do per "
-            "message with no check at all (take the records, fold each, keep it, one "
-            "`Applied` in a list): with one record per message it alone is most of the 1.2x "
-            "budget, so that bar is out of reach for one-record messages in CPython without "
-            "dropping the per-message event. In a real `Replica` each message also costs a "
-            "`decode_hub_message` of its frame, about one fold's worth again (see the model "
-            "section's decode figures).",
+            "(the `receive` call, the gap check, the nothing-pending check, the `Applied` "
+            "event the application receives) and, per record, keeping it in the lag and the "
+            "renewals of `confirmed` (the row above: CPU per message beyond one fold per "
+            "record). The row 'the least loop per message' measures, in the same run, a loop "
+            "that does only what any session must do per message with no check at all (take "
+            "the records, fold each, keep it, one `Applied` in a list): with one record per "
+            "message it alone is most of the 1.2x budget, so that bar is out of reach for "
+            "one-record messages in CPython without dropping the per-message event. With 50 "
+            "records per message the renewals are most of what is left: the same receive "
+            "loop with renewals switched off (`lag_floor` above the run's length) measured "
+            "0.63 µs per record against 0.74 µs with them, on a fold of 0.57 µs (one ad hoc "
+            "run, 9 repeats). Since `Fold.apply` stopped building an undo it discards (about "
+            "half its cost), the renewals, about 4 entry copies per record, are a fifth of a "
+            "fold; a longer lag would make them cheaper and the fold an edit needs longer "
+            "(both are traded in `ReplicaSession._bound_lag`). In a real `Replica` each "
+            "message also costs a `decode_hub_message` of its frame, more than a fold (see "
+            "the model section's decode figures).",
         ]
     )
 
