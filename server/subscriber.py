@@ -1,12 +1,14 @@
 """The sending side of one hub connection: a bounded queue of frames and one writer task.
 
 A frame goes straight to the socket while the socket keeps up (as websockets' `broadcast`
-does, without a task switch per frame); otherwise it queues behind one writer task that waits
-for the peer to read. A subscriber whose queue of live frames passes `send_queue` bytes is
-closed with code 4000 (`lagging`) and catches up when it reconnects; catch-up frames never
-count toward that limit (they are bounded by the log). Draft deltas (SPEC 7) never count either:
-while one waits in the queue, later deltas of the same draft part merge into it, so a slow
-peer holds at most one pending delta per draft part, bounded by the draft's text.
+does, without a task switch per frame; framed once for all the connections it goes to, when
+no extension makes the bytes differ per connection); otherwise it queues behind one writer
+task that waits for the peer to read. A subscriber whose queue of live frames passes
+`send_queue` bytes is closed with code 4000 (`lagging`) and catches up when it reconnects;
+catch-up frames never count toward that limit (they are bounded by the log). Draft deltas
+(SPEC 7) never count either: while one waits in the queue, later deltas of the same draft part
+merge into it, so a slow peer holds at most one pending delta per draft part, bounded by the
+draft's text.
 """
 
 from __future__ import annotations
