@@ -140,8 +140,6 @@ class Fold:
         if type(change) is Push:  # the common case, before the `match`
             return self._fold_push(change.entries)
         match change:
-            case Push(entries):
-                return self._fold_push(entries)
             case Splice(start, stop, removed, entries):
                 return self._fold_splice(start, stop, removed, entries)
             case HaltChange(halt):
