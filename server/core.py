@@ -495,7 +495,7 @@ class RoomCore(Generic[C]):
             # Checked before anything else, a resend too: the token decides, not the seq.
             why = "token expired" if grant.can_write else "token lacks the write scope"
             return [Send(conn, self._reject(batch, "forbidden", why))]
-        key = self._mark_key(grant, client) if self.config.auth else client
+        key = self._mark_key(grant, client)
         mark = self.marks.get(key)
         if mark is not None and batch.seq <= mark.seq:
             # A resend of a push that landed: answer with its ack, append nothing.
