@@ -128,6 +128,7 @@ class Settings:
     latency_warmup: float
     latency_repeats: int
     fsync_probes: int  # fsyncs timed per repeat of the latency topic
+    wake_probes: int  # pushes timed after a sleep (and back to back) per latency repeat
     durable_writers: tuple[int, int]
     durable_seconds: float
     contention_writers: tuple[int, int]
@@ -151,6 +152,7 @@ FULL = Settings(
     latency_warmup=1.0,
     latency_repeats=4,
     fsync_probes=100,
+    wake_probes=100,
     durable_writers=(1, 20),
     durable_seconds=4.0,
     contention_writers=(1, 10),
@@ -173,6 +175,7 @@ QUICK = Settings(
     latency_warmup=0.3,
     latency_repeats=1,
     fsync_probes=20,
+    wake_probes=20,
     durable_writers=(1, 5),
     durable_seconds=1.0,
     contention_writers=(1, 10),
@@ -1057,6 +1060,35 @@ async def run_relay_latency(
     return latency_run(latencies, total, timing)
 
 
+WAKE_IDLE = 0.01  # seconds asleep before each cold probe: the gap between records at 100/s
+
+
+def wake_probe(count: int) -> tuple[list[float], list[float], list[float]]:
+    """This process's cost of running cold: seconds of `count` empty timings (two
+    `perf_counter` calls) and of `count` `Conversation.push` calls of a ~300-byte user
+    message, each right after `WAKE_IDLE` seconds asleep, as every process sleeps between
+    records at 100/s; then of `count` pushes back to back. Returns (empty, cold, hot)."""
+    from sync import Conversation
+
+    messages = payload_messages(2 * count)
+    conversation = Conversation()
+    clock = time.perf_counter
+    empty, cold, hot = [], [], []
+    for k in range(count):
+        time.sleep(WAKE_IDLE)
+        began = clock()
+        empty.append(clock() - began)
+        time.sleep(WAKE_IDLE)
+        began = clock()
+        conversation.push(messages[k])
+        cold.append(clock() - began)
+    for k in range(count, 2 * count):
+        began = clock()
+        conversation.push(messages[k])
+        hot.append(clock() - began)
+    return empty, cold, hot
+
+
 def fsync_probe(directory: str, count: int, size: int = 512) -> list[float]:
     """Seconds of each of `count` appends of `size` bytes + `os.fsync` to a new file in
     `directory` (as a WAL commit appends and syncs)."""
@@ -1126,7 +1158,16 @@ async def topic_latency(settings: Settings, args: argparse.Namespace) -> Topic:
         "- **fsync**: in each repeat, "
         f"{settings.fsync_probes} appends of 512 bytes + `os.fsync` to a file in the same "
         "directory as the SQLite file; the figure is the median over all of them (spread: "
-        "min-max of the per-repeat medians).\n\n"
+        "min-max of the per-repeat medians).\n"
+        f"- **wake probe** (informative): in each repeat, {settings.wake_probes} "
+        "`Conversation.push` calls of one of these messages in this process, each right "
+        f"after {WAKE_IDLE * 1000:g} ms asleep (the gap between records at 100/s), then "
+        f"{settings.wake_probes} back to back, and {settings.wake_probes} empty timings "
+        "(two `perf_counter` calls) after the same sleep. Every process sleeps between "
+        "records at 100/s, and code that runs right after a sleep runs with cold caches: "
+        "where that costs many times the hot figure, the 100/s ratio weighs each step "
+        "convsync takes per record beyond the relay's by that factor, not by its CPU "
+        "profile.\n\n"
         "Bars (issue 8), at each rate: memory p50 <= 1.3x and p99 <= 1.6x the relay's; "
         "SQLite p50 <= memory p50 + 1.5 x one fsync. The garbage collector runs normally in "
         "every process; full (generation 2) collections are counted with `gc.callbacks`. "
@@ -1147,6 +1188,8 @@ async def topic_latency(settings: Settings, args: argparse.Namespace) -> Topic:
     quiet: list[LatencyRun] = []
     fsyncs: list[float] = []
     fsync_medians: list[float] = []
+    wakes: dict[str, list[float]] = {"empty": [], "cold": [], "hot": []}
+    cold_medians: list[float] = []
     async with servers() as start:
         procs = {
             "relay": await start("baseline"),
@@ -1162,6 +1205,10 @@ async def topic_latency(settings: Settings, args: argparse.Namespace) -> Topic:
             probe = fsync_probe(tmp.name, settings.fsync_probes)
             fsyncs += probe
             fsync_medians.append(median(probe) * 1000)
+            empty, cold, hot = wake_probe(settings.wake_probes)
+            for name, taken in (("empty", empty), ("cold", cold), ("hot", hot)):
+                wakes[name] += taken
+            cold_medians.append(median(cold) * 1e6)
             log(f"latency #{repeat}: fsync {fsync_medians[-1]:.3f} ms (median)")
             for rate in rates_:
                 for kind in run_order(kinds, old, repeat):
@@ -1292,6 +1339,16 @@ async def topic_latency(settings: Settings, args: argparse.Namespace) -> Topic:
             "one fsync (512-byte append + `os.fsync`, the SQLite file's directory)",
             f"{fsync_ms_:.3f} ms ({len(fsyncs):,} fsyncs)",
             spread=spread(fsync_medians, "{:.3f}") + " ms",
+        )
+    )
+    cold_us, hot_us = median(wakes["cold"]) * 1e6, median(wakes["hot"]) * 1e6
+    results.add(
+        Row(
+            f"wake probe: `Conversation.push` right after {WAKE_IDLE * 1000:g} ms asleep / back "
+            "to back; an empty timing after the same sleep (informative)",
+            f"{cold_us:.1f} / {hot_us:.1f} µs ({cold_us / hot_us:.0f}x); "
+            f"{median(wakes['empty']) * 1e6:.1f} µs",
+            spread=spread(cold_medians, "{:.1f}") + " µs (cold push)",
         )
     )
     memory_top = runs[("memory", top)]
