@@ -92,7 +92,7 @@ from server.hub import Hub
 from server.metrics import Metrics
 from server.room import Room
 from server.store import MemoryStore, SqliteStore
-from sync import Lineage, Message, decode_record, encode
+from sync import Conversation, Lineage, Message, decode_record, encode
 from sync.protocol import (
     SUBPROTOCOL,
     Ack,
@@ -846,8 +846,6 @@ async def topic_fanout(settings: Settings, args: argparse.Namespace) -> Topic:
 
 
 def _records_of(messages: list[Message]) -> list[Any]:
-    from sync import Conversation
-
     source = Conversation()
     for item in messages:
         source.push(item)
@@ -1068,8 +1066,6 @@ def wake_probe(count: int) -> tuple[list[float], list[float], list[float]]:
     `perf_counter` calls) and of `count` `Conversation.push` calls of a ~300-byte user
     message, each right after `WAKE_IDLE` seconds asleep, as every process sleeps between
     records at 100/s; then of `count` pushes back to back. Returns (empty, cold, hot)."""
-    from sync import Conversation
-
     messages = payload_messages(2 * count)
     conversation = Conversation()
     clock = time.perf_counter
