@@ -760,7 +760,7 @@ async def cmd_send(args: argparse.Namespace) -> int:
     ) as replica:
         replica.conversation.push(Message.user(text))
         await flush_edits(replica, args.timeout, "the message")
-        print(replica.session.confirmed.revision)
+        print(replica.revision)
     return 0
 
 

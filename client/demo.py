@@ -161,7 +161,7 @@ async def _worker(
             say("agent", "waits for the ui to chime in")
             with anyio.move_on_after(_wait()):
                 while not _interjected(conversation, since):
-                    await worker.wait_for(worker.session.confirmed.revision + 1)
+                    await worker.wait_for(worker.revision + 1)
             if not _interjected(conversation, since):
                 say("agent", "heard nothing from the ui; answering anyway")
         await _pause(fast)

@@ -15,9 +15,11 @@ on top of that batch). At most one batch is in flight.
   pending, an ack, a reject, a welcome, a caller), by folding the lag: valid whatever `local`
   holds by then. `revision` and `lineage` (what `hello` and a push carry) count the lag
   without folding it. Once the lag outgrows `max(lag_floor, len(local) // 4)` records
-  while nothing is pending, `local` equals the log, so `confirmed` is renewed as a copy of
-  it and the lag dropped: one fold per record, plus an O(len(local)) copy now and then, and
-  the lag stays bounded.
+  while nothing is pending, `local` equals the log, so `confirmed` and the lag are dropped:
+  `local` alone stands for the log, and each record costs one fold and nothing more. The
+  log's value is set apart again, as a copy of `local` (O(len(local))), right before the
+  application's next edit (`Conversation.before_edit`), or when something reads it. A pure
+  subscriber (a viewer, a dashboard) so holds one value, not two.
 - Records that arrive while something is pending fold into `confirmed`; the batch in flight
   is doomed (the hub will reject it as `behind`: it handles pushes in log order) and every
   pending record is replayed on the new log by `sync.rebase`.
@@ -184,7 +186,10 @@ class ReplicaSession:
             raise UsageError("saved_value", "a replica starts from a value with no saved records")
         self.client = client
         self.local = local
-        self._confirmed = Conversation()
+        # None: dropped, `local` is the log (lineage and revision below), nothing pending.
+        self._confirmed: Conversation | None = Conversation()
+        self._log_lineage = Lineage.EMPTY  # the log's, while `_confirmed` is None
+        self._log_revision = 0
         self._lag: list[ChangeRecord] = []  # folded into `local` only, not yet into `_confirmed`
         self._lag_limit = 0  # the lag's length that makes `_bound_lag` look again
         self.seq = seq
@@ -230,27 +235,40 @@ class ReplicaSession:
     def confirmed(self) -> Conversation:
         """The log's value at `revision`, as this replica last saw it (no outbox).
 
-        Reading it folds in the records that so far went into `local` alone (see the module
-        doc); read `revision` and `lineage` instead when they are all you need.
+        Reading it folds in the records that so far went into `local` alone, or copies
+        `local` when no separate value is kept (see the module doc); read `revision` and
+        `lineage` instead when they are all you need.
         """
+        confirmed = self._confirmed
+        if confirmed is None:
+            return self._set_apart()
         self._fold_lag()
-        return self._confirmed
+        return confirmed
 
     @property
     def revision(self) -> int:
         """The log's revision as this replica last saw it (`confirmed.revision`, without
-        folding anything)."""
-        return self._confirmed.revision + len(self._lag)
+        folding or copying anything)."""
+        confirmed = self._confirmed
+        if confirmed is None:
+            return self._log_revision
+        return confirmed.revision + len(self._lag)
 
     @property
     def lineage(self) -> int:
         """The lineage of the log this replica follows (`confirmed.lineage`)."""
-        return self._confirmed.lineage
+        confirmed = self._confirmed
+        return self._log_lineage if confirmed is None else confirmed.lineage
 
     @property
     def lagging(self) -> int:
         """Records folded into `local` alone so far: what reading `confirmed` would fold."""
         return len(self._lag)
+
+    @property
+    def shares_local(self) -> bool:
+        """Whether `local` alone holds the log's value now (no separate `confirmed` kept)."""
+        return self._confirmed is None
 
     @property
     def pending(self) -> int:
@@ -445,8 +463,11 @@ class ReplicaSession:
         """Records for a session with nothing pending or in flight (so nothing held), caught
         up: fold them into `local` alone and keep them as the lag. This is a subscriber's
         whole cost per record, so it stays lean."""
+        confirmed = self._confirmed
+        if confirmed is None:
+            return self._on_records_shared(message)
         lag = self._lag
-        revision = self._confirmed.revision + len(lag)
+        revision = confirmed.revision + len(lag)
         records = message.records
         skip = revision - message.from_
         if skip:
@@ -472,11 +493,40 @@ class ReplicaSession:
             self._bound_lag()
         return [Applied(len(records), revision + len(records))]
 
+    def _on_records_shared(self, message: Records) -> list[Event]:
+        """`_on_records_settled` while `local` alone is the log: a fold per record, no more."""
+        revision = self._log_revision
+        records = message.records
+        skip = revision - message.from_
+        if skip:
+            if skip < 0:
+                raise RemoteProtocolError("gap", f"records from {message.from_}, at {revision}")
+            records = records[skip:]
+            if not records:
+                return []
+        local = self.local
+        before = local.revision
+        try:
+            if len(records) == 1:
+                local.apply(records[0])
+            else:
+                apply = local.apply
+                for record in records:
+                    apply(record)
+        except Exception as exc:
+            raise RemoteProtocolError(
+                "diverged", f"a record from the hub does not fit: {exc}"
+            ) from exc
+        finally:
+            self._log_revision = revision + local.revision - before  # what fitted
+        return [Applied(len(records), revision + len(records))]
+
     def _on_records(self, message: Records) -> list[Event]:
         if self._welcome is None:
             raise RemoteProtocolError("unexpected", "records before welcome")
-        lag = self._lag
-        revision = self._confirmed.revision + len(lag) + len(self._held)
+        if self._confirmed is None:
+            self._set_apart()  # `local` moved away from the log outside the session's sight
+        revision = self.revision + len(self._held)
         skip = revision - message.from_
         if skip < 0:
             raise RemoteProtocolError("gap", f"records from {message.from_}, at {revision}")
@@ -563,37 +613,57 @@ class ReplicaSession:
         return [Applied(len(held), confirmed.revision)]
 
     def _bound_lag(self) -> None:
-        """The lag passed its last limit: renew `confirmed` when it passes the current one,
+        """The lag passed its last limit: drop `confirmed` when it passes the current one,
         max(lag_floor, len(local) // 4), and note the limit for the next records."""
         limit = max(self.lag_floor, len(self.local) >> 2)
         if len(self._lag) > limit:
-            self._renew_confirmed()
-            limit = max(self.lag_floor, len(self.local) >> 2)
+            self._drop_confirmed()
         self._lag_limit = limit
 
-    def _renew_confirmed(self) -> None:
+    def _drop_confirmed(self) -> None:
         """Nothing pending: `local` holds exactly `confirmed` plus the lag (and maybe unsaved
-        asides, which a reread leaves out), so copy it into a new `confirmed`, dropping the
-        lag; O(len(local)) instead of a fold per lagging record."""
+        asides, which are not the log's), so let `local` alone stand for the log until the
+        application's next edit: no copy kept, no lag, one fold per record from now on."""
         old = self._confirmed
+        assert old is not None
         revision = old.revision + len(self._lag)
-        if self.local.revision != revision or self.local.unsaved() or self._inflight:
+        local = self.local
+        if local.revision != revision or local.has_unsaved or self._inflight or self._held:
             self._fold_lag()  # `local` is not the log (an application misusing it): fold
             return
-        fresh = Conversation()
-        fresh.reread(self.local)
-        # `local` may still carry the lineage it began with (EMPTY) when its log was empty.
-        fresh.continue_log(old.lineage, revision)
-        self._confirmed = fresh
+        self._log_lineage, self._log_revision = old.lineage, revision
+        self._confirmed = None
         self._lag = []
+        local.before_edit(self._set_apart)
+
+    def _set_apart(self) -> Conversation:
+        """`local` alone stood for the log: copy it into `confirmed` again (O(len(local))),
+        right before the application's first edit or whatever else needs the log's value."""
+        local = self.local
+        local.before_edit(None)
+        lineage, revision = self._log_lineage, self._log_revision
+        fresh = Conversation()
+        if local.revision == revision and not local.has_unsaved:
+            fresh.reread(local)  # its unsaved asides stay out
+            # `local` may still carry the lineage it began with (EMPTY) when its log was empty.
+            fresh.continue_log(lineage, revision)
+        # Else `local` was changed outside the session (`apply`, `take_unsaved`...): which
+        # part is the log's is unknown, so forget the log. The next push or catch-up starts
+        # from an empty log, and the hub answers with the log's state; `local` is rebased on
+        # it, as after any catch-up.
+        self._confirmed = fresh
+        self._lag_limit = 0  # the next record sets the lag's limit again
+        return fresh
 
     def _fold_lag(self) -> None:
         """Bring `confirmed` up to `revision`: valid whatever `local` holds by now."""
         lag = self._lag
         if lag:
+            confirmed = self._confirmed
+            assert confirmed is not None  # a lag is kept only beside a `confirmed`
             # These records fitted `local` when it equalled `confirmed` plus the lag before
             # them, so they fit here too.
-            self._fold(self._confirmed, lag)
+            self._fold(confirmed, lag)
             self._lag = []
 
     @staticmethod
@@ -636,9 +706,13 @@ class ReplicaSession:
             ) from exc
         confirmed.continue_log(message.lineage, message.revision)
         self._held = []  # the state holds them
+        old: Conversation | None = None
         if self._inflight is None and not self.local.unsaved():
             self._lag = []  # nothing pending: no rebase needs the old value as a base
-        old, self._confirmed = self.confirmed, confirmed
+            self.local.before_edit(None)
+        else:
+            old = self.confirmed
+        self._confirmed = confirmed
         events: list[Event] = [Reset(message.lineage, message.revision)]
         if self._catching_up:
             return events + self._maybe_caught_up()

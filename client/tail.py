@@ -424,7 +424,7 @@ def _waiting(name: str) -> str:
 
 def _title(replica: Replica, status: str = "") -> str:
     conversation = replica.conversation
-    revision = replica.session.confirmed.revision
+    revision = replica.revision
     return f"{replica.conversation_id} · revision {revision} · {len(conversation)} entries{status}"
 
 

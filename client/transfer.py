@@ -625,7 +625,7 @@ async def import_conversation(
                 )
             target.reset(imported)
             await flush_edits(replica, step_timeout, "the reset")
-            revision = replica.session.confirmed.revision
+            revision = replica.revision
             return Imported(len(entries), len(state.asides), revision, replaced=True)
         done = 0
         try:
@@ -654,5 +654,5 @@ async def import_conversation(
                 f"{exc.message} ({done} of {len(entries)} messages were imported)",
                 imported=done,
             ) from exc
-        revision = replica.session.confirmed.revision
+        revision = replica.revision
         return Imported(len(entries), len(state.asides), revision, replaced=False)

@@ -140,6 +140,7 @@ class Conversation(Fold):
 
     # The entries, id index, retired ids, asides, halt and revision are `Fold`'s slots.
     __slots__ = (
+        "_before_edit",
         "_dated",
         "_ids",
         "_limit",
@@ -165,6 +166,7 @@ class Conversation(Fold):
         self._dated: int | None = None
         self._reserved: MessageId | None = None
         self._listener: Callable[[], None] | None = None
+        self._before_edit: Callable[[], object] | None = None
 
     # ------------------------------------------------------------------ construction
 
@@ -416,6 +418,9 @@ class Conversation(Fold):
         Raises:
             ApplyError: the record does not fit; nothing changed.
         """
+        if self._before_edit is not None:
+            hook, self._before_edit = self._before_edit, None
+            hook()
         self._fold(record.change)
         self._revision += 1
         self._outbox.append(record)
@@ -446,6 +451,13 @@ class Conversation(Fold):
         """Call `listener` after each record this value makes (not after `apply`): how a
         replica learns there is something to push. `None` removes it."""
         self._listener = listener
+
+    def before_edit(self, hook: Callable[[], object] | None) -> None:
+        """Call `hook` once, right before the next record this value makes (or replays) is
+        folded, then forget it; `None` removes it. How a replica that keeps no copy of the
+        log while nothing is pending (this value then is the log) sets the log's value apart
+        before the value moves away from it."""
+        self._before_edit = hook
 
     def return_unsaved(self, records: Sequence[ChangeRecord]) -> None:
         """Put `records`, taken with `take_unsaved` and not saved after all, back at the front

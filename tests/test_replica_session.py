@@ -23,6 +23,7 @@ from sync import (
     UsageError,
     encode,
 )
+from sync.errors import RemoteProtocolError
 from sync.frames import PUSH_OVERHEAD
 from sync.protocol import (
     Ack,
@@ -518,20 +519,101 @@ def test_subscriber_folds_each_record_once(monkeypatch: pytest.MonkeyPatch) -> N
 
 def test_subscriber_lag_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     """The lag stays within max(lag_floor, len(local) // 4); reading `confirmed` folds it."""
-    records = source_records(600)
+    records = source_records(1200)
     session = subscribed()
+    session.receive(Records(0, records[:600]))
+    assert session.shares_local  # past the limit: `local` alone stands for the log
+    counter = FoldCounter(monkeypatch)
+    assert session.confirmed == refold(records[:600])  # set apart again, by a copy
+    assert counter.total == 600  # the refold above; reading `confirmed` folded nothing
+    assert not session.shares_local
     longest = 0
-    for at in range(0, len(records), 7):  # batches of several records, as a hub relays them
+    for at in range(600, len(records), 7):  # batches of several records, as a hub relays them
         session.receive(Records(at, records[at : at + 7]))
         assert session.lagging <= max(ReplicaSession.lag_floor, len(session.local) // 4) + 7
         longest = max(longest, session.lagging)
     assert longest > ReplicaSession.lag_floor  # the lag did grow past the floor
-    assert session.revision == 600
-    counter = FoldCounter(monkeypatch)
+    assert session.revision == 1200
+    counter.reset()
     lagging = session.lagging
     assert session.confirmed == session.local == refold(records)
-    assert counter.total == lagging + 600  # the lag, then the refold
+    assert counter.total == lagging + 1200  # the lag, then the refold
     assert session.lagging == 0
+
+
+def test_a_pure_subscriber_keeps_one_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the lag's limit, a subscriber with nothing pending keeps no second value and no
+    lag: each record is one fold into `local`, and `revision` and `hello` still say where
+    the log is."""
+    records = source_records(1000)
+    session = subscribed()
+    counter = FoldCounter(monkeypatch)
+    for at, record in enumerate(records):
+        assert session.receive(Records(at, [record])) == [Applied(1, at + 1)]
+    assert session.shares_local and session.lagging == 0
+    assert counter.calls == {id(session.local): 1000}
+    assert (session.lineage, session.revision) == (7, 1000)
+    assert session.hello() == Hello("sub", 7, 1000, features=["hub_rebase"])
+    assert session.receive(Welcome(7, 1000, 0)) == [Connected(7, 1000)]
+    assert session.receive(Records(999, records[999:])) == []  # a duplicate is skipped
+    with pytest.raises(RemoteProtocolError, match="gap"):
+        session.receive(Records(1001, records[:1]))
+    assert session.local == refold(records)
+
+
+def test_an_edit_sets_the_log_apart_before_it_lands_in_local() -> None:
+    """The first edit of a subscriber that keeps one value copies `local` first, so the log's
+    value holds nothing of the edit; the push goes on the right base and lands."""
+    hub = FakeHub()
+    writer, wlink = replica(hub, "writer")
+    sub, slink = replica(hub, "sub")
+    settle([wlink, slink])
+    for i in range(200):
+        writer.local.push(Message.user(f"m{i}"))
+        settle([wlink, slink])
+    assert sub.shares_local
+    sub.local.push(Message.user("from sub"))
+    assert not sub.shares_local
+    assert sub.confirmed == hub.conversation and sub.confirmed.revision == 200
+    assert slink.pump()
+    push = decode_client_message(slink.to_hub[0])
+    assert isinstance(push, PushBatch)
+    assert (push.lineage, push.revision) == (hub.lineage, 200)
+    writer.local.push(Message.user("overtakes"))  # the log moves under the edit
+    settle([wlink, slink])
+    assert sub.local == writer.local == hub.conversation
+    assert sub.confirmed == hub.conversation and sub.confirmed.revision == 202
+    last = hub.conversation.messages()[-2:]
+    assert sorted(last, key=repr) == sorted(
+        [Message.user("from sub"), Message.user("overtakes")], key=repr
+    )
+
+
+def test_a_value_changed_outside_the_session_is_taken_again_from_the_hub() -> None:
+    """A record applied to `local` behind the session's back, while `local` alone stood for
+    the log, is not taken for the log's: the replica gets the log again and its edit lands
+    on it."""
+    hub = FakeHub()
+    writer, wlink = replica(hub, "writer")
+    sub, slink = replica(hub, "sub")
+    settle([wlink, slink])
+    for i in range(100):
+        writer.local.push(Message.user(f"m{i}"))
+        settle([wlink, slink])
+    assert sub.shares_local
+    sub.local.apply(source_records(1)[0])  # misuse: a record from elsewhere
+    sub.local.push(Message.user("from sub"))
+    for _ in range(5):
+        settle([wlink, slink])
+    writer.local.push(Message.user("later"))
+    for _ in range(5):
+        settle([wlink, slink])
+    assert sub.pending == 0
+    assert sub.local == writer.local == hub.conversation
+    assert (sub.lineage, sub.revision) == (hub.lineage, len(hub.log))
+    messages = hub.conversation.messages()
+    assert Message.user("from sub") in messages and messages[-1] == Message.user("later")
+    assert len(messages) == 102
 
 
 def test_subscriber_mirrors_the_hub_over_a_link() -> None:
