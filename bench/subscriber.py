@@ -158,22 +158,19 @@ def apply_all(records: list[ChangeRecord]) -> Callable[[], object]:
 
 def floor_all(module: ModuleType, messages: list[Any]) -> Callable[[], object]:
     """The least any session must do per `records` message, with no checks: take the
-    message's records, fold each into one value and keep it (the lag), and hand back one
-    `Applied` in a list. What `receive` costs beyond this is its bookkeeping."""
+    message's records, fold each into one value, and hand back one `Applied` in a list. What
+    `receive` costs beyond this is its bookkeeping."""
     conversation = Conversation()
     applied = module.Applied
 
     def run() -> object:
         apply = conversation.apply
-        lag: list[ChangeRecord] = []
-        keep = lag.append
         events = None
         for message in messages:
             records = message.records
             for record in records:
                 apply(record)
-                keep(record)
-            events = [applied(len(records), len(lag))]
+            events = [applied(len(records), conversation.revision)]
         return events
 
     return run
@@ -196,8 +193,8 @@ def counting(name: str, counts: dict[str, int]) -> Iterator[None]:
 
 
 def check_and_count(module: ModuleType, messages: list[Any], n: int) -> tuple[float, int]:
-    """Folds per record and copies of `local` (renewals of `confirmed`) for one untimed run;
-    checks the subscriber ends equal to the records folded once."""
+    """Folds per record and copies of `local` (`confirmed` renewed or set apart from it) for
+    one untimed run; checks the subscriber ends equal to the records folded once."""
     counts: dict[str, int] = {}
     with counting("apply", counts), counting("reread", counts):
         session = receive_all(module, messages)()
@@ -254,7 +251,7 @@ def bench(settings: Settings, before: ModuleType, ref: str, results: Results) ->
         results.add(
             Row(
                 f"subscriber `receive`, {what}, per record (this code: {folds_now:.2f} "
-                f"folds/record, `confirmed` renewed from `local` {renewals} times)",
+                f"folds/record, {renewals} copies of `local`)",
                 us(now_ns),
                 us_spread(samples["now"]),
             )
@@ -287,7 +284,7 @@ def bench(settings: Settings, before: ModuleType, ref: str, results: Results) ->
         floor_ns = median(samples["floor"])
         results.add(
             Row(
-                f"{what}: the least loop per message (fold, keep, one `Applied`) / apply",
+                f"{what}: the least loop per message (fold, one `Applied`) / apply",
                 f"{floor_ns / apply_ns:.2f}",
                 us_spread(samples["floor"]),
             )
@@ -321,36 +318,31 @@ def section(results: Results, settings: Settings, ref: str, started: str, second
             "the sides' repeats are interleaved (their order rotates per repeat) and "
             "the spread is min-max over the repeats. The garbage collector is paused (after a "
             "`gc.collect()`) inside every timing loop, on every side. Folds per record and "
-            "renewals are counted in one untimed run of each side (wrapping "
+            "copies of `local` are counted in one untimed run of each side (wrapping "
             "`Conversation.apply` and `Conversation.reread`), which also checks that the "
             "subscriber ends equal to the records folded once, `confirmed` included.",
             "",
             results.table(),
             "",
             "Before, a subscriber folded every record twice: into `confirmed` and into "
-            "`local`. Now it folds it into `local` only and keeps it in a lag; `confirmed` is "
-            "renewed as a copy of `local` (O(entries)) once the lag exceeds "
-            "max(64, entries // 4), so the copies cost about 4 entry-copies per record, and "
-            "is brought up to date by folding the lag when something needs it (an edit's "
-            "push, a rebase, a welcome). That fold is the work the old code did eagerly, at "
-            "most max(64, entries // 4) records of it.",
+            "`local`. Now it folds it into `local` only and keeps it in a lag, which brings "
+            "`confirmed` up to date when something needs it (an edit's push, a rebase, a "
+            "welcome). Once the lag exceeds max(64, entries // 4) records with nothing "
+            "pending, `confirmed` and the lag are dropped: `local` alone stands for the log, "
+            "and from then on each record is one fold and nothing else. The log's value is "
+            "set apart again as one copy of `local` (O(entries)) right before the "
+            "application's next edit (`Conversation.before_edit`), so a pure subscriber makes "
+            "no copy at all (the count above), and holds one value instead of two.",
             "",
             "What is left beyond one fold per record is a fixed cost per `records` message "
             "(the `receive` call, the gap check, the nothing-pending check, the `Applied` "
-            "event the application receives) and, per record, keeping it in the lag and the "
-            "renewals of `confirmed` (the row above: CPU per message beyond one fold per "
-            "record). The row 'the least loop per message' measures, in the same run, a loop "
-            "that does only what any session must do per message with no check at all (take "
-            "the records, fold each, keep it, one `Applied` in a list): with one record per "
+            "event the application receives; the row above: CPU per message beyond one fold "
+            "per record). The row 'the least loop per message' measures, in the same run, a "
+            "loop that does only what any session must do per message with no check at all "
+            "(take the records, fold each, one `Applied` in a list): with one record per "
             "message it alone is most of the 1.2x budget, so that bar is out of reach for "
-            "one-record messages in CPython without dropping the per-message event. With 50 "
-            "records per message the renewals are most of what is left: the same receive "
-            "loop with renewals switched off (`lag_floor` above the run's length) measured "
-            "0.63 µs per record against 0.74 µs with them, on a fold of 0.57 µs (one ad hoc "
-            "run, 9 repeats). Since `Fold.apply` stopped building an undo it discards (about "
-            "half its cost), the renewals, about 4 entry copies per record, are a fifth of a "
-            "fold; a longer lag would make them cheaper and the fold an edit needs longer "
-            "(both are traded in `ReplicaSession._bound_lag`). In a real `Replica` each "
+            "one-record messages in CPython without dropping the per-message event. In a "
+            "real `Replica` each "
             "message also costs a `decode_hub_message` of its frame, more than a fold (see "
             "the model section's decode figures).",
         ]
