@@ -643,7 +643,10 @@ async def pipeline_costs(messages: list[Message], repeats: int) -> list[tuple[st
             began = clock()
             for message_ in decoded:
                 session.receive(message_)
-            note("reader replica: fold into `confirmed` and `local`", clock() - began)
+            note(
+                "reader replica: `receive` of the `records` messages (one fold per record)",
+                clock() - began,
+            )
             assert session.confirmed.revision == n
             records = _records_of(messages)
             payloads = [encode(r) for r in records]
