@@ -106,9 +106,12 @@ def records_frames(
     `max_frame` too, and a caller sends such a log as a state)."""
     if len(records) == 1:  # the common case (one push's record), which `runs` sends alone
         return [records_frame(from_, records, origin)]
+    budget = fill_budget(max_frame, RECORDS_OVERHEAD)
+    if sum(map(len, records)) + len(records) <= budget:  # one push's batch: one frame
+        return [records_frame(from_, records, origin)]
     frames = []
     start = from_
-    for run in runs(records, fill_budget(max_frame, RECORDS_OVERHEAD)):
+    for run in runs(records, budget):
         frames.append(records_frame(start, run, origin))
         start += len(run)
     return frames

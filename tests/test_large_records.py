@@ -12,12 +12,23 @@ import anyio
 import msgspec
 import pytest
 from conftest import bound, hub_config
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from client import Conflict, connect
 from server import Hub, MemoryStore
 from server.store import LogStore
 from sync import Conversation, Message, Text, UsageError, User, encode
-from sync.frames import FRAME_FILL, MAX_FRAME, PUSH_OVERHEAD, records_frames, state_frames
+from sync.frames import (
+    FRAME_FILL,
+    MAX_FRAME,
+    PUSH_OVERHEAD,
+    RECORDS_OVERHEAD,
+    fill_budget,
+    records_frames,
+    runs,
+    state_frames,
+)
 from sync.messages import Image
 
 FIVE_MIB = 5 * 2**20
@@ -122,3 +133,23 @@ def test_batches_are_filled_to_one_mib_and_a_large_record_goes_alone() -> None:
     chunks = state_frames(1, 1, state, MAX_FRAME)
     assert all(len(chunk) <= MAX_FRAME for chunk in chunks)
     assert sum(len(chunk) > FRAME_FILL for chunk in chunks) == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(min_value=1, max_value=400), min_size=2, max_size=40),
+    st.integers(min_value=RECORDS_OVERHEAD + 50, max_value=RECORDS_OVERHEAD + 3000),
+)
+def test_records_frames_fill_each_frame_as_the_chunker_does(sizes: list[int], limit: int) -> None:
+    """A batch that fits one frame goes as one frame without the chunker's walk; otherwise
+    the frames are the chunker's runs. Either way: what `runs` would make, in order."""
+    records = [b'"' + b"r" * (size - 2) + b'"' if size > 1 else b"1" for size in sizes]
+    frames = records_frames(5, records, None, limit)
+    budget = fill_budget(limit, RECORDS_OVERHEAD)
+    expected = list(runs(records, budget))
+    decoded = [msgspec.json.decode(frame) for frame in frames]
+    assert [len(d["records"]) for d in decoded] == [len(run) for run in expected]
+    assert [d["from"] for d in decoded] == list(
+        itertools.accumulate([5] + [len(run) for run in expected[:-1]])
+    )
+    assert [r for d in decoded for r in d["records"]] == [msgspec.json.decode(r) for r in records]
