@@ -143,7 +143,7 @@ class Settings:
 
 FULL = Settings(
     repeats=5,
-    fanout_repeats=4,
+    fanout_repeats=8,
     fanout_sizes=(1, 10, 100),
     fanout_records=5_000,
     latency_subscribers=10,

@@ -173,11 +173,18 @@ class LoadLog(msgspec.Struct, frozen=True):
 
 
 class WriteSnapshot(msgspec.Struct, frozen=True):
-    """Store `data`, the encoded state at `lineage`/`revision`."""
+    """Store the state of `conversation` at `lineage`/`revision`, encoded by `data()` when
+    the call is carried out: after the frames before it went, so that encoding the whole
+    conversation never holds up the ack and the records of the push that asked for it. The
+    room runs no other step between delivering those frames and calling `data()`, so it
+    encodes the state as it was when the core asked."""
 
     lineage: int
     revision: int
-    data: bytes
+    conversation: Conversation
+
+    def data(self) -> bytes:
+        return encode(self.conversation)
 
 
 class RewriteLog(msgspec.Struct, frozen=True):
@@ -607,7 +614,7 @@ class RoomCore(Generic[C]):
         metrics.pushes_accepted += 1
         metrics.pushes_placed += int(placed)
         if self.revision - self._snapshot_revision >= self.config.snapshot_every:
-            snapshot = WriteSnapshot(self.lineage, self.revision, encode(self.conversation))
+            snapshot = WriteSnapshot(self.lineage, self.revision, self.conversation)
             actions += self._call(snapshot, self._snapshot_written)
         return actions
 

@@ -228,7 +228,8 @@ async def store_call(store: LogStore, conversation_id: str, call: StoreCall) -> 
             return await store.read(conversation_id, lineage, from_)
         case LoadLog():
             return await store.load(conversation_id)
-        case WriteSnapshot(lineage, revision, data):
+        case WriteSnapshot(lineage, revision):
+            data = call.data()  # now, before anything else runs: see `WriteSnapshot`
             await store.write_snapshot(conversation_id, lineage, revision, data)
         case RewriteLog(lineage, records, base):
             await store.rewrite(conversation_id, lineage, records, base=base)

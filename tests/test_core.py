@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+import pytest
 
+import server.core
 from server.core import (
     AppendRecords,
     Broadcast,
@@ -17,6 +19,8 @@ from server.core import (
     RewriteLog,
     RoomCore,
     Send,
+    WriteSnapshot,
+    deliver,
 )
 from server.store import ClientMark, Loaded, LogMoved, SeqTaken, StoreError
 from sync import (
@@ -31,6 +35,7 @@ from sync import (
     ToolCall,
     encode,
 )
+from sync.codec import decode_state
 from sync.entries import Entry
 from sync.protocol import (
     Ack,
@@ -105,6 +110,36 @@ def test_accepted_push_is_appended_with_the_mark_then_acked_and_broadcast() -> N
     assert isinstance(records, Records) and records.origin is not None
     assert (records.from_, records.origin.client) == (0, "a")
     assert room.revision == 1 and not room.waiting
+
+
+def test_a_snapshot_is_encoded_after_the_ack_and_records_of_the_push_that_asked_for_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The push that reaches `snapshot_every` gets its ack and its records out first; the
+    whole conversation is encoded only when the snapshot call is carried out, and then as
+    it was when the core asked for it."""
+    room = core(snapshot_every=3)
+    joined(room, "a", "b")
+    land(room, "a", 1, "one", "two")
+    order: list[str] = []
+    encode_now = server.core.encode
+
+    def encoding(value: object) -> bytes:
+        if isinstance(value, Conversation):
+            order.append("state encoded")
+        return encode_now(value)
+
+    monkeypatch.setattr(server.core, "encode", encoding)
+    after = land(room, "a", 2, "three")
+    call = deliver(after, lambda to, frame, _: order.append(f"frame to {to}"), _no_close)
+    assert order == ["frame to a", "frame to b"]  # the ack, then the records
+    assert isinstance(call, WriteSnapshot) and (call.lineage, call.revision) == (room.lineage, 3)
+    assert decode_state(call.data()) == room.conversation
+    assert order[-1] == "state encoded"
+
+
+def _no_close(to: str, code: str, detail: str) -> None:
+    raise AssertionError(f"closed {to}: {code} {detail}")
 
 
 def test_records_go_to_exactly_the_connections_joined_at_the_time() -> None:
