@@ -1178,8 +1178,9 @@ async def topic_latency(settings: Settings, args: argparse.Namespace) -> Topic:
         "every process; full (generation 2) collections are counted with `gc.callbacks`. "
         f"Informative, at {top:,.0f} records/s: one more memory run per repeat with the "
         f"client process's garbage collector paused (all {n + 1} replicas live in that one "
-        f"process, so its heap holds {2 * (n + 1)} copies of the conversation; a replica in a "
-        "process of its own holds 2). CPU shares: CPU seconds of the server process (all "
+        f"process, so its heap holds {n + 2} copies of the conversation: one per subscriber, "
+        "two for the writer, which keeps `confirmed` beside `local` while it has pushes in "
+        "flight). CPU shares: CPU seconds of the server process (all "
         "threads) and of the client process over the run / its wall time."
         + old_code_intro(args, "the memory and SQLite kinds are"),
     )
