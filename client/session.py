@@ -169,7 +169,8 @@ class ReplicaSession:
 
     lag_floor = 64
     """The longest lag (records folded into `local` alone) always allowed before `confirmed`
-    is renewed from `local`; a conversation of n entries allows n // 4 when that is more."""
+    is dropped and `local` alone stands for the log; a conversation of n entries allows
+    n // 4 when that is more."""
 
     def __init__(
         self,
@@ -594,11 +595,14 @@ class ReplicaSession:
                 local.apply(record)
                 lag.append(record)
         except Exception as exc:
+            # What fitted stays folded; the pending pushes go back on top as unsaved records,
+            # for the rebase after the reconnect to replay (a bad record loses no edit).
+            replay_pushes(local, pending)
             raise RemoteProtocolError(
                 "diverged", f"a record from the hub does not fit: {exc}"
             ) from exc
         if len(lag) > self._lag_limit:
-            self._bound_lag()  # while `local` is exactly the log: a renewal may copy it
+            self._bound_lag()  # `local` is exactly the log here: `confirmed` may be dropped
         now = revision + len(records)
         conflicts = replay_pushes(local, pending)
         return [Applied(len(records), now), *conflicts, Rebased(len(pending) - len(conflicts), now)]

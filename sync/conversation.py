@@ -456,7 +456,8 @@ class Conversation(Fold):
         """Call `hook` once, right before the next record this value makes (or replays) is
         folded, then forget it; `None` removes it. How a replica that keeps no copy of the
         log while nothing is pending (this value then is the log) sets the log's value apart
-        before the value moves away from it."""
+        before the value moves away from it. One slot, like `on_edit`'s: the replica owns
+        both for the value it holds (`Replica.conversation`), so do not set them there."""
         self._before_edit = hook
 
     def return_unsaved(self, records: Sequence[ChangeRecord]) -> None:

@@ -774,3 +774,20 @@ def test_lagging_replicas_stay_exact(lag_floor: int, steps: list[tuple[Any, ...]
         assert (session.lineage, session.revision) == (hub.lineage, len(hub.log))
         assert session.pending == 0
     assert_nothing_lost(hub, links, runs)
+
+
+def test_a_record_that_does_not_fit_under_pending_pushes_loses_none_of_them() -> None:
+    """Records from the hub arriving over pending pushes, one of which does not fit (a hub
+    that diverged): the session drops the connection, and the pushes stay pending in
+    `local`, on top of what fitted, for the rebase after the reconnect (found in review:
+    they were taken off `local` and never put back)."""
+    records = source_records(5)
+    session = subscribed()
+    session.receive(Records(0, records[:3]))
+    session.local.push(Message.user("mine"))
+    with pytest.raises(RemoteProtocolError, match="diverged"):
+        session.receive(Records(3, [records[3], records[0]]))  # the second is held already
+    assert session.pending == 1
+    assert session.local.messages()[-1] == Message.user("mine")
+    assert session.local.messages()[:-1] == refold(records[:4]).messages()
+    assert session.revision == 4  # what fitted
