@@ -470,11 +470,8 @@ class ReplicaSession:
         lag = self._lag
         revision = confirmed.revision + len(lag)
         records = message.records
-        skip = revision - message.from_
-        if skip:
-            if skip < 0:
-                raise RemoteProtocolError("gap", f"records from {message.from_}, at {revision}")
-            records = records[skip:]
+        if message.from_ != revision:
+            records = _unseen(message, revision)
             if not records:
                 return []
         try:
@@ -498,11 +495,8 @@ class ReplicaSession:
         """`_on_records_settled` while `local` alone is the log: a fold per record, no more."""
         revision = self._log_revision
         records = message.records
-        skip = revision - message.from_
-        if skip:
-            if skip < 0:
-                raise RemoteProtocolError("gap", f"records from {message.from_}, at {revision}")
-            records = records[skip:]
+        if message.from_ != revision:
+            records = _unseen(message, revision)
             if not records:
                 return []
         local = self.local
@@ -528,10 +522,7 @@ class ReplicaSession:
         if self._confirmed is None:
             self._set_apart()  # `local` moved away from the log outside the session's sight
         revision = self.revision + len(self._held)
-        skip = revision - message.from_
-        if skip < 0:
-            raise RemoteProtocolError("gap", f"records from {message.from_}, at {revision}")
-        records = message.records[skip:] if skip else message.records
+        records = message.records if message.from_ == revision else _unseen(message, revision)
         if not records:
             return []
         if self._catching_up:
@@ -804,6 +795,19 @@ class ReplicaSession:
         events += [Conflict(record, reject.reason, reject.detail) for record in batch.records]
         assert base is not None
         return events + self._rebase_local(_folded(base, batch.records))
+
+
+def _unseen(message: Records, revision: int) -> list[ChangeRecord]:
+    """The records of `message` past `revision`, the last one held (a catch-up may overlap
+    what came live).
+
+    Raises:
+        RemoteProtocolError: `gap`, the message starts past `revision`.
+    """
+    skip = revision - message.from_
+    if skip < 0:
+        raise RemoteProtocolError("gap", f"records from {message.from_}, at {revision}")
+    return message.records[skip:]
 
 
 def _folded(base: Conversation, records: Sequence[ChangeRecord]) -> Conversation | None:

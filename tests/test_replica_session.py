@@ -561,17 +561,26 @@ def test_a_pure_subscriber_keeps_one_value(monkeypatch: pytest.MonkeyPatch) -> N
     assert session.local == refold(records)
 
 
-def test_an_edit_sets_the_log_apart_before_it_lands_in_local() -> None:
-    """The first edit of a subscriber that keeps one value copies `local` first, so the log's
-    value holds nothing of the edit; the push goes on the right base and lands."""
+def sharing_subscriber(
+    records: int,
+) -> tuple[FakeHub, tuple[ReplicaSession, Link], tuple[ReplicaSession, Link]]:
+    """A hub, a writer that pushed `records` messages one at a time, and a subscriber of
+    them that let `local` alone stand for the log."""
     hub = FakeHub()
     writer, wlink = replica(hub, "writer")
     sub, slink = replica(hub, "sub")
     settle([wlink, slink])
-    for i in range(200):
+    for i in range(records):
         writer.local.push(Message.user(f"m{i}"))
         settle([wlink, slink])
     assert sub.shares_local
+    return hub, (writer, wlink), (sub, slink)
+
+
+def test_an_edit_sets_the_log_apart_before_it_lands_in_local() -> None:
+    """The first edit of a subscriber that keeps one value copies `local` first, so the log's
+    value holds nothing of the edit; the push goes on the right base and lands."""
+    hub, (writer, wlink), (sub, slink) = sharing_subscriber(200)
     sub.local.push(Message.user("from sub"))
     assert not sub.shares_local
     assert sub.confirmed == hub.conversation and sub.confirmed.revision == 200
@@ -593,14 +602,7 @@ def test_a_value_changed_outside_the_session_is_taken_again_from_the_hub() -> No
     """A record applied to `local` behind the session's back, while `local` alone stood for
     the log, is not taken for the log's: the replica gets the log again and its edit lands
     on it."""
-    hub = FakeHub()
-    writer, wlink = replica(hub, "writer")
-    sub, slink = replica(hub, "sub")
-    settle([wlink, slink])
-    for i in range(100):
-        writer.local.push(Message.user(f"m{i}"))
-        settle([wlink, slink])
-    assert sub.shares_local
+    hub, (writer, wlink), (sub, slink) = sharing_subscriber(100)
     sub.local.apply(source_records(1)[0])  # misuse: a record from elsewhere
     sub.local.push(Message.user("from sub"))
     for _ in range(5):
