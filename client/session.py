@@ -693,6 +693,16 @@ class ReplicaSession:
             entries = state.entries + self._partial_entries
             state = msgspec.structs.replace(state, entries=entries)
             self._partial_entries = []
+        if (
+            not self._catching_up
+            and not self._held
+            and (message.lineage, message.revision) == (self.lineage, self.revision)
+            and message.lineage not in (Lineage.EMPTY, Lineage.DETACHED)
+        ):
+            # The state of the very log this replica holds (a hub answering an older push
+            # `lineage` sends it once more): nothing moved, and a batch made on it since is
+            # still good.
+            return []
         try:
             confirmed = Conversation.from_state(state)
         except Exception as exc:
