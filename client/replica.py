@@ -356,6 +356,7 @@ class Replica:
                 await task
         elif task is not None and not task.cancelled():
             task.exception()  # retrieved; a crash was already raised to whoever waited
+        self.session.release()
 
     # ------------------------------------------------------------------ the loops
 

@@ -396,6 +396,11 @@ class ReplicaSession:
         # an open draft's id pending, and the producer's own commit ends its draft anyway.
         return self.live.landed(self.local) if self.live.drafts else []
 
+    def release(self) -> None:
+        """The replica stopped for good: take the session's hook off `local`, which the
+        application keeps (an edit there then copies nothing for a session nobody runs)."""
+        self.local.before_edit(None)
+
     def disconnected(self, reason: str) -> list[Event]:
         """The connection is gone; the session waits for the next `hello()`.
 

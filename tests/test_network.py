@@ -463,3 +463,31 @@ async def test_catch_up_after_a_large_rewrite_keeps_frames_under_the_limit() -> 
         assert len(sizes) > 3 and max(sizes) <= limit
         async with connect(hub.url, "rewritten", client="fresh", max_frame=limit) as fresh:
             assert fresh.conversation.messages() == big.messages()
+
+
+async def test_a_closed_subscriber_leaves_nothing_on_the_conversation_it_held(
+    hub: Hub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A subscriber that let its conversation stand for the log takes its hook off when it
+    closes: the application's edits there afterwards copy nothing for the dead session."""
+    with anyio.fail_after(bound(10)):
+        async with (
+            connect(hub.url, "kept", client="writer") as writer,
+            connect(hub.url, "kept", client="viewer") as viewer,
+        ):
+            for k in range(100):
+                writer.conversation.push(Message.user(f"m{k}"))
+            await writer.flush()
+            await viewer.wait_for(100)
+            assert viewer.session.shares_local
+        copies: list[Conversation] = []
+        reread = Conversation.reread
+
+        def counted(self: Conversation, from_log: Conversation) -> None:
+            copies.append(from_log)
+            reread(self, from_log)
+
+        monkeypatch.setattr(Conversation, "reread", counted)
+        viewer.conversation.push(Message.user("after the close"))
+        assert copies == []
+        assert viewer.conversation.messages()[-1] == Message.user("after the close")
