@@ -467,47 +467,34 @@ class ReplicaSession:
 
     def _on_records_settled(self, message: Records) -> list[Event]:
         """Records for a session with nothing pending or in flight (so nothing held), caught
-        up: fold them into `local` alone and keep them as the lag. This is a subscriber's
-        whole cost per record, so it stays lean."""
+        up: fold them into `local` alone and keep them as the lag (or only count them, while
+        `local` alone stands for the log). This is a subscriber's whole cost per record, so it
+        stays lean."""
         confirmed = self._confirmed
-        if confirmed is None:
-            return self._on_records_shared(message)
         lag = self._lag
-        revision = confirmed.revision + len(lag)
+        revision = self._log_revision if confirmed is None else confirmed.revision + len(lag)
         records = message.records
         if message.from_ != revision:
             records = _unseen(message, revision)
             if not records:
                 return []
-        try:
-            if len(records) == 1:
-                self.local.apply(records[0])
-                lag.append(records[0])  # once it fits: `revision` counts what `local` holds
-            else:
-                apply, keep = self.local.apply, lag.append
-                for record in records:
-                    apply(record)
-                    keep(record)
-        except Exception as exc:
-            raise RemoteProtocolError(
-                "diverged", f"a record from the hub does not fit: {exc}"
-            ) from exc
-        if len(lag) > self._lag_limit:
+        self._fold_into_local(records)
+        if confirmed is not None and len(lag) > self._lag_limit:
             self._bound_lag()
         return [Applied(len(records), revision + len(records))]
 
-    def _on_records_shared(self, message: Records) -> list[Event]:
-        """`_on_records_settled` while `local` alone is the log: a fold per record, no more."""
-        revision = self._log_revision
-        records = message.records
-        if message.from_ != revision:
-            records = _unseen(message, revision)
-            if not records:
-                return []
+    def _fold_into_local(self, records: Sequence[ChangeRecord]) -> None:
+        """Fold records of the log into `local` alone. What fitted counts toward the log this
+        session holds: kept in the lag beside `confirmed`, or counted in `_log_revision` while
+        `local` alone stands for the log.
+
+        Raises:
+            RemoteProtocolError: `diverged`, at the first record that does not fit.
+        """
         local = self.local
         before = local.revision
         try:
-            if len(records) == 1:
+            if len(records) == 1:  # the common case: as cheap as it gets
                 local.apply(records[0])
             else:
                 apply = local.apply
@@ -518,8 +505,11 @@ class ReplicaSession:
                 "diverged", f"a record from the hub does not fit: {exc}"
             ) from exc
         finally:
-            self._log_revision = revision + local.revision - before  # what fitted
-        return [Applied(len(records), revision + len(records))]
+            fitted = local.revision - before
+            if self._confirmed is None:
+                self._log_revision += fitted
+            else:
+                self._lag += records if fitted == len(records) else records[:fitted]
 
     def _on_records(self, message: Records) -> list[Event]:
         if self._welcome is None:
@@ -585,19 +575,14 @@ class ReplicaSession:
         ):
             local.return_unsaved(pending)
             return None
-        lag = self._lag
         try:
-            for record in records:
-                local.apply(record)
-                lag.append(record)
-        except Exception as exc:
+            self._fold_into_local(records)
+        except RemoteProtocolError:
             # What fitted stays folded; the pending pushes go back on top as unsaved records,
             # for the rebase after the reconnect to replay (a bad record loses no edit).
             replay_pushes(local, pending)
-            raise RemoteProtocolError(
-                "diverged", f"a record from the hub does not fit: {exc}"
-            ) from exc
-        if len(lag) > self._lag_limit:
+            raise
+        if len(self._lag) > self._lag_limit:
             self._bound_lag()  # `local` is exactly the log here: `confirmed` may be dropped
         now = revision + len(records)
         conflicts = replay_pushes(local, pending)
