@@ -104,10 +104,9 @@ def records_frames(
     """`records` messages of consecutive `from` carrying `records`, each filled up to
     `min(max_frame, FRAME_FILL)` (a record larger than that goes alone; one larger than
     `max_frame` too, and a caller sends such a log as a state)."""
-    if len(records) == 1:  # the common case (one push's record), which `runs` sends alone
-        return [records_frame(from_, records, origin)]
     budget = fill_budget(max_frame, RECORDS_OVERHEAD)
-    if sum(map(len, records)) + len(records) <= budget:  # one push's batch: one frame
+    # One record (`runs` sends it alone, whatever its size), or a batch that fits: one frame.
+    if len(records) == 1 or sum(map(len, records)) + len(records) <= budget:
         return [records_frame(from_, records, origin)]
     frames = []
     start = from_
