@@ -1484,9 +1484,10 @@ async def topic_durable(settings: Settings, args: argparse.Namespace) -> Topic:
         "commit that holds it), and repeats, for "
         f"{settings.durable_seconds:g} s. Records/s = acked records of all writers / elapsed. "
         "Appends per commit: the deltas of the store's `appends` and `commits` counters over "
-        "the run, read in the hub process (commits also count the snapshot written every "
-        "1,000 records of a conversation). CPU per push: CPU seconds (user + system) of the "
-        "hub process and of this process over the run / acked records.\n\n"
+        "the run, read in the hub process (commits also count the snapshots a conversation "
+        "gets now and then: at least 1,000 records apart). CPU per push: CPU seconds "
+        "(user + system) of the hub process and of this process over the run / acked "
+        "records.\n\n"
         "Informative rows: the same runs against a hub on `MemoryStore` (no disk: the ceiling "
         "the per-push CPU of hub and replicas sets on this machine), and the median time of "
         "a 4 KiB write + `fsync` in the same directory (the disk's floor for one commit).",

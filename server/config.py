@@ -32,7 +32,8 @@ class HubConfig:
             resync (closed with code 4000, reason `lagging`); 32 MiB, two frames at the
             default limit, so one large record behind another does not count as lagging.
         idle_unload: seconds a conversation with no subscriber stays loaded.
-        snapshot_every: records between two snapshots written to the store.
+        snapshot_every: the fewest records between two snapshots written to the store; a
+            snapshot also waits until the records since the last one weigh as much as it.
         recent_records: encoded records kept in memory per conversation for catch-up.
         compression: `None` (default) or `"deflate"` (permessage-deflate).
         ping_interval: seconds between the hub's keepalive pings to each replica (`None`: no

@@ -231,6 +231,7 @@ async def store_call(store: LogStore, conversation_id: str, call: StoreCall) -> 
         case WriteSnapshot(lineage, revision):
             data = call.data()  # now, before anything else runs: see `WriteSnapshot`
             await store.write_snapshot(conversation_id, lineage, revision, data)
+            return len(data)  # the core weighs the next snapshot against it
         case RewriteLog(lineage, records, base):
             await store.rewrite(conversation_id, lineage, records, base=base)
         case ReadMark(client):

@@ -138,6 +138,59 @@ def test_a_snapshot_is_encoded_after_the_ack_and_records_of_the_push_that_asked_
     assert order[-1] == "state encoded"
 
 
+def _snapshot_asked(actions: list[Any]) -> WriteSnapshot | None:
+    return actions[-1] if actions and isinstance(actions[-1], WriteSnapshot) else None
+
+
+def test_a_snapshot_waits_until_the_records_after_the_last_one_outweigh_it() -> None:
+    """`snapshot_every` records are not enough once the conversation is large: the records
+    since the latest snapshot must also weigh as much as it did, so that the cost of writing
+    snapshots per record stays about the size of a record however long the conversation."""
+    room = core(snapshot_every=2)
+    joined(room, "a")
+    assert _snapshot_asked(land(room, "a", 1, "x" * 100)) is None
+    first = _snapshot_asked(land(room, "a", 2, "y" * 100))
+    assert first is not None  # no snapshot yet: the first comes after `snapshot_every`
+    weight = len(first.data())
+    assert room.resume(weight) == []
+    # Records of ~150 bytes each: past `snapshot_every`, but lighter than the snapshot.
+    since, pushes = 0, 0
+    while True:
+        batch = PushBatch(3 + pushes, room.lineage, room.revision, [record("z" * 40)])
+        call = room.push("a", batch, NOW)[-1]
+        assert isinstance(call, AppendRecords)
+        before = since
+        since += sum(map(len, call.records))
+        pushes += 1
+        actions = room.resume(call.from_ + len(call.records))
+        if _snapshot_asked(actions) is not None:
+            break
+        assert since < weight  # not due while lighter
+    assert before < weight <= since and pushes > 2  # due the push it weighs as much
+    assert decode_state(actions[-1].data()) == room.conversation
+
+
+def test_a_loaded_room_weighs_the_records_after_its_snapshot() -> None:
+    """After a load, the snapshot it came from and the records after it count as if this
+    room had written them: a small snapshot followed by heavy records is due at once."""
+    maker = Conversation()
+    maker.push(Message.user("a" * 1000))
+    heavy = [encode(r) for r in maker.take_unsaved()]
+    snapshot = encode(Conversation())
+    lineage = Lineage.fresh()
+    room: RoomCore[str] = RoomCore("c", CoreConfig(max_frame=1 << 20, snapshot_every=1))
+    room.load(Loaded(lineage, 1, snapshot, 0, heavy, {}))
+    joined(room, "a")
+    assert _snapshot_asked(land(room, "a", 1, "b")) is not None
+    # And a heavy snapshot with light records after it is not due.
+    room = core(snapshot_every=1)
+    state = Conversation()
+    state.push(Message.user("c" * 5000))
+    room.load(Loaded(lineage, 1, encode(state), 1, [], {}))
+    joined(room, "a")
+    assert _snapshot_asked(land(room, "a", 1, "d")) is None
+
+
 def _no_close(to: str, code: str, detail: str) -> None:
     raise AssertionError(f"closed {to}: {code} {detail}")
 

@@ -491,3 +491,33 @@ async def test_a_closed_subscriber_leaves_nothing_on_the_conversation_it_held(
         viewer.conversation.push(Message.user("after the close"))
         assert copies == []
         assert viewer.conversation.messages()[-1] == Message.user("after the close")
+
+
+async def test_a_snapshot_waits_until_the_tail_outweighs_the_last_one() -> None:
+    """Through a real hub: the first snapshot comes after `snapshot_every` records; the next
+    waits until the records after it weigh as much as it, and a fresh replica still gets the
+    whole conversation."""
+    store = MemoryStore()
+    async with Hub(store, port=0, config=hub_config(snapshot_every=3)) as hub:
+        async with connect(hub.url, "long", client="w") as writer:
+            for k in range(3):
+                writer.conversation.push(Message.user(f"{k} " + "x" * 5000))
+                await writer.flush()
+            first = await store.load("long")
+            assert first is not None and first.snapshot_revision == 3 and first.snapshot
+            pushed = 3
+            while True:
+                writer.conversation.push(Message.user(f"short {pushed}"))
+                await writer.flush()
+                pushed += 1
+                loaded = await store.load("long")
+                assert loaded is not None
+                if loaded.snapshot_revision != 3:
+                    break
+                # Lighter than the snapshot so far: no new one, however many records.
+                assert sum(map(len, loaded.records)) < len(first.snapshot)
+            assert sum(map(len, loaded.records)) == 0 and loaded.snapshot_revision == pushed
+            assert pushed > 3 + 3 * 10  # far more than `snapshot_every` records
+            value = await settle([writer], hub, "long")
+        async with connect(hub.url, "long", client="fresh") as fresh:
+            assert fresh.conversation == value
