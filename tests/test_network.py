@@ -518,6 +518,10 @@ async def test_a_snapshot_waits_until_the_tail_outweighs_the_last_one() -> None:
                 assert sum(map(len, loaded.records)) < len(first.snapshot)
             assert sum(map(len, loaded.records)) == 0 and loaded.snapshot_revision == pushed
             assert pushed > 3 + 3 * 10  # far more than `snapshot_every` records
+            writer.conversation.push(Message.user("after the snapshot"))
             value = await settle([writer], hub, "long")
+        with anyio.fail_after(bound(5)):  # unloaded: the next replica loads snapshot + tail
+            while hub.metrics.conversations_loaded:  # noqa: ASYNC110 (a gauge)
+                await anyio.sleep(0.05)
         async with connect(hub.url, "long", client="fresh") as fresh:
             assert fresh.conversation == value
