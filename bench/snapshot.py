@@ -17,7 +17,7 @@ Two snapshot rules, interleaved in every repeat, on the same code:
 - **every 1,000 records**: the rule before this change (`RoomCore._snapshot_due` replaced by
   `revision - snapshot_revision >= snapshot_every` alone);
 - **weighed**: the rule now: also wait until the records since the latest snapshot weigh as
-  much as it.
+  much as it, or until there are `SNAPSHOT_SPAN` (10) times `snapshot_every` of them.
 The cost of the weighed rule is at load: the room then folds more records after the snapshot.
 After each run the store is loaded into a fresh room (`LogStore.load` + `RoomCore.load`) and
 timed. Stores: `MemoryStore`, and `SqliteStore` (synchronous=FULL, WAL) on a temporary file.
@@ -49,10 +49,11 @@ from bench._report import (
     text,
     write_section,
 )
-from server.core import CoreConfig, RoomCore, deliver
+from server.core import SNAPSHOT_SPAN, CoreConfig, RoomCore, deliver
 from server.room import store_call
 from server.store import LogStore, MemoryStore, SqliteStore
 from sync import Conversation, Lineage, Message, encode
+from sync.codec import decode_state
 from sync.protocol import Hello, PushBatch
 
 SECTION = "Hub: snapshots of a long conversation (`bench/snapshot.py`)"
@@ -163,19 +164,25 @@ def _count_snapshot_bytes(store: LogStore) -> dict[str, int]:
     return counts
 
 
-async def worst_load(make_store: Callable[[], Awaitable[LogStore]], size: int) -> float:
-    """Load time of the heaviest tail the weighed rule leaves: a snapshot of `size` messages
-    and `size` one-message records after it."""
+async def worst_load(
+    make_store: Callable[[], Awaitable[LogStore]], size: int, records: int, at_start: bool
+) -> float:
+    """Load time of a snapshot of `size` messages with `records` one-message records after it:
+    pushed at the end, or (`at_start`) each inserted before the first entry."""
     store = await make_store()
     try:
         await _seed(store, size)
         core, _ = await _loaded(store)
-        writer = Conversation()
+        writer = decode_state(encode(core.conversation))
         writer.continue_log(core.lineage, core.revision)
-        for i in range(size):
-            writer.push(Message.user(text(size + i)))
-        records = [encode(record) for record in writer.take_unsaved()]
-        await store.append(CONVERSATION, core.lineage, core.revision, records)
+        for i in range(records):
+            message = Message.user(text(size + i))
+            if at_start:
+                writer.splice(slice(0, 0), [message], None)
+            else:
+                writer.push(message)
+        tail = [encode(record) for record in writer.take_unsaved()]
+        await store.append(CONVERSATION, core.lineage, core.revision, tail)
         with gc_paused():
             _, load = await _loaded(store)
         return load
@@ -206,7 +213,7 @@ async def main_async(args: argparse.Namespace) -> str:
     pushes = args.pushes if not args.quick else 1_200
     repeats = args.repeats if not args.quick else 1
     results: dict[tuple[str, int, str], list[dict[str, float]]] = {}
-    loads: dict[tuple[str, int], list[float]] = {}
+    loads: dict[tuple[str, int, int, bool], list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="convsync-bench-") as folder:
         stores = _stores(folder)
         for repeat in range(repeats):
@@ -228,10 +235,12 @@ async def main_async(args: argparse.Namespace) -> str:
                         )
                         gc.collect()
                 for size in sizes:
-                    worst = await worst_load(make, size)
-                    loads.setdefault((store_name, size), []).append(worst)
-                    print(f"#{repeat} {store_name:6} {size:>7,} worst load {worst:.2f} s")
-                    gc.collect()
+                    tail = min(size, SNAPSHOT_SPAN * SNAPSHOT_EVERY)
+                    for at_start in (False, True):
+                        worst = await worst_load(make, size, tail, at_start)
+                        loads.setdefault((store_name, size, tail, at_start), []).append(worst)
+                        print(f"#{repeat} {store_name:6} {size:>7,} worst load {worst:.2f} s")
+                        gc.collect()
     lines = [
         "| Store, messages held | Rule | Push p50 / p99 / p99.9 / max | Mean per push | Snapshots"
         " (bytes written per record) | Load after (store + fold) |",
@@ -255,16 +264,24 @@ async def main_async(args: argparse.Namespace) -> str:
         )
     lines += [
         "",
-        "The most the weighed rule leaves to fold at load: a snapshot of N messages and N"
-        " one-message records after it (the every-1,000 rule leaves at most 1,000):",
+        "The most the weighed rule leaves to fold at load: a snapshot of N messages and T"
+        " one-message records after it, T = min(N, the span of"
+        f" {SNAPSHOT_SPAN} x {SNAPSHOT_EVERY:,} records); the records pushed at the end, or each"
+        " inserted before the first entry (a splice, which shifts every entry after it). The"
+        f" every-1,000 rule leaves at most {SNAPSHOT_EVERY:,}.",
         "",
-        "| Store, N | Load (store + fold) |",
-        "|---|---|",
+        "| Store, N | T | Load, records pushed at the end | Load, records inserted at the start |",
+        "|---|---|---|---|",
     ]
-    for (store_name, size), times in loads.items():
-        lines.append(
-            f"| {store_name}, {size:,} | {median(times):.3f} s ({spread(times, '{:.3f}')}) |"
-        )
+    for store_name in ("memory", "SQLite"):
+        for size in sizes:
+            cells = [
+                f"{median(times):.3f} s ({spread(times, '{:.3f}')})"
+                for (name, n, _, _), times in loads.items()
+                if (name, n) == (store_name, size)
+            ]
+            tail = min(size, SNAPSHOT_SPAN * SNAPSHOT_EVERY)
+            lines.append(f"| {store_name}, {size:,} | {tail:,} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines) + f"\n\n{pushes:,} one-message pushes per run, {repeats} repeats."
 
 
@@ -272,7 +289,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run (writes nothing)")
     parser.add_argument("--no-write", action="store_true", help="do not write docs")
-    parser.add_argument("--pushes", type=int, default=5_000)
+    parser.add_argument("--pushes", type=int, default=20_000)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     started = now()

@@ -33,7 +33,8 @@ class HubConfig:
             default limit, so one large record behind another does not count as lagging.
         idle_unload: seconds a conversation with no subscriber stays loaded.
         snapshot_every: the fewest records between two snapshots written to the store; a
-            snapshot also waits until the records since the last one weigh as much as it.
+            snapshot also waits until the records since the last one weigh as much as it
+            or number 10 times this.
         recent_records: encoded records kept in memory per conversation for catch-up.
         compression: `None` (default) or `"deflate"` (permessage-deflate).
         ping_interval: seconds between the hub's keepalive pings to each replica (`None`: no

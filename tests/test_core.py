@@ -9,6 +9,7 @@ import pytest
 
 import server.core
 from server.core import (
+    SNAPSHOT_SPAN,
     AppendRecords,
     Broadcast,
     Close,
@@ -170,25 +171,54 @@ def test_a_snapshot_waits_until_the_records_after_the_last_one_outweigh_it() -> 
     assert decode_state(actions[-1].data()) == room.conversation
 
 
+def _heavy(*texts: str) -> list[bytes]:
+    maker = Conversation()
+    for text in texts:
+        maker.push(Message.user(text))
+    return [encode(made) for made in maker.take_unsaved()]
+
+
 def test_a_loaded_room_weighs_the_records_after_its_snapshot() -> None:
     """After a load, the snapshot it came from and the records after it count as if this
-    room had written them: a small snapshot followed by heavy records is due at once."""
-    maker = Conversation()
-    maker.push(Message.user("a" * 1000))
-    heavy = [encode(r) for r in maker.take_unsaved()]
-    snapshot = encode(Conversation())
+    room had written them: a tail heavier than the snapshot makes the next push due, a tail
+    lighter than it does not, though either push alone is lighter than the snapshot."""
     lineage = Lineage.fresh()
-    room: RoomCore[str] = RoomCore("c", CoreConfig(max_frame=1 << 20, snapshot_every=1))
-    room.load(Loaded(lineage, 1, snapshot, 0, heavy, {}))
-    joined(room, "a")
-    assert _snapshot_asked(land(room, "a", 1, "b")) is not None
-    # And a heavy snapshot with light records after it is not due.
-    room = core(snapshot_every=1)
     state = Conversation()
-    state.push(Message.user("c" * 5000))
-    room.load(Loaded(lineage, 1, encode(state), 1, [], {}))
+    state.push(Message.user("s" * 500))
+    snapshot = encode(state)
+    for tail, due in ((_heavy("t" * 1000), True), (_heavy("t" * 10), False)):
+        room: RoomCore[str] = RoomCore("c", CoreConfig(max_frame=1 << 20, snapshot_every=1))
+        room.load(Loaded(lineage, 2, snapshot, 1, tail, {}))
+        joined(room, "a")
+        assert (_snapshot_asked(land(room, "a", 1, "d")) is not None) is due
+
+
+def test_records_another_hub_appended_count_toward_the_next_snapshot() -> None:
+    """Records forwarded from a store other hubs share weigh like the room's own appends."""
+    room = core(snapshot_every=1)
     joined(room, "a")
-    assert _snapshot_asked(land(room, "a", 1, "d")) is None
+    first = _snapshot_asked(land(room, "a", 1, "s" * 500))
+    assert first is not None
+    assert room.resume(len(first.data())) == []
+    # Another hub appended a heavy record: the room reads and forwards it...
+    read = room.log_moved()[-1]
+    assert isinstance(read, ReadRecords)
+    room.resume(_heavy("t" * 1000))
+    # ...so a light push of this room's own is enough for the next snapshot.
+    assert _snapshot_asked(land(room, "a", 2, "d")) is not None
+
+
+def test_a_snapshot_comes_after_a_span_of_records_however_light() -> None:
+    """Records cheap to store may be dear to fold (a splice near the start shifts every entry
+    after it), so `SNAPSHOT_SPAN` x `snapshot_every` records bring a snapshot regardless."""
+    room = core(snapshot_every=2)
+    joined(room, "a")
+    land(room, "a", 1, "s" * 5000)
+    first = _snapshot_asked(land(room, "a", 2, "s" * 5000))
+    assert first is not None
+    assert room.resume(len(first.data())) == []
+    asked = [_snapshot_asked(land(room, "a", seq, "x")) for seq in range(3, 3 + 2 * SNAPSHOT_SPAN)]
+    assert asked[-1] is not None and not any(asked[:-1])  # light, but the span is reached
 
 
 def _no_close(to: str, code: str, detail: str) -> None:

@@ -19,6 +19,7 @@ from websockets.exceptions import ConnectionClosed
 
 from client import Conflict, Replica, Reset, connect
 from server import Hub, MemoryStore
+from server.core import SNAPSHOT_SPAN
 from sync import (
     Assistant,
     Author,
@@ -501,7 +502,7 @@ async def test_a_snapshot_waits_until_the_tail_outweighs_the_last_one() -> None:
     async with Hub(store, port=0, config=hub_config(snapshot_every=3)) as hub:
         async with connect(hub.url, "long", client="w") as writer:
             for k in range(3):
-                writer.conversation.push(Message.user(f"{k} " + "x" * 5000))
+                writer.conversation.push(Message.user(f"{k} " + "x" * 1200))
                 await writer.flush()
             first = await store.load("long")
             assert first is not None and first.snapshot_revision == 3 and first.snapshot
@@ -517,7 +518,8 @@ async def test_a_snapshot_waits_until_the_tail_outweighs_the_last_one() -> None:
                 # Lighter than the snapshot so far: no new one, however many records.
                 assert sum(map(len, loaded.records)) < len(first.snapshot)
             assert sum(map(len, loaded.records)) == 0 and loaded.snapshot_revision == pushed
-            assert pushed > 3 + 3 * 10  # far more than `snapshot_every` records
+            # Past `snapshot_every` by far, by weight: before the span would have brought it.
+            assert 3 + 3 * 3 < pushed < 3 + SNAPSHOT_SPAN * 3
             writer.conversation.push(Message.user("after the snapshot"))
             value = await settle([writer], hub, "long")
         with anyio.fail_after(bound(5)):  # unloaded: the next replica loads snapshot + tail
