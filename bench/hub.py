@@ -871,6 +871,10 @@ class LatencyRun:
     client_cpu: float
     gc_client: tuple[int, float]  # full collections, longest (s)
     gc_hub: tuple[int, float]
+    # p50 over records of the earliest and of the latest subscriber to have each one (ms): the
+    # first is the writer's and the server's part, the gap to the last the subscribers' turns.
+    first_p50: float = 0.0
+    last_p50: float = 0.0
 
 
 def percentile(ordered: list[float], p: float) -> float:
@@ -935,8 +939,16 @@ async def measured(
     }
 
 
-def latency_run(latencies: list[float], total: int, timing: dict[str, Any]) -> LatencyRun:
+def latency_run(
+    latencies: list[float], total: int, timing: dict[str, Any], subscribers: int
+) -> LatencyRun:
+    """`latencies` lists each subscriber's records in turn, the same records in the same
+    order for every subscriber."""
     ordered = sorted(latencies)
+    each = len(latencies) // subscribers
+    assert each * subscribers == len(latencies), "every subscriber has every record"
+    chunks = [latencies[k * each : (k + 1) * each] for k in range(subscribers)]
+    by_record = list(zip(*chunks, strict=True))
     return LatencyRun(
         len(ordered),
         percentile(ordered, 50) * 1000,
@@ -949,6 +961,8 @@ def latency_run(latencies: list[float], total: int, timing: dict[str, Any]) -> L
         timing["client_cpu"],
         timing["gc_client"],
         timing["gc_hub"],
+        median([min(record) for record in by_record]) * 1000,
+        median([max(record) for record in by_record]) * 1000,
     )
 
 
@@ -1000,7 +1014,7 @@ async def run_latency(
             for rev in range(revision - count + 1, revision + 1):
                 if rev > warm:  # revision r holds item r - 1: the writer is the only pusher
                     latencies.append(stamp - sent_at[rev - 1])
-    return latency_run(latencies, total, timing)
+    return latency_run(latencies, total, timing, settings.latency_subscribers)
 
 
 PROBE = b"probe"  # a frame the relay's readers skip: sent until every reader got one
@@ -1058,7 +1072,7 @@ async def run_relay_latency(
     latencies = [
         stamp - sent_at[k] for stamps_k in stamps for k, stamp in enumerate(stamps_k) if k >= warm
     ]
-    return latency_run(latencies, total, timing)
+    return latency_run(latencies, total, timing, settings.latency_subscribers)
 
 
 WAKE_IDLE = 0.01  # seconds asleep before each cold probe: the gap between records at 100/s
@@ -1320,6 +1334,19 @@ async def topic_latency(settings: Settings, args: argparse.Namespace) -> Topic:
                 passed=sqlite_p50 <= allowed,
             ),
             f"{at} SQLite p50 - memory p50",
+        )
+        arrivals = []
+        for kind in ("relay", "memory", "SQLite"):
+            sample = runs[(kind, rate)]
+            first = median([r.first_p50 for r in sample])
+            last = median([r.last_p50 for r in sample])
+            arrivals.append(f"{kind} {first:.2f} / {last:.2f} ms")
+        results.add(
+            Row(
+                f"{at}: p50 of the first / the last subscriber to have each record "
+                "(informative: the first is the writer's and the server's part)",
+                "; ".join(arrivals),
+            )
         )
         if old:
             for kind in ("memory", "SQLite"):
