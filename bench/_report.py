@@ -29,6 +29,7 @@ __all__ = [
     "median",
     "no_worse_row",
     "now",
+    "publish",
     "ratio_row",
     "spread",
     "write_section",
@@ -138,6 +139,25 @@ def write_section(heading: str, body: str, path: Path = BENCHMARKS_MD) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return path
+
+
+def publish(
+    section: str, doc: str, table: str, started: str, seconds: float, *, write: bool
+) -> None:
+    """Print a run's section (command, date, machine, the script docstring's description:
+    what follows its title, usage line and commands, then `table`) and, when `write`, put it
+    in `docs/benchmarks.md` under `section`."""
+    body = (
+        f"Command: `{command_line()}` (from the repository root)  \n"
+        f"Date: {started}; the run took {seconds:.0f} s  \n"
+        f"Machine: {machine()}, shared with other jobs  \n\n"
+        + doc.split("\n\n", 3)[3].strip()
+        + "\n\n"
+        + table
+    )
+    print(body)
+    if write:
+        print(f"wrote {write_section(section, body)}")
 
 
 # ------------------------------------------------------------------- shared by the benchmarks

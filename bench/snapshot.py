@@ -39,20 +39,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._report import (
-    command_line,
-    gc_paused,
-    machine,
-    median,
-    now,
-    spread,
-    text,
-    write_section,
-)
+from bench._report import gc_paused, median, now, publish, spread, text
 from server.core import SNAPSHOT_SPAN, CoreConfig, RoomCore, deliver
 from server.room import store_call
 from server.store import LogStore, MemoryStore, SqliteStore
-from sync import Conversation, Lineage, Message, encode
+from sync import Author, ChangeRecord, Conversation, Lineage, Message, Reset, encode
 from sync.codec import decode_state
 from sync.protocol import Hello, PushBatch
 
@@ -95,8 +86,6 @@ async def _seed(store: LogStore, size: int) -> None:
 
 
 def _reset_record(conversation: Conversation) -> bytes:
-    from sync import Author, ChangeRecord, Reset
-
     return encode(ChangeRecord(Reset(conversation.state()), Author.rig(), 0))
 
 
@@ -275,12 +264,11 @@ async def main_async(args: argparse.Namespace) -> str:
     ]
     for store_name in ("memory", "SQLite"):
         for size in sizes:
-            cells = [
-                f"{median(times):.3f} s ({spread(times, '{:.3f}')})"
-                for (name, n, _, _), times in loads.items()
-                if (name, n) == (store_name, size)
-            ]
             tail = min(size, SNAPSHOT_SPAN * SNAPSHOT_EVERY)
+            cells = []
+            for at_start in (False, True):
+                times = loads[(store_name, size, tail, at_start)]
+                cells.append(f"{median(times):.3f} s ({spread(times, '{:.3f}')})")
             lines.append(f"| {store_name}, {size:,} | {tail:,} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines) + f"\n\n{pushes:,} one-message pushes per run, {repeats} repeats."
 
@@ -295,17 +283,10 @@ def main() -> None:
     started = now()
     began = time.monotonic()
     table = asyncio.run(main_async(args))
-    body = (
-        f"Command: `{command_line()}` (from the repository root)  \n"
-        f"Date: {started}; the run took {time.monotonic() - began:.0f} s  \n"
-        f"Machine: {machine()}, shared with other jobs  \n\n"
-        + (__doc__ or "").split("\n\n", 3)[3].strip()
-        + "\n\n"
-        + table
+    seconds = time.monotonic() - began
+    publish(
+        SECTION, __doc__ or "", table, started, seconds, write=not (args.quick or args.no_write)
     )
-    print(body)
-    if not args.quick and not args.no_write:
-        print(f"wrote {write_section(SECTION, body)}")
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import server.store.sqlite as sqlite_module
-from bench._report import command_line, machine, median, now, spread, write_section
+from bench._report import median, now, publish, spread
 from server.store.sqlite import SqliteStore
 
 SECTION = "SQLite: one append at 100/s, phase by phase (`bench/store_latency.py`)"
@@ -173,18 +173,12 @@ def main() -> None:
         every_time = [t for times in per_run_times for t in times]
         per_run_median = [median(times) * 1e6 for times in per_run_times]
         lines.append(f"| {name} | {_us(median(every_time))} ({spread(per_run_median, '{:.0f}')}) |")
-    body = (
-        f"Command: `{command_line()}` (from the repository root)  \n"
-        f"Date: {started}; the run took {time.monotonic() - began:.0f} s  \n"
-        f"Machine: {machine()}, shared with other jobs  \n\n"
-        + (__doc__ or "").split("\n\n", 3)[3].strip()
-        + "\n\n"
-        + "\n".join(lines)
-        + f"\n\n{appends:,} counted appends per run, {repeats} repeats of each setting."
+    table = "\n".join(lines)
+    table += f"\n\n{appends:,} counted appends per run, {repeats} repeats of each setting."
+    seconds = time.monotonic() - began
+    publish(
+        SECTION, __doc__ or "", table, started, seconds, write=not (args.quick or args.no_write)
     )
-    print(body)
-    if not args.quick and not args.no_write:
-        print(f"wrote {write_section(SECTION, body)}")
 
 
 if __name__ == "__main__":
