@@ -5,6 +5,10 @@ Run from the repository root:
     PYTHONPATH=. .venv/bin/python bench/durable_cpu.py                 # 5 interleaved repeats
     PYTHONPATH=. .venv/bin/python bench/durable_cpu.py --profile       # + cProfile of the hub
     PYTHONPATH=. .venv/bin/python bench/durable_cpu.py --variant old=/tmp/sqlite_old.py
+    PYTHONPATH=. .venv/bin/python bench/durable_cpu.py --variant inline=bench/variants/sqlite_inline.diff
+
+A variant is another `server/store/sqlite.py`: a whole file, or a `.diff` against the current
+one (`bench/variants/` keeps the ones measured in `docs/benchmarks.md`), applied to a copy.
 
 The load is `bench/hub.py durable`'s: 20 writer `Replica`s in this process, each on a
 conversation of its own, each pushing one ~300-byte record and awaiting its ack, over and over,
@@ -33,6 +37,7 @@ import io
 import os
 import pstats
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -262,6 +267,23 @@ def _per(name: str, value: float) -> str:
     return f"{value:.2f}" if name.endswith(":switches") else _us(value)
 
 
+def _patched(diff: str, into: str, label: str) -> str:
+    """A copy of `server/store/sqlite.py` with `diff` applied (`git apply`), in `into`."""
+    root = Path(into) / f"variant-{label}"
+    target = root / "server" / "store" / "sqlite.py"
+    target.parent.mkdir(parents=True)
+    shutil.copyfile(HERE.parent.parent / "server" / "store" / "sqlite.py", target)
+    done = subprocess.run(
+        ["git", "apply", os.path.abspath(diff)],
+        capture_output=True,
+        text=True,
+        cwd=root,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"{diff} does not apply to server/store/sqlite.py: {done.stderr.strip()}")
+    return str(target)
+
+
 async def drive(args: argparse.Namespace) -> int:
     import bench.hub as hub_bench
     from bench._report import median, spread
@@ -276,6 +298,8 @@ async def drive(args: argparse.Namespace) -> int:
     if args.handoff:
         kinds["handoff"] = [*kinds["sqlite"], "--handoff"]
     for label, path in args.variant:
+        if path.endswith(".diff"):
+            path = _patched(path, tmp.name, label)
         kinds[label] = [
             *("serve", "hub", "--store", "sqlite", "--path", f"{tmp.name}/{label}.db"),
             *("--variant-file", path),
