@@ -5,10 +5,11 @@ Run from the repository root:
     PYTHONPATH=. .venv/bin/python bench/durable_cpu.py                 # 5 interleaved repeats
     PYTHONPATH=. .venv/bin/python bench/durable_cpu.py --profile       # + cProfile of the hub
     PYTHONPATH=. .venv/bin/python bench/durable_cpu.py --variant old=/tmp/sqlite_old.py
-    PYTHONPATH=. .venv/bin/python bench/durable_cpu.py --variant inline=bench/variants/sqlite_inline.diff
+    PYTHONPATH=. .venv/bin/python bench/durable_cpu.py --variant x=bench/variants/sqlite_inline.diff
 
-A variant is another `server/store/sqlite.py`: a whole file, or a `.diff` against the current
-one (`bench/variants/` keeps the ones measured in `docs/benchmarks.md`), applied to a copy.
+A variant is another `server/store/sqlite.py`: a whole file, or a `.diff` (`bench/variants/`
+keeps the ones measured in `docs/benchmarks.md`) applied to a copy of the store as of the
+commit its `Base: <rev>` line names (the current store without one).
 
 The load is `bench/hub.py durable`'s: 20 writer `Replica`s in this process, each on a
 conversation of its own, each pushing one ~300-byte record and awaiting its ack, over and over,
@@ -36,6 +37,7 @@ import importlib.util
 import io
 import os
 import pstats
+import re
 import shutil
 import subprocess
 import sys
@@ -153,7 +155,9 @@ def serve(argv: list[str]) -> None:
 
     profile: dict[str, Any] = {"on": None}
     writer = getattr(sqlite_mod, "_Writer", None)  # a variant may be built otherwise
-    run_batch = getattr(writer, "_run_batch", None)
+    # What the store's thread does per batch: `_carry_out` (sync, and commit what the loop
+    # did not) since stop 21, `_run_batch` (every commit) in the stores before it.
+    run_batch = getattr(writer, "_carry_out", None) or getattr(writer, "_run_batch", None)
 
     # Seconds the writer spent in its transactions, by the clock and on a core: the
     # difference is waiting (for the fsync, for the GIL, for a core).
@@ -268,11 +272,23 @@ def _per(name: str, value: float) -> str:
 
 
 def _patched(diff: str, into: str, label: str) -> str:
-    """A copy of `server/store/sqlite.py` with `diff` applied (`git apply`), in `into`."""
+    """A copy of `server/store/sqlite.py` with `diff` applied (`git apply`), in `into`: the
+    file as of the commit a `Base: <rev>` line of the diff's preamble names, else as it is."""
     root = Path(into) / f"variant-{label}"
     target = root / "server" / "store" / "sqlite.py"
     target.parent.mkdir(parents=True)
-    shutil.copyfile(HERE.parent.parent / "server" / "store" / "sqlite.py", target)
+    repo = HERE.parent.parent
+    base = re.search(r"^Base: (\w+)", Path(diff).read_text(encoding="utf-8"), re.MULTILINE)
+    if base is None:
+        shutil.copyfile(repo / "server" / "store" / "sqlite.py", target)
+    else:
+        shown = subprocess.run(
+            ["git", "show", f"{base[1]}:server/store/sqlite.py"],
+            capture_output=True,
+            cwd=repo,
+            check=True,
+        )
+        target.write_bytes(shown.stdout)
     done = subprocess.run(
         ["git", "apply", os.path.abspath(diff)],
         capture_output=True,

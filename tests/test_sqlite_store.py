@@ -4,16 +4,21 @@ truth, database errors, and the schema migration."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import sqlite3
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+import server.store.sqlite
 from server.store import ClientMark, Loaded, LogMoved, SeqTaken, SqliteStore, StoreError
 from server.store.sqlite import SCHEMA_VERSION
+from sync.errors import UsageError
 
 TIMEOUT = 10.0 * float(os.environ.get("CONVSYNC_TIMEOUT_SCALE", "1"))
 
@@ -256,3 +261,149 @@ async def test_a_failed_open_names_the_path_and_removes_what_it_made(tmp_path: P
     assert os.listdir(tmp_path) == ["notes.txt"]
     with open(path, "rb") as file:  # noqa: ASYNC230 - a test's check
         assert file.read() == b"not a database, just notes\n" * 10
+
+
+class HeldSync:
+    """Stands in for `os.fdatasync` in the store: each call waits until `release` (then syncs
+    for real), or raises `fail` if one is set."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.entered = threading.Event()
+        self.released = threading.Event()
+        self.fail: OSError | None = None
+        self._real = os.fdatasync
+
+    def __call__(self, fd: int) -> None:
+        self.calls += 1
+        self.entered.set()
+        if not self.released.wait(TIMEOUT):
+            raise AssertionError("the test never released the sync")
+        if self.fail is not None:
+            raise self.fail
+        self._real(fd)
+
+    async def wait_entered(self) -> None:
+        assert await asyncio.to_thread(self.entered.wait, TIMEOUT), "the store never synced"
+
+
+@pytest.fixture
+def held_sync(monkeypatch: pytest.MonkeyPatch) -> HeldSync:
+    held = HeldSync()
+    monkeypatch.setattr(os, "fdatasync", held)  # the store calls os.fdatasync
+    return held
+
+
+async def test_a_write_resolves_and_reads_see_it_only_once_the_wal_is_synced(
+    tmp_path: Path, held_sync: HeldSync
+) -> None:
+    """The commit is written by the event loop and synced by the store's thread: until the
+    WAL is on the disk the append does not resolve, and a read started meanwhile waits for
+    it rather than return a record a crash could still take back."""
+    async with SqliteStore(tmp_path / "db") as store:
+        append = asyncio.create_task(store.append("c", L1, 0, recs("r1")))
+        await held_sync.wait_entered()
+        read = asyncio.create_task(store.read("c", L1, 0))
+        try:
+            await asyncio.sleep(0.1)
+            assert not append.done() and not read.done()
+        finally:
+            held_sync.released.set()
+        async with asyncio.timeout(TIMEOUT):
+            assert await append == 1
+            assert await read == recs("r1")
+    assert held_sync.calls == 1
+
+
+async def test_a_failed_sync_fails_its_writes_and_every_later_one(
+    tmp_path: Path, held_sync: HeldSync
+) -> None:
+    """A failed fsync may have lost what the kernel held: the writes of that commit fail with
+    StoreError and so does every later one, until the store is opened again."""
+    path = tmp_path / "db"
+    held_sync.fail = OSError(errno.EIO, "Input/output error")
+    held_sync.released.set()
+    async with SqliteStore(path) as store:
+        async with asyncio.timeout(TIMEOUT):
+            with pytest.raises(StoreError, match="failed to sync the WAL"):
+                await store.append("c", L1, 0, recs("r1"))
+            held_sync.fail = None
+            with pytest.raises(StoreError, match="failed to sync the WAL"):
+                await store.append("d", L1, 0, recs("d1"))
+    async with SqliteStore(path) as reopened:
+        assert await reopened.append("d", L1, 0, recs("d1")) == 1
+
+
+async def test_the_event_loop_never_waits_for_the_write_lock(tmp_path: Path) -> None:
+    """With the write lock held outside the store, a batch goes to the store's thread, which
+    waits for the lock; the event loop goes on running meanwhile. (A loop that waited would
+    sit in SQLite's lock wait for `busy_timeout`: one gap between ticks that long.)"""
+    path = tmp_path / "db"
+    wait = 4.0
+    async with SqliteStore(path, busy_timeout=wait) as store:
+        await store.append("c", L1, 0, recs("r1"))
+        locked, unlock = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with write_lock_held(path):
+                locked.set()
+                unlock.wait(TIMEOUT)
+
+        holder = asyncio.create_task(asyncio.to_thread(hold))
+        async with asyncio.timeout(TIMEOUT):
+            await asyncio.to_thread(locked.wait, TIMEOUT)
+            append = asyncio.create_task(store.append("c", L1, 1, recs("r2")))
+            gaps = []
+            for _ in range(20):  # 0.2 s in steps the loop only takes if it is free
+                before = time.monotonic()
+                await asyncio.sleep(0.01)
+                gaps.append(time.monotonic() - before)
+            assert max(gaps) < wait / 2 and not append.done()
+            unlock.set()
+            assert await append == 2
+            await holder
+        assert await store.read("c", L1, 0) == recs("r1", "r2")
+
+
+async def test_the_store_checkpoints_the_wal_every_so_many_commits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite's own checkpoints are off (they would run in a commit, on the event loop); the
+    store's thread runs one every CHECKPOINT_EVERY commits, so the WAL starts over instead of
+    growing with every commit."""
+
+    async def wal_after(commits: int, path: Path) -> int:
+        async with SqliteStore(path) as store:
+            for revision in range(commits):
+                await store.append("c", L1, revision, [b"x" * 2000])
+            return (await asyncio.to_thread(os.stat, f"{path}-wal")).st_size
+
+    every = server.store.sqlite.CHECKPOINT_EVERY
+    checkpointed = await wal_after(3 * every, tmp_path / "a.db")
+    monkeypatch.setattr(server.store.sqlite, "CHECKPOINT_EVERY", 10**9)
+    never = await wal_after(3 * every, tmp_path / "b.db")
+    assert checkpointed < never / 2
+
+
+async def test_a_store_serves_one_event_loop_at_a_time(tmp_path: Path, held_sync: HeldSync) -> None:
+    """While writes are under way on one event loop, a write from another is refused with a
+    clear error and changes nothing; once they are done, another loop may use the store."""
+
+    async def on_another_loop(call: Awaitable[int]) -> int:
+        """`call` run to its end in a thread of its own, on an event loop of its own."""
+        return await asyncio.to_thread(asyncio.run, asyncio.wait_for(call, TIMEOUT))
+
+    async with SqliteStore(tmp_path / "db") as store:
+        append = asyncio.create_task(store.append("c", L1, 0, recs("r1")))
+        await held_sync.wait_entered()
+        try:
+            with pytest.raises(UsageError) as refused:
+                await on_another_loop(store.append("d", L1, 0, recs("d1")))
+            assert refused.value.reason == "wrong_loop"
+        finally:
+            held_sync.released.set()
+        async with asyncio.timeout(TIMEOUT):
+            assert await append == 1
+            assert await on_another_loop(store.append("d", L1, 0, recs("d1"))) == 1
+            assert await store.append("c", L1, 1, recs("r2")) == 2
+        assert await store.read("d", L1, 0) == recs("d1")

@@ -2,20 +2,34 @@
 
 How this works
 --------------
-- **One writer thread** owns the only connection that writes. A caller on the event loop checks
-  its arguments, puts a job on a queue and awaits an asyncio future; nothing that touches the
-  disk runs on the loop. The writer hands each outcome back with `loop.call_soon_threadsafe`.
-- **Group commit.** The writer waits for a job, opens a transaction with `BEGIN IMMEDIATE` (it
-  takes the file's write lock, so several processes sharing the file still serialize), then
-  pulls every job queued by then (up to `max_batch`) into that one transaction. Jobs queued
-  while it waits for the lock or for the previous fsync ride along, so under load one commit
-  carries many appends. Each job runs under its own `SAVEPOINT` and does its own
-  compare-and-append check against what the jobs before it left: one that fails (`LogMoved`,
-  `SeqTaken`, a database error) is rolled back to its savepoint and fails alone.
-- **Durable before resolved.** A job's future is resolved only after `COMMIT` returned. With
-  `synchronous=FULL` in WAL mode the commit syncs the WAL, so once `await append(...)` returns,
-  the records and the client mark survive `kill -9` of the process (and a power cut). If the
-  commit itself fails, every job of the batch fails with `StoreError` and nothing of it is kept.
+- **Writes run on the event loop; the disk waits on the store's thread.** One connection
+  writes. A caller on the loop checks its arguments and queues a job; at most one batch is
+  under way, and the jobs queued meanwhile go together in the next (group commit). A batch of
+  appends runs on the loop: `BEGIN IMMEDIATE`, a few statements per append, `COMMIT`, which
+  at `synchronous=NORMAL` writes the WAL to the page cache and returns (tens of
+  microseconds). The store's thread then `fdatasync`s the WAL and only then do the batch's
+  appends resolve. Nothing the disk can hold up runs on the loop: the fsync, the checkpoints
+  (SQLite's automatic ones are off; the thread runs one every `CHECKPOINT_EVERY` commits),
+  and whole batches that hold a snapshot or a rewrite (large writes) run on the thread, and
+  so does a batch that finds the write lock taken by a process outside the store (the loop
+  never waits for a lock: its `busy_timeout` is 0, the thread's is the store's). Whoever runs
+  statements holds the batch under way, so the loop and the thread never use the connection
+  at once. Measured against a writer thread that ran every statement: less CPU handed
+  between threads and no writer contending for the GIL (`docs/benchmarks.md`, durable).
+- **Each job under its own `SAVEPOINT`**, doing its own compare-and-append check against
+  what the jobs before it left: one that fails (`LogMoved`, `SeqTaken`, a database error) is
+  rolled back to its savepoint and fails alone.
+- **Durable before resolved.** A write resolves only after its commit is in the WAL and the
+  WAL is synced (`synchronous=FULL` or `EXTRA`: the connection runs at NORMAL plus that sync,
+  which is what FULL does in WAL mode; NORMAL and OFF resolve after the commit, with what
+  those levels promise). Once `await append(...)` returns, the records and the client mark
+  survive `kill -9` of the process and a power cut. If the commit fails, every job of the
+  batch fails with `StoreError` and nothing of it is kept. If the sync fails, the batch fails
+  and so does every later write (the kernel may have dropped what it could not write): reopen
+  the store. A read waits for the batch under way, so it never returns a commit not yet on
+  the disk.
+- **One event loop at a time.** The writes run on the loop that queued them; a write from
+  another loop while some are under way is refused (`UsageError`, reason `wrong_loop`).
 - **Reads** (`load`, `read`, `list_conversations`, `client_mark`) run in worker threads
   (`asyncio.to_thread`) on a small pool of read-only connections, each inside one read
   transaction, so a load sees one consistent state; WAL lets them run beside the writer.
@@ -29,7 +43,7 @@ How this works
   writer/reader split needs one shared file. `MemoryStore` is the in-memory store
   (`open_store(":memory:")` picks it).
 - **One hub per file.** Nothing here can tell another process that a log moved, so two hubs on
-  one file would each serve rooms the other made stale. The writer thread therefore first takes
+  one file would each serve rooms the other made stale. The store's thread therefore first takes
   an exclusive `flock` on a sidecar file `<db>.lock` (before it opens the database) and holds it
   until it has closed its connection; it writes `pid@host` into it so that a second store can
   name the holder when it refuses with `StoreLocked`. The kernel drops the lock when the holder
@@ -43,7 +57,8 @@ How this works
   The errors name the path and the cause (a directory that does not exist, a file that is not
   a database, ...).
 - The store is bound to asyncio (futures and `call_soon_threadsafe`). Cancelling a caller that
-  awaits an append does not withdraw the append: it may still commit; reload to find out.
+  awaits an append does not withdraw the append: it may still commit; reload to find out. So
+  may a write that failed because its sync failed.
 """
 
 from __future__ import annotations
@@ -51,12 +66,12 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import functools
+import logging
 import os
 import queue
 import socket
 import sqlite3
 import threading
-import time
 import weakref
 from collections.abc import Callable, Sequence
 from types import TracebackType
@@ -84,6 +99,8 @@ from .base import (
 __all__ = ["SqliteStore"]
 
 T = TypeVar("T")
+
+log = logging.getLogger("convsync.store")
 
 _Db = sqlite3.Connection | sqlite3.Cursor
 """Where a statement runs: a reader's connection, or the writer's one reused cursor."""
@@ -126,9 +143,11 @@ _IDLE_READERS = 4
 def _connect(
     path: str, synchronous: str, busy_timeout: float, *, reader: bool
 ) -> sqlite3.Connection:
-    # isolation_level=None: no implicit transactions; every one is begun explicitly.
+    # isolation_level=None: no implicit transactions; every one is begun explicitly. Every
+    # connection is used from more than one thread (readers from a pool of worker threads, the
+    # writer from the store's thread and the event loop's), never from two at once.
     conn = sqlite3.connect(
-        path, timeout=busy_timeout, isolation_level=None, check_same_thread=not reader
+        path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
     )
     try:
         conn.execute(f"PRAGMA synchronous = {synchronous}")
@@ -484,55 +503,103 @@ def _list_in(
     return [cid for (cid,) in conn.execute(sql, args)]
 
 
-# The writer thread.
+# The writes: statements on the event loop, fsync and heavy work on the store's thread.
 
-COMMIT_WINDOW = 0.0003
-"""Seconds the writer waits for more appends before a commit, only when the last commit
-carried several: concurrent writers then share one fsync instead of alternating in two
-groups. A single writer never waits."""
+CHECKPOINT_EVERY = 64
+"""Commits between two checkpoints of the WAL into the database, run on the store's thread
+(SQLite's automatic checkpoint would run inside a commit, on the event loop)."""
 
 
 class _Job:
-    """One write: a function run in the writer's transaction, and where its outcome goes."""
+    """One write: a function run in a transaction, and the future its caller awaits."""
 
-    __slots__ = ("future", "is_append", "loop", "run")
+    __slots__ = ("future", "is_append", "run")
 
     def __init__(
         self,
         run: Callable[[sqlite3.Cursor], Any],
-        loop: asyncio.AbstractEventLoop,
         future: asyncio.Future[Any],
         *,
         is_append: bool,
     ) -> None:
         self.run = run
-        self.loop = loop
         self.future = future
         self.is_append = is_append
 
-    def settle(self, result: Any = None, error: BaseException | None = None) -> None:
-        """Resolve the future on its loop; a loop that is gone has nobody waiting."""
-        try:
-            self.loop.call_soon_threadsafe(_resolve, self.future, result, error)
-        except RuntimeError:
-            pass
+
+Outcomes = list[tuple[Any, BaseException | None]]
 
 
-def _settle_all(batch: list[_Job], outcomes: list[tuple[Any, BaseException | None]]) -> None:
-    """Resolve a batch's futures with one wake-up per event loop, not one per job."""
-    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any, Any]]] = {}
-    for job, (result, error) in zip(batch, outcomes, strict=True):
-        by_loop.setdefault(job.loop, []).append((job.future, result, error))
-    for loop, settled in by_loop.items():
-        try:
-            loop.call_soon_threadsafe(_resolve_all, settled)
-        except RuntimeError:  # a loop that is gone has nobody waiting
-            pass
+class _Turn:
+    """A batch handed to the store's thread: to run and commit there when `outcomes` is None,
+    then to sync; `done(turn, outcomes, failure)` is called back on `loop`."""
+
+    __slots__ = ("batch", "done", "loop", "outcomes")
+
+    def __init__(
+        self,
+        batch: list[_Job],
+        outcomes: Outcomes | None,
+        loop: asyncio.AbstractEventLoop,
+        done: Callable[[_Turn, Outcomes | None, BaseException | None], None],
+    ) -> None:
+        self.batch = batch
+        self.outcomes = outcomes
+        self.loop = loop
+        self.done = done
 
 
-def _resolve_all(settled: list[tuple[asyncio.Future[Any], Any, Any]]) -> None:
-    for future, result, error in settled:
-        _resolve(future, result, error)
+def _call_back(turn: _Turn, outcomes: Outcomes | None, failure: BaseException | None) -> None:
+    """Hand `turn`'s outcome back to its event loop (from the store's thread)."""
+    try:
+        turn.loop.call_soon_threadsafe(turn.done, turn, outcomes, failure)
+    except RuntimeError:  # a loop that is gone has nobody waiting
+        pass
+
+
+def _transact(conn: sqlite3.Connection, cursor: sqlite3.Cursor, batch: list[_Job]) -> Outcomes:
+    """Run `batch` in the transaction just begun, each job under its own savepoint, and commit.
+
+    Returns each job's outcome: a refused job (`LogMoved`, `SeqTaken`, a database error) is
+    rolled back to its savepoint and fails alone. Raises what made the whole transaction fail
+    (disk full, I/O error), after rolling it back.
+    """
+    outcomes: Outcomes = []
+    alone = len(batch) == 1  # a job alone needs no savepoint: its transaction is its own
+    try:
+        for job in batch:
+            if not alone:
+                cursor.execute("SAVEPOINT job")
+            try:
+                result = job.run(cursor)
+            except Exception as exc:
+                # Some errors (disk full, I/O) end the whole transaction; then ROLLBACK TO
+                # fails and the whole batch fails.
+                cursor.execute("ROLLBACK" if alone else "ROLLBACK TO job")
+                if isinstance(exc, sqlite3.Error):
+                    outcomes.append((None, _store_error("write failed", exc)))
+                else:  # LogMoved, SeqTaken, UsageError: the caller's to handle
+                    outcomes.append((None, exc))
+            else:
+                outcomes.append((result, None))
+            if not alone:
+                cursor.execute("RELEASE job")
+        if conn.in_transaction:
+            cursor.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            try:
+                cursor.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+        raise
+    return outcomes
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    """Whether `exc` says another connection holds the lock asked for."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "locked" in str(exc)
 
 
 def _resolve(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
@@ -551,7 +618,13 @@ def _store_error(message: str, exc: BaseException) -> StoreError:
 
 
 class _Writer:
-    """The writer thread and its connection.
+    """The store's thread and the one connection that writes.
+
+    The thread opens the file (and holds its lock), then carries out the `_Turn`s the event
+    loop hands it: it commits the batches the loop does not run itself, `fdatasync`s the WAL
+    after every commit when the store is durable, and checkpoints the WAL. Whoever runs
+    statements on the connection holds the store's one batch under way (`_Committer.busy`),
+    so the loop and the thread never use it at once.
 
     It holds no reference to the store, so a store dropped without `close` can still be
     collected; the store's finalizer then stops this thread.
@@ -560,17 +633,22 @@ class _Writer:
     def __init__(self, path: str, synchronous: str, busy_timeout: float, max_batch: int) -> None:
         self.path = path
         self.synchronous = synchronous
+        # FULL and EXTRA: the connection runs at NORMAL (a commit writes the WAL and returns)
+        # and this thread syncs the WAL before any write of the commit resolves.
+        self.syncs = synchronous in ("FULL", "EXTRA")
         self.busy_timeout = busy_timeout
         self.max_batch = max_batch
-        self.jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self.turns: queue.SimpleQueue[_Turn | None] = queue.SimpleQueue()
         self.ready = threading.Event()
         self.error: StoreError | None = None
+        self.broken: StoreError | None = None  # a failed fsync: no write may resolve again
+        self.conn: sqlite3.Connection | None = None
+        self.cursor: sqlite3.Cursor | None = None
         self.commits = 0
         self.appends = 0
-        self._last_batch = 1
-        self.thread = threading.Thread(
-            target=self._main, name="convsync-sqlite-writer", daemon=True
-        )
+        self.since_checkpoint = 0
+        self._wal = -1
+        self.thread = threading.Thread(target=self._main, name="convsync-sqlite-disk", daemon=True)
         self._start_lock = threading.Lock()
 
     def start(self) -> None:
@@ -584,8 +662,14 @@ class _Writer:
         return self.thread.ident is not None
 
     def stop(self) -> None:
-        """Ask the thread to finish the jobs queued so far and exit."""
-        self.jobs.put(None)
+        """Ask the thread to carry out the turns handed to it so far and exit."""
+        self.turns.put(None)
+
+    def committed(self, batch: list[_Job]) -> None:
+        """Count a batch committed (by the loop or by this thread)."""
+        self.commits += 1
+        self.appends += sum(job.is_append for job in batch)
+        self.since_checkpoint += 1
 
     def _main(self) -> None:
         path = self.path
@@ -604,8 +688,9 @@ class _Writer:
             return
         if not os.path.exists(path):
             made += [path + suffix for suffix in ("", "-wal", "-shm", "-journal")]
+        synchronous = "NORMAL" if self.syncs else self.synchronous
         try:
-            conn = _connect(path, self.synchronous, self.busy_timeout, reader=False)
+            conn = _connect(path, synchronous, self.busy_timeout, reader=False)
         except Exception as exc:
             _remove_created(made)  # while the lock is still held: nobody else made them
             _release(held)
@@ -613,6 +698,11 @@ class _Writer:
             return
         try:
             _create_schema(conn, path)
+            # The loop never waits for a lock: a batch that finds the write lock taken (by a
+            # process outside the store) comes here, which waits `busy_timeout` for it.
+            conn.execute("PRAGMA busy_timeout = 0")
+            conn.execute("PRAGMA wal_autocheckpoint = 0")  # this thread checkpoints
+            wal = os.open(path + "-wal", os.O_RDWR | os.O_CLOEXEC) if self.syncs else -1
         except Exception as exc:
             conn.close()
             _remove_created(made)
@@ -621,102 +711,192 @@ class _Writer:
             return
         # Every statement of the writer runs on this one cursor: `Connection.execute` would
         # make (and free) a cursor per statement, about a fifth of a statement's Python cost.
-        cursor = conn.cursor()
+        self.conn, self.cursor, self._wal = conn, conn.cursor(), wal
         self.ready.set()
         try:
-            while True:
-                first = self.jobs.get()
-                if first is None or self._run_batch(conn, cursor, first):
-                    break
+            while (turn := self.turns.get()) is not None:
+                try:
+                    self._carry_out(turn)
+                except Exception as exc:  # a bug: fail the turn, keep serving the others
+                    log.exception("the SQLite store's thread failed a batch")
+                    self.broken = _store_error("the store's thread failed; reopen the store", exc)
+                    _call_back(turn, None, self.broken)
         finally:
+            if wal >= 0:
+                os.close(wal)
             conn.close()
             _release(held)
             self._fail_until_empty(UsageError("closed", "the store is closed"))
 
-    def fail_unstarted(self, error: BaseException) -> None:
-        """Fail the jobs queued on a writer that was never started (a store closed unused)."""
-        self._fail_until_empty(error)
+    def _carry_out(self, turn: _Turn) -> None:
+        outcomes = turn.outcomes
+        failure: BaseException | None = self.broken
+        if failure is None and outcomes is None:
+            outcomes, failure = self._commit(turn.batch)
+        if failure is None and self.syncs:
+            try:
+                os.fdatasync(self._wal)
+            except OSError as exc:
+                # The commit is in the WAL but may not be on the disk, and after a failed
+                # fsync the kernel may have dropped the pages: nothing written from now on can
+                # be promised either. The store refuses every write until it is reopened.
+                self.broken = failure = _store_error(
+                    "the disk failed to sync the WAL; reopen the store", exc
+                )
+        if failure is None and self.since_checkpoint >= CHECKPOINT_EVERY:
+            self._checkpoint()
+        _call_back(turn, outcomes, failure)
+
+    def _commit(self, batch: list[_Job]) -> tuple[Outcomes | None, BaseException | None]:
+        conn, cursor = self.conn, self.cursor
+        assert conn is not None and cursor is not None
+        try:
+            cursor.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            try:
+                cursor.execute("BEGIN IMMEDIATE")
+            finally:
+                cursor.execute("PRAGMA busy_timeout = 0")
+        except sqlite3.Error as exc:
+            return None, _store_error("cannot begin a write", exc)
+        try:
+            outcomes = _transact(conn, cursor, batch)
+        except Exception as exc:
+            return None, _store_error("commit failed", exc)
+        self.committed(batch)
+        if any(not job.is_append for job in batch):
+            self.since_checkpoint = CHECKPOINT_EVERY  # a snapshot or a rewrite: a large WAL
+        return outcomes, None
+
+    def _checkpoint(self) -> None:
+        """Copy the WAL into the database (PASSIVE: readers are not waited for), so that the
+        next commit starts the WAL over; what it cannot copy now, a later one does."""
+        assert self.cursor is not None
+        self.since_checkpoint = 0
+        try:
+            self.cursor.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error:
+            log.warning("a checkpoint of %s failed; the WAL grows until one succeeds", self.path)
 
     def _fail_until_stopped(self, exc: Exception) -> None:
         self.error = exc if isinstance(exc, StoreError) else _store_error("cannot open", exc)
         self.ready.set()
-        while (job := self.jobs.get()) is not None:
-            job.settle(error=self.error)
-        self._fail_until_empty(self.error)
+        while self.turns.get() is not None:
+            pass  # no turn is made on a store that failed to open
 
     def _fail_until_empty(self, error: BaseException) -> None:
         while True:
             try:
-                job = self.jobs.get_nowait()
+                turn = self.turns.get_nowait()
             except queue.Empty:
                 return
-            if job is not None:
-                job.settle(error=error)
+            if turn is not None:
+                _call_back(turn, None, error)
 
-    def _gather(self, batch: list[_Job]) -> bool:
-        """Add the jobs queued now to `batch`; True when a stop request was among them."""
-        while len(batch) < self.max_batch:
-            try:
-                job = self.jobs.get_nowait()
-            except queue.Empty:
-                return False
-            if job is None:
-                return True
-            batch.append(job)
-        return False
 
-    def _run_batch(self, conn: sqlite3.Connection, cursor: sqlite3.Cursor, first: _Job) -> bool:
-        """Run `first` and every job queued meanwhile in one transaction; True: stop after."""
+class _Committer:
+    """The event loop's side of the writes.
+
+    Writes queue here. At most one batch is under way: while it is, the writes that come
+    queue behind it and go together in the next (group commit). A batch of appends runs on
+    the loop (a few statements each and a commit that writes the WAL, tens of microseconds)
+    and goes to the store's thread to be synced; a batch holding a snapshot or a rewrite (large
+    writes), or one that finds the write lock taken, runs on the thread. Its writes resolve
+    once the thread has synced the commit. Holds no reference to the store.
+    """
+
+    def __init__(self, writer: _Writer) -> None:
+        self.writer = writer
+        self.pending: list[_Job] = []
+        self.busy = False
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._waiters: list[asyncio.Future[None]] = []
+
+    def add(self, job: _Job, loop: asyncio.AbstractEventLoop) -> None:
+        if loop is not self.loop:
+            if self.busy or self.pending:
+                raise UsageError(
+                    "wrong_loop", "this SqliteStore has writes under way on another event loop"
+                )
+            self.loop = loop
+        self.pending.append(job)
+        if len(self.pending) == 1 and not self.busy:
+            loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Start the next batch (on the loop), unless one is under way."""
+        if self.busy or not self.pending:
+            return
+        loop, w = self.loop, self.writer
+        assert loop is not None
+        batch = self.pending[: w.max_batch]
+        del self.pending[: w.max_batch]
+        self.busy = True
+        if w.broken is not None:
+            self._finish(batch, None, w.broken)
+            return
+        outcomes: Outcomes | None = None
+        if all(job.is_append for job in batch):
+            ran = self._commit_here(batch)
+            if isinstance(ran, BaseException):
+                self._finish(batch, None, ran)
+                return
+            outcomes = ran
+            if outcomes is not None and not w.syncs and w.since_checkpoint < CHECKPOINT_EVERY:
+                self._finish(batch, outcomes, None)  # durable as the level makes it
+                return
+        w.turns.put(_Turn(batch, outcomes, loop, self._done))
+
+    def _commit_here(self, batch: list[_Job]) -> Outcomes | BaseException | None:
+        """Run and commit `batch` on the loop: its outcomes, the error that failed it whole,
+        or None when another connection holds the write lock (the thread waits for it)."""
+        w = self.writer
+        conn, cursor = w.conn, w.cursor
+        assert conn is not None and cursor is not None
         try:
             cursor.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
-            first.settle(error=_store_error("cannot begin a write", exc))
-            return False
-        # Taken after the lock: jobs that queued while we waited for it join this commit.
-        batch = [first]
-        stop = self._gather(batch)
-        if not stop and self._last_batch > 1 and len(batch) < self._last_batch:
-            # Writers were many last time: the rest of them are likely a moment away, and one
-            # fsync for all beats two.
-            time.sleep(COMMIT_WINDOW)
-            stop = self._gather(batch)
-        self._last_batch = len(batch)
-        outcomes: list[tuple[Any, BaseException | None]] = []
-        alone = len(batch) == 1  # a job alone needs no savepoint: its transaction is its own
+            return None if _is_busy(exc) else _store_error("cannot begin a write", exc)
         try:
-            for job in batch:
-                if not alone:
-                    cursor.execute("SAVEPOINT job")
-                try:
-                    result = job.run(cursor)
-                except Exception as exc:
-                    # Some errors (disk full, I/O) end the whole transaction; then ROLLBACK TO
-                    # fails and the whole batch fails below.
-                    cursor.execute("ROLLBACK" if alone else "ROLLBACK TO job")
-                    if isinstance(exc, sqlite3.Error):
-                        outcomes.append((None, _store_error("write failed", exc)))
-                    else:  # LogMoved, SeqTaken, UsageError: the caller's to handle
-                        outcomes.append((None, exc))
-                else:
-                    outcomes.append((result, None))
-                if not alone:
-                    cursor.execute("RELEASE job")
-            if conn.in_transaction:
-                cursor.execute("COMMIT")
+            outcomes = _transact(conn, cursor, batch)
         except Exception as exc:
-            if conn.in_transaction:
-                try:
-                    cursor.execute("ROLLBACK")
-                except sqlite3.Error:
-                    pass
-            failure = _store_error("commit failed", exc)
+            return _store_error("commit failed", exc)
+        w.committed(batch)
+        return outcomes
+
+    def _done(self, turn: _Turn, outcomes: Outcomes | None, failure: BaseException | None) -> None:
+        self._finish(turn.batch, outcomes, failure)
+
+    def _finish(
+        self, batch: list[_Job], outcomes: Outcomes | None, failure: BaseException | None
+    ) -> None:
+        if failure is not None or outcomes is None:
+            # A commit that failed, or one whose sync failed: none of its writes resolves.
             for job in batch:
-                job.settle(error=failure)
-            return stop
-        self.commits += 1
-        self.appends += sum(job.is_append for job in batch)
-        _settle_all(batch, outcomes)
-        return stop
+                _resolve(job.future, None, failure)
+        else:
+            for job, (result, error) in zip(batch, outcomes, strict=True):
+                _resolve(job.future, result, error)
+        self.busy = False
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        if self.pending and self.loop is not None:
+            self.loop.call_soon(self.flush)
+
+    async def settled(self) -> None:
+        """Wait until the batch under way, if any, is committed and synced (on this loop)."""
+        if self.busy and asyncio.get_running_loop() is self.loop:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            await waiter
+
+    async def drained(self) -> None:
+        """Wait until every write queued on this loop has resolved."""
+        while (self.busy or self.pending) and asyncio.get_running_loop() is self.loop:
+            if not self.busy:
+                self.flush()
+            await self.settled()
 
 
 class _Readers:
@@ -809,6 +989,7 @@ class SqliteStore(Closable):
         self._closed = False
         self._writer = _Writer(path, synchronous, busy_timeout, max_batch)
         self._readers = _Readers(self._writer)
+        self._committer = _Committer(self._writer)
         # A store dropped without close still stops its thread and frees its connections.
         self._finalizer = weakref.finalize(self, _stop, self._writer, self._readers)
 
@@ -823,14 +1004,23 @@ class SqliteStore(Closable):
         return self._writer.appends
 
     async def _write(self, run: Callable[[sqlite3.Cursor], T], *, is_append: bool) -> T:
+        writer = self._writer
+        if not writer.ready.is_set():
+            writer.start()
+            await asyncio.to_thread(writer.ready.wait)
+            self._check_open()  # closed while the file opened
+        if writer.error is not None:
+            raise writer.error
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        self._writer.jobs.put(_Job(run, loop, future, is_append=is_append))
-        self._writer.start()
+        self._committer.add(_Job(run, future, is_append=is_append), loop)
         return await future
 
     async def _read(self, read: Callable[[sqlite3.Connection], T]) -> T:
         self._check_open()
+        # A commit under way is in the file before it is on the disk: a read waits for it, so
+        # that it never returns what a crash could still take back.
+        await self._committer.settled()
         return await asyncio.to_thread(self._readers.run, read)
 
     async def load(self, conversation_id: str) -> Loaded | None:
@@ -936,11 +1126,10 @@ class SqliteStore(Closable):
             return
         self._closed = True
         self._finalizer.detach()
+        await self._committer.drained()
         _stop(self._writer, self._readers)
         if self._writer.started:
             await asyncio.to_thread(self._writer.thread.join)
-        else:
-            self._writer.fail_unstarted(UsageError("closed", "the store is closed"))
 
     async def __aenter__(self) -> Self:
         """Wait until the file is open and its schema ready.
