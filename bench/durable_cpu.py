@@ -157,7 +157,8 @@ def serve(argv: list[str]) -> None:
     writer = getattr(sqlite_mod, "_Writer", None)  # a variant may be built otherwise
     # What the store's thread does per batch: `_carry_out` (sync, and commit what the loop
     # did not) since stop 21, `_run_batch` (every commit) in the stores before it.
-    run_batch = getattr(writer, "_carry_out", None) or getattr(writer, "_run_batch", None)
+    hooked = "_carry_out" if hasattr(writer, "_carry_out") else "_run_batch"
+    run_batch = getattr(writer, hooked, None)
 
     # Seconds the writer spent in its transactions, by the clock and on a core: the
     # difference is waiting (for the fsync, for the GIL, for a core).
@@ -177,7 +178,7 @@ def serve(argv: list[str]) -> None:
             batches["batch_cpu"] += time.thread_time() - cpu
 
     if writer is not None and run_batch is not None:
-        writer._run_batch = profiled_batch
+        setattr(writer, hooked, profiled_batch)
     handle = hubproc.Control.handle
 
     async def handle_more(self: Any, command: dict[str, Any]) -> dict[str, Any]:
