@@ -12,6 +12,7 @@ import time
 from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -407,3 +408,79 @@ async def test_a_store_serves_one_event_loop_at_a_time(tmp_path: Path, held_sync
             assert await on_another_loop(store.append("d", L1, 0, recs("d1"))) == 1
             assert await store.append("c", L1, 1, recs("r2")) == 2
         assert await store.read("d", L1, 0) == recs("d1")
+
+
+async def test_a_read_that_sees_a_commit_before_its_sync_waits_for_the_sync(
+    tmp_path: Path, held_sync: HeldSync, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read that starts before a write's batch does, and takes its snapshot after the batch
+    committed but before the WAL is synced, sees the record: it returns only once the sync
+    is done."""
+    run = server.store.sqlite._Readers.run
+
+    def after_the_commit(readers: Any, read: Any) -> Any:
+        assert held_sync.entered.wait(TIMEOUT)  # the batch committed; its sync is under way
+        return run(readers, read)
+
+    monkeypatch.setattr(server.store.sqlite._Readers, "run", after_the_commit)
+    async with SqliteStore(tmp_path / "db") as store:
+        append = asyncio.create_task(store.append("c", L1, 0, recs("r1")))
+        read = asyncio.create_task(store.read("c", L1, 0))  # queued before the batch starts
+        await held_sync.wait_entered()
+        try:
+            await asyncio.sleep(0.2)
+            assert not append.done() and not read.done()
+        finally:
+            held_sync.released.set()
+        async with asyncio.timeout(TIMEOUT):
+            assert await read == recs("r1")
+            assert await append == 1
+
+
+async def test_a_cancelled_close_still_stops_the_store_and_lets_the_file_go(
+    tmp_path: Path, held_sync: HeldSync
+) -> None:
+    """`close` cancelled while it waits for the writes under way still stops the store's
+    thread, so the file's lock is let go; the write under way still lands."""
+    path = tmp_path / "db"
+    store = SqliteStore(path)
+    await store.__aenter__()
+    append = asyncio.create_task(store.append("c", L1, 0, recs("r1")))
+    await held_sync.wait_entered()
+    closing = asyncio.create_task(store.close())
+    await asyncio.sleep(0.05)
+    closing.cancel()
+    held_sync.released.set()
+    async with asyncio.timeout(TIMEOUT):
+        with pytest.raises(asyncio.CancelledError):
+            await closing
+        assert await append == 1
+    async with SqliteStore(path) as reopened:  # StoreLocked if the thread still held it
+        assert await reopened.read("c", L1, 0) == recs("r1")
+
+
+async def test_writes_left_under_way_by_a_closed_loop_do_not_hold_the_store(
+    tmp_path: Path, held_sync: HeldSync
+) -> None:
+    """An event loop that closes while its batch is being synced leaves nobody to call back:
+    the store finishes the batch anyway, and another loop may write afterwards."""
+    async with SqliteStore(tmp_path / "db") as store:
+
+        def write_and_leave() -> None:
+            async def leave() -> None:
+                asyncio.get_running_loop().create_task(store.append("c", L1, 0, recs("r1")))
+                assert await asyncio.to_thread(held_sync.entered.wait, TIMEOUT)
+
+            asyncio.run(leave())  # cancels the append's caller and closes its loop
+
+        await asyncio.to_thread(write_and_leave)
+        held_sync.released.set()
+        async with asyncio.timeout(TIMEOUT):
+            while True:  # until the thread is done with the closed loop's batch
+                try:
+                    assert await store.append("c", L1, 1, recs("r2")) == 2
+                    break
+                except UsageError as refused:
+                    assert refused.reason == "wrong_loop"
+                    await asyncio.sleep(0.01)
+        assert await store.read("c", L1, 0) == recs("r1", "r2")

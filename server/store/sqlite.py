@@ -8,14 +8,16 @@ How this works
   appends runs on the loop: `BEGIN IMMEDIATE`, a few statements per append, `COMMIT`, which
   at `synchronous=NORMAL` writes the WAL to the page cache and returns (tens of
   microseconds). The store's thread then `fdatasync`s the WAL and only then do the batch's
-  appends resolve. Nothing the disk can hold up runs on the loop: the fsync, the checkpoints
+  appends resolve. The thread runs what waits on the disk: the fsync, the checkpoints
   (SQLite's automatic ones are off; the thread runs one every `CHECKPOINT_EVERY` commits),
-  and whole batches that hold a snapshot or a rewrite (large writes) run on the thread, and
-  so does a batch that finds the write lock taken by a process outside the store (the loop
-  never waits for a lock: its `busy_timeout` is 0, the thread's is the store's). Whoever runs
-  statements holds the batch under way, so the loop and the thread never use the connection
-  at once. Measured against a writer thread that ran every statement: less CPU handed
-  between threads and no writer contending for the GIL (`docs/benchmarks.md`, durable).
+  whole batches that hold a snapshot or a rewrite (large writes), and a batch that finds the
+  write lock taken by a process outside the store (the loop never waits for a lock: its
+  `busy_timeout` is 0, the thread's is the store's). Two syncs SQLite makes on its own stay on
+  the loop: the WAL header's, in the first commit after a checkpoint (once every
+  `CHECKPOINT_EVERY` commits), and the directory's when the WAL file is first made. Whoever
+  runs statements holds the batch under way, so the loop and the thread never use the
+  connection at once. Measured against a writer thread that ran every statement: less CPU
+  handed between threads and no writer contending for the GIL (`docs/benchmarks.md`).
 - **Each job under its own `SAVEPOINT`**, doing its own compare-and-append check against
   what the jobs before it left: one that fails (`LogMoved`, `SeqTaken`, a database error) is
   rolled back to its savepoint and fails alone.
@@ -26,10 +28,12 @@ How this works
   survive `kill -9` of the process and a power cut. If the commit fails, every job of the
   batch fails with `StoreError` and nothing of it is kept. If the sync fails, the batch fails
   and so does every later write (the kernel may have dropped what it could not write): reopen
-  the store. A read waits for the batch under way, so it never returns a commit not yet on
-  the disk.
+  the store. A read can see a commit before the thread has synced it, so it returns only
+  once every commit it could have seen is synced: it never returns what a crash could still
+  take back (after a failed sync it fails instead).
 - **One event loop at a time.** The writes run on the loop that queued them; a write from
-  another loop while some are under way is refused (`UsageError`, reason `wrong_loop`).
+  another loop while some are under way is refused (`UsageError`, reason `wrong_loop`). Once
+  they are done (or their loop has closed), another loop may write.
 - **Reads** (`load`, `read`, `list_conversations`, `client_mark`) run in worker threads
   (`asyncio.to_thread`) on a small pool of read-only connections, each inside one read
   transaction, so a load sees one consistent state; WAL lets them run beside the writer.
@@ -532,29 +536,29 @@ Outcomes = list[tuple[Any, BaseException | None]]
 
 class _Turn:
     """A batch handed to the store's thread: to run and commit there when `outcomes` is None,
-    then to sync; `done(turn, outcomes, failure)` is called back on `loop`."""
+    then to sync; its outcome goes back to `committer` on `loop`."""
 
-    __slots__ = ("batch", "done", "loop", "outcomes")
+    __slots__ = ("batch", "committer", "loop", "outcomes")
 
     def __init__(
         self,
         batch: list[_Job],
         outcomes: Outcomes | None,
         loop: asyncio.AbstractEventLoop,
-        done: Callable[[_Turn, Outcomes | None, BaseException | None], None],
+        committer: _Committer,
     ) -> None:
         self.batch = batch
         self.outcomes = outcomes
         self.loop = loop
-        self.done = done
+        self.committer = committer
 
 
 def _call_back(turn: _Turn, outcomes: Outcomes | None, failure: BaseException | None) -> None:
     """Hand `turn`'s outcome back to its event loop (from the store's thread)."""
     try:
-        turn.loop.call_soon_threadsafe(turn.done, turn, outcomes, failure)
-    except RuntimeError:  # a loop that is gone has nobody waiting
-        pass
+        turn.loop.call_soon_threadsafe(turn.committer.done, turn, outcomes, failure)
+    except RuntimeError:  # the loop is closed: nobody waits, but the store must go on
+        turn.committer.abandon()
 
 
 def _transact(conn: sqlite3.Connection, cursor: sqlite3.Cursor, batch: list[_Job]) -> Outcomes:
@@ -599,7 +603,9 @@ def _transact(conn: sqlite3.Connection, cursor: sqlite3.Cursor, batch: list[_Job
 def _is_busy(exc: sqlite3.Error) -> bool:
     """Whether `exc` says another connection holds the lock asked for."""
     code = getattr(exc, "sqlite_errorcode", None)
-    return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "locked" in str(exc)
+    if code is not None:  # an extended code (SQLITE_BUSY_RECOVERY, ...) in its low byte
+        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    return "locked" in str(exc)
 
 
 def _resolve(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
@@ -617,14 +623,24 @@ def _store_error(message: str, exc: BaseException) -> StoreError:
     return error
 
 
+def _closed() -> UsageError:
+    return UsageError("closed", "the store is closed")
+
+
+def _fsync(fd: int) -> None:
+    """`fdatasync` where the system has it (Linux), else `fsync` (macOS)."""
+    sync = getattr(os, "fdatasync", None) or os.fsync
+    sync(fd)
+
+
 class _Writer:
     """The store's thread and the one connection that writes.
 
     The thread opens the file (and holds its lock), then carries out the `_Turn`s the event
     loop hands it: it commits the batches the loop does not run itself, `fdatasync`s the WAL
-    after every commit when the store is durable, and checkpoints the WAL. Whoever runs
-    statements on the connection holds the store's one batch under way (`_Committer.busy`),
-    so the loop and the thread never use it at once.
+    after every commit when the store is durable, and checkpoints the WAL. At most one batch
+    is under way (`_Committer.busy`), so the loop and the thread take turns on the connection;
+    `lock` makes that hold when the store shuts down under a batch too.
 
     It holds no reference to the store, so a store dropped without `close` can still be
     collected; the store's finalizer then stops this thread.
@@ -640,10 +656,15 @@ class _Writer:
         self.max_batch = max_batch
         self.turns: queue.SimpleQueue[_Turn | None] = queue.SimpleQueue()
         self.ready = threading.Event()
+        self.lock = threading.Lock()  # held while statements run on `conn`, and to close it
+        self.stopping = False  # set (under the committer's lock) before the stop request
         self.error: StoreError | None = None
         self.broken: StoreError | None = None  # a failed fsync: no write may resolve again
         self.conn: sqlite3.Connection | None = None
         self.cursor: sqlite3.Cursor | None = None
+        # Batches that began a transaction: counted before `BEGIN`, so a commit a reader can
+        # see is always counted (`_Committer.synced` says how many of them are synced).
+        self.begun = 0
         self.commits = 0
         self.appends = 0
         self.since_checkpoint = 0
@@ -660,10 +681,6 @@ class _Writer:
     @property
     def started(self) -> bool:
         return self.thread.ident is not None
-
-    def stop(self) -> None:
-        """Ask the thread to carry out the turns handed to it so far and exit."""
-        self.turns.put(None)
 
     def committed(self, batch: list[_Job]) -> None:
         """Count a batch committed (by the loop or by this thread)."""
@@ -722,11 +739,13 @@ class _Writer:
                     self.broken = _store_error("the store's thread failed; reopen the store", exc)
                     _call_back(turn, None, self.broken)
         finally:
-            if wal >= 0:
-                os.close(wal)
-            conn.close()
+            with self.lock:  # not under a batch the loop is running
+                if wal >= 0:
+                    os.close(wal)
+                conn.close()
+                self.conn = self.cursor = None
             _release(held)
-            self._fail_until_empty(UsageError("closed", "the store is closed"))
+            self._fail_until_empty(_closed())
 
     def _carry_out(self, turn: _Turn) -> None:
         outcomes = turn.outcomes
@@ -735,7 +754,7 @@ class _Writer:
             outcomes, failure = self._commit(turn.batch)
         if failure is None and self.syncs:
             try:
-                os.fdatasync(self._wal)
+                _fsync(self._wal)
             except OSError as exc:
                 # The commit is in the WAL but may not be on the disk, and after a failed
                 # fsync the kernel may have dropped the pages: nothing written from now on can
@@ -748,20 +767,22 @@ class _Writer:
         _call_back(turn, outcomes, failure)
 
     def _commit(self, batch: list[_Job]) -> tuple[Outcomes | None, BaseException | None]:
-        conn, cursor = self.conn, self.cursor
-        assert conn is not None and cursor is not None
-        try:
-            cursor.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+        with self.lock:
+            conn, cursor = self.conn, self.cursor
+            assert conn is not None and cursor is not None
+            self.begun += 1
             try:
-                cursor.execute("BEGIN IMMEDIATE")
-            finally:
-                cursor.execute("PRAGMA busy_timeout = 0")
-        except sqlite3.Error as exc:
-            return None, _store_error("cannot begin a write", exc)
-        try:
-            outcomes = _transact(conn, cursor, batch)
-        except Exception as exc:
-            return None, _store_error("commit failed", exc)
+                cursor.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+                try:
+                    cursor.execute("BEGIN IMMEDIATE")
+                finally:
+                    cursor.execute("PRAGMA busy_timeout = 0")
+            except sqlite3.Error as exc:
+                return None, _store_error("cannot begin a write", exc)
+            try:
+                outcomes = _transact(conn, cursor, batch)
+            except Exception as exc:
+                return None, _store_error("commit failed", exc)
         self.committed(batch)
         if any(not job.is_append for job in batch):
             self.since_checkpoint = CHECKPOINT_EVERY  # a snapshot or a rewrite: a large WAL
@@ -770,18 +791,21 @@ class _Writer:
     def _checkpoint(self) -> None:
         """Copy the WAL into the database (PASSIVE: readers are not waited for), so that the
         next commit starts the WAL over; what it cannot copy now, a later one does."""
-        assert self.cursor is not None
         self.since_checkpoint = 0
-        try:
-            self.cursor.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-        except sqlite3.Error:
-            log.warning("a checkpoint of %s failed; the WAL grows until one succeeds", self.path)
+        with self.lock:
+            assert self.cursor is not None
+            try:
+                self.cursor.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            except sqlite3.Error:
+                log.warning(
+                    "a checkpoint of %s failed; the WAL grows until one succeeds", self.path
+                )
 
     def _fail_until_stopped(self, exc: Exception) -> None:
         self.error = exc if isinstance(exc, StoreError) else _store_error("cannot open", exc)
         self.ready.set()
-        while self.turns.get() is not None:
-            pass  # no turn is made on a store that failed to open
+        while (turn := self.turns.get()) is not None:
+            _call_back(turn, None, self.error)  # none is made on a store that failed to open
 
     def _fail_until_empty(self, error: BaseException) -> None:
         while True:
@@ -801,7 +825,10 @@ class _Committer:
     the loop (a few statements each and a commit that writes the WAL, tens of microseconds)
     and goes to the store's thread to be synced; a batch holding a snapshot or a rewrite (large
     writes), or one that finds the write lock taken, runs on the thread. Its writes resolve
-    once the thread has synced the commit. Holds no reference to the store.
+    once the thread has synced the commit.
+
+    Its state is guarded by `_lock`, since a store may serve another event loop (in another
+    thread) once the writes of the first are done. Holds no reference to the store.
     """
 
     def __init__(self, writer: _Writer) -> None:
@@ -809,30 +836,41 @@ class _Committer:
         self.pending: list[_Job] = []
         self.busy = False
         self.loop: asyncio.AbstractEventLoop | None = None
-        self._waiters: list[asyncio.Future[None]] = []
+        self.synced = 0  # every batch begun up to this count is synced, or failed
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._waiters: list[asyncio.Future[None]] = []  # on `loop`, for the batch under way
 
     def add(self, job: _Job, loop: asyncio.AbstractEventLoop) -> None:
-        if loop is not self.loop:
-            if self.busy or self.pending:
-                raise UsageError(
-                    "wrong_loop", "this SqliteStore has writes under way on another event loop"
-                )
-            self.loop = loop
-        self.pending.append(job)
-        if len(self.pending) == 1 and not self.busy:
+        with self._lock:
+            if self.writer.stopping:
+                raise _closed()
+            if loop is not self.loop:
+                gone = self.loop is None or self.loop.is_closed()
+                if self.busy or (self.pending and not gone):
+                    raise UsageError(
+                        "wrong_loop", "this SqliteStore has writes under way on another event loop"
+                    )
+                self.pending.clear()  # queued on a loop that closed: nobody awaits them
+                self.loop = loop
+            self.pending.append(job)
+            start = len(self.pending) == 1 and not self.busy
+        if start:
             loop.call_soon(self.flush)
 
     def flush(self) -> None:
         """Start the next batch (on the loop), unless one is under way."""
-        if self.busy or not self.pending:
-            return
-        loop, w = self.loop, self.writer
+        w = self.writer
+        with self._lock:
+            if self.busy or not self.pending:
+                return
+            batch = self.pending[: w.max_batch]
+            del self.pending[: w.max_batch]
+            self.busy = True
+            loop = self.loop
         assert loop is not None
-        batch = self.pending[: w.max_batch]
-        del self.pending[: w.max_batch]
-        self.busy = True
-        if w.broken is not None:
-            self._finish(batch, None, w.broken)
+        if w.broken is not None or w.stopping:
+            self._finish(batch, None, w.broken or _closed())
             return
         outcomes: Outcomes | None = None
         if all(job.is_append for job in batch):
@@ -844,26 +882,35 @@ class _Committer:
             if outcomes is not None and not w.syncs and w.since_checkpoint < CHECKPOINT_EVERY:
                 self._finish(batch, outcomes, None)  # durable as the level makes it
                 return
-        w.turns.put(_Turn(batch, outcomes, loop, self._done))
+        with self._lock:  # a turn is never queued behind the thread's stop request
+            handed = not w.stopping
+            if handed:
+                w.turns.put(_Turn(batch, outcomes, loop, self))
+        if not handed:
+            self._finish(batch, None, _closed())
 
     def _commit_here(self, batch: list[_Job]) -> Outcomes | BaseException | None:
         """Run and commit `batch` on the loop: its outcomes, the error that failed it whole,
         or None when another connection holds the write lock (the thread waits for it)."""
         w = self.writer
-        conn, cursor = w.conn, w.cursor
-        assert conn is not None and cursor is not None
-        try:
-            cursor.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            return None if _is_busy(exc) else _store_error("cannot begin a write", exc)
-        try:
-            outcomes = _transact(conn, cursor, batch)
-        except Exception as exc:
-            return _store_error("commit failed", exc)
+        with w.lock:  # never contended: the batch under way is ours (see `_Writer`)
+            conn, cursor = w.conn, w.cursor
+            if conn is None or cursor is None:
+                return _closed()
+            w.begun += 1
+            try:
+                cursor.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                return None if _is_busy(exc) else _store_error("cannot begin a write", exc)
+            try:
+                outcomes = _transact(conn, cursor, batch)
+            except Exception as exc:
+                return _store_error("commit failed", exc)
         w.committed(batch)
         return outcomes
 
-    def _done(self, turn: _Turn, outcomes: Outcomes | None, failure: BaseException | None) -> None:
+    def done(self, turn: _Turn, outcomes: Outcomes | None, failure: BaseException | None) -> None:
+        """The store's thread is done with `turn` (called on the loop)."""
         self._finish(turn.batch, outcomes, failure)
 
     def _finish(
@@ -872,31 +919,66 @@ class _Committer:
         if failure is not None or outcomes is None:
             # A commit that failed, or one whose sync failed: none of its writes resolves.
             for job in batch:
-                _resolve(job.future, None, failure)
+                _resolve(job.future, None, failure or _closed())
         else:
             for job, (result, error) in zip(batch, outcomes, strict=True):
                 _resolve(job.future, result, error)
-        self.busy = False
-        waiters, self._waiters = self._waiters, []
+        with self._lock:
+            waiters, start, loop = self._settle()
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
-        if self.pending and self.loop is not None:
-            self.loop.call_soon(self.flush)
+        if start and loop is not None:
+            loop.call_soon(self.flush)
 
-    async def settled(self) -> None:
-        """Wait until the batch under way, if any, is committed and synced (on this loop)."""
-        if self.busy and asyncio.get_running_loop() is self.loop:
-            waiter = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
-            await waiter
+    def abandon(self) -> None:
+        """The batch under way belongs to a loop that closed (called on the store's thread):
+        nobody awaits it; let the store serve another loop."""
+        with self._lock:
+            self._settle()
+
+    def _settle(self) -> tuple[list[asyncio.Future[None]], bool, asyncio.AbstractEventLoop | None]:
+        """The batch under way is over (under `_lock`)."""
+        self.busy = False
+        self.synced = self.writer.begun  # no other batch began meanwhile: it was the one
+        self._changed.notify_all()
+        waiters, self._waiters = self._waiters, []
+        loop = self.loop
+        start = bool(self.pending) and loop is not None and not loop.is_closed()
+        return waiters, start, loop
+
+    def stop(self) -> None:
+        """No write is started or handed to the thread from now on."""
+        with self._lock:
+            self.writer.stopping = True
+            self._changed.notify_all()
+
+    async def synced_to(self, target: int) -> None:
+        """Wait until every batch begun up to `target` (a `_Writer.begun`) is synced."""
+        loop = asyncio.get_running_loop()
+        while self.synced < target and not self.writer.stopping:
+            if loop is self.loop:
+                with self._lock:
+                    if self.synced >= target:
+                        return
+                    waiter = loop.create_future()
+                    self._waiters.append(waiter)
+                await waiter
+            else:
+                await asyncio.to_thread(self._wait_synced, target)
+
+    def _wait_synced(self, target: int) -> None:
+        with self._changed:
+            self._changed.wait_for(lambda: self.synced >= target or self.writer.stopping)
 
     async def drained(self) -> None:
         """Wait until every write queued on this loop has resolved."""
-        while (self.busy or self.pending) and asyncio.get_running_loop() is self.loop:
+        loop = asyncio.get_running_loop()
+        while loop is self.loop and (self.busy or self.pending):
             if not self.busy:
                 self.flush()
-            await self.settled()
+            if self.busy:
+                await self.synced_to(self.writer.begun)
 
 
 class _Readers:
@@ -991,7 +1073,9 @@ class SqliteStore(Closable):
         self._readers = _Readers(self._writer)
         self._committer = _Committer(self._writer)
         # A store dropped without close still stops its thread and frees its connections.
-        self._finalizer = weakref.finalize(self, _stop, self._writer, self._readers)
+        self._finalizer = weakref.finalize(
+            self, _stop, self._writer, self._readers, self._committer
+        )
 
     @property
     def commits(self) -> int:
@@ -1018,10 +1102,14 @@ class SqliteStore(Closable):
 
     async def _read(self, read: Callable[[sqlite3.Connection], T]) -> T:
         self._check_open()
-        # A commit under way is in the file before it is on the disk: a read waits for it, so
-        # that it never returns what a crash could still take back.
-        await self._committer.settled()
-        return await asyncio.to_thread(self._readers.run, read)
+        result = await asyncio.to_thread(self._readers.run, read)
+        # A commit is in the file before the thread has synced it, so this read may have seen
+        # one: it returns only once every commit it could have seen is on the disk, so that it
+        # never returns what a crash could still take back.
+        await self._committer.synced_to(self._writer.begun)
+        if self._writer.broken is not None:
+            raise self._writer.broken  # what it saw may never reach the disk
+        return result
 
     async def load(self, conversation_id: str) -> Loaded | None:
         """See `LogStore.load`."""
@@ -1118,18 +1206,22 @@ class SqliteStore(Closable):
         )
 
     async def close(self) -> None:
-        """Commit every write already queued, then stop the writer and close all connections.
+        """Commit every write already queued on this event loop, then stop the store's thread
+        and close all connections.
 
-        Idempotent. Writes queued before `close` still resolve normally.
+        Idempotent. Writes queued before `close` still resolve normally. Cancelled, it still
+        stops the thread and lets the file go.
         """
         if self._closed:
             return
         self._closed = True
         self._finalizer.detach()
-        await self._committer.drained()
-        _stop(self._writer, self._readers)
-        if self._writer.started:
-            await asyncio.to_thread(self._writer.thread.join)
+        try:
+            await self._committer.drained()
+        finally:
+            _stop(self._writer, self._readers, self._committer)
+            if self._writer.started:
+                await asyncio.to_thread(self._writer.thread.join)
 
     async def __aenter__(self) -> Self:
         """Wait until the file is open and its schema ready.
@@ -1160,6 +1252,7 @@ class SqliteStore(Closable):
         await self.close()
 
 
-def _stop(writer: _Writer, readers: _Readers) -> None:
-    writer.stop()
+def _stop(writer: _Writer, readers: _Readers, committer: _Committer) -> None:
+    committer.stop()  # first: no turn is queued behind the stop request
+    writer.turns.put(None)
     readers.close()
