@@ -287,6 +287,15 @@ class HeldSync:
     async def wait_entered(self) -> None:
         assert await asyncio.to_thread(self.entered.wait, TIMEOUT), "the store never synced"
 
+    async def release_after(self, seconds: float, *waiting: asyncio.Task[Any]) -> None:
+        """Check that none of `waiting` ends within `seconds` of the sync held; then let the
+        sync go (also when the check fails, so that the store can close)."""
+        try:
+            await asyncio.sleep(seconds)
+            assert not any(task.done() for task in waiting)
+        finally:
+            self.released.set()
+
 
 @pytest.fixture
 def held_sync(monkeypatch: pytest.MonkeyPatch) -> HeldSync:
@@ -305,11 +314,7 @@ async def test_a_write_resolves_and_reads_see_it_only_once_the_wal_is_synced(
         append = asyncio.create_task(store.append("c", L1, 0, recs("r1")))
         await held_sync.wait_entered()
         read = asyncio.create_task(store.read("c", L1, 0))
-        try:
-            await asyncio.sleep(0.1)
-            assert not append.done() and not read.done()
-        finally:
-            held_sync.released.set()
+        await held_sync.release_after(0.1, append, read)
         async with asyncio.timeout(TIMEOUT):
             assert await append == 1
             assert await read == recs("r1")
@@ -427,11 +432,7 @@ async def test_a_read_that_sees_a_commit_before_its_sync_waits_for_the_sync(
         append = asyncio.create_task(store.append("c", L1, 0, recs("r1")))
         read = asyncio.create_task(store.read("c", L1, 0))  # queued before the batch starts
         await held_sync.wait_entered()
-        try:
-            await asyncio.sleep(0.2)
-            assert not append.done() and not read.done()
-        finally:
-            held_sync.released.set()
+        await held_sync.release_after(0.2, append, read)
         async with asyncio.timeout(TIMEOUT):
             assert await read == recs("r1")
             assert await append == 1
