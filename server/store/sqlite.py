@@ -974,7 +974,7 @@ class _Committer:
     async def drained(self) -> None:
         """Wait until every write queued on this loop has resolved."""
         loop = asyncio.get_running_loop()
-        while loop is self.loop and (self.busy or self.pending):
+        while loop is self.loop and (self.busy or self.pending) and not self.writer.stopping:
             if not self.busy:
                 self.flush()
             if self.busy:
