@@ -17,7 +17,7 @@ for `--seconds`. Every hub runs in a process of its own: `bench/_hubproc.py`, st
 this file's `serve` mode, which adds a `threads` command (CPU seconds, system seconds and
 context switches of each of the hub's threads, from `/proc/self/task`) and a cProfile timed by
 each thread's own CPU clock (`time.thread_time`) of both the event loop's thread and the
-SQLite writer thread (`_hubproc`'s profiler sees only the first, in wall time, which on a
+SQLite store's thread (`_hubproc`'s profiler sees only the first, in wall time, which on a
 shared machine mostly measures waiting). The hubs run side by side and the repeats are
 interleaved (the order reverses every other repeat), so drift on the shared machine hits every
 store alike; the bar's ratio is taken per repeat from neighbouring runs, and its median
@@ -92,9 +92,9 @@ def _top(prof: cProfile.Profile, top: int) -> str:
 
 def _handoff_store(memory_store: Any) -> Any:
     """A stand-in for `SqliteStore`: a `MemoryStore` whose appends are acknowledged through a
-    thread the way `SqliteStore`'s are (`SimpleQueue.put`, a writer thread that takes every
-    job queued, one `call_soon_threadsafe` per batch), with a 1 ms sleep in place of the
-    commit. It measures what the hand-off alone costs the event loop."""
+    thread the way the writer-thread `SqliteStore`'s were until stop 21 (`SimpleQueue.put`, a
+    thread that takes every job queued, one `call_soon_threadsafe` per batch), with a 1 ms
+    sleep in place of the commit. It measures what the hand-off alone costs the event loop."""
     import queue
 
     def resolve_all(batch: list[Any]) -> None:
@@ -352,7 +352,7 @@ async def drive(args: argparse.Namespace) -> int:
                 answer = await hub.ask("cpu_profile_stop", top=args.top)
                 profiles[f"{kind}: event-loop thread"] = answer["loop"]
                 if answer["writer"]:
-                    profiles[f"{kind}: SQLite writer thread"] = answer["writer"]
+                    profiles[f"{kind}: SQLite store's thread"] = answer["writer"]
     tmp.cleanup()
 
     print(f"\n20 writers on 20 conversations, {args.seconds:g} s per run, {args.repeats} repeats")

@@ -1102,9 +1102,15 @@ def wake_probe(count: int) -> tuple[list[float], list[float], list[float]]:
     return empty, cold, hot
 
 
-def fsync_probe(directory: str, count: int, size: int = 512, idle: float = 0.0) -> list[float]:
-    """Seconds of each of `count` appends of `size` bytes + `os.fsync` to a new file in
-    `directory` (as a WAL commit appends and syncs), each after `idle` seconds asleep."""
+def fsync_probe(
+    directory: str,
+    count: int,
+    size: int = 512,
+    idle: float = 0.0,
+    sync: Callable[[int], None] = os.fsync,
+) -> list[float]:
+    """Seconds of each of `count` appends of `size` bytes + `sync` (`os.fsync`) to a new file
+    in `directory` (as a WAL commit appends and syncs), each after `idle` seconds asleep."""
     path = os.path.join(directory, "fsync-probe")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
@@ -1114,7 +1120,7 @@ def fsync_probe(directory: str, count: int, size: int = 512, idle: float = 0.0) 
                 time.sleep(idle)
             began = time.perf_counter()
             os.write(fd, b"x" * size)
-            os.fsync(fd)
+            sync(fd)
             times.append(time.perf_counter() - began)
     finally:
         os.close(fd)
@@ -1276,8 +1282,8 @@ async def topic_latency(settings: Settings, args: argparse.Namespace) -> Topic:
             topic.profiles.append(
                 (
                     f"hub process (`SqliteStore`, FULL), {top:,.0f} records/s (the event loop's "
-                    "thread only: the store's writer thread, which runs SQLite and the fsync, "
-                    "is not in it)",
+                    "thread only: it runs the appends' statements; the store's thread, which "
+                    "syncs the WAL and checkpoints, is not in it)",
                     await profiled(sqlite_hub, lambda: run_latency(sqlite_hub, settings, top)),
                 )
             )

@@ -8,11 +8,12 @@ Run from the repository root:
 One conversation, one appender on an asyncio loop: append one ~300-byte record, await it, sleep
 10 ms, and again (the first 50 appends of a run are not counted). Each append is cut into
 phases by stamps (`time.perf_counter`) taken by thin wrappers around the store's own
-functions: the call on the loop until the job is queued; the hand-off until the writer thread
-has it; each statement the writer runs (`BEGIN IMMEDIATE`, the UPDATE and INSERTs of the
-append, `COMMIT`, which writes the WAL and, with synchronous=FULL, `fdatasync`s it); the
-hand-back until the loop runs the resolving callback; and the resume until `await` returns.
-Runs alternate synchronous=FULL and OFF (OFF: no fsync at all). Besides, the disk alone:
+functions: the call on the loop until the job is queued; the wait until the loop starts the
+batch; each statement the loop runs (`BEGIN IMMEDIATE`, the UPDATE and INSERTs of the append,
+`COMMIT`, which writes the WAL to the page cache); with synchronous=FULL, the hand-off to the
+store's thread, its `fdatasync` of the WAL and the hand-back until the loop resolves the
+append; and the resume until `await` returns. Runs alternate synchronous=FULL and OFF (OFF: no
+sync at all; the append resolves right after `COMMIT`). Besides, the disk alone:
 12 KiB written and `fdatasync`ed in a file next to the database (a commit of one append writes
 three pages of the WAL), back to back and each after 10 ms asleep. Medians over every counted
 append of every repeat (so the phases' medians need not add up to the total's); the spread is
@@ -35,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import server.store.sqlite as sqlite_module
 from bench._report import median, now, publish, spread
+from bench.hub import fsync_probe
 from server.store.sqlite import SqliteStore
 
 SECTION = "SQLite: one append at 100/s, phase by phase (`bench/store_latency.py`)"
@@ -55,38 +57,52 @@ def _instrument() -> None:
         return await write(self, run, is_append=is_append)
 
     SqliteStore._write = stamped_write  # type: ignore[method-assign]
-    run_batch = sqlite_module._Writer._run_batch
+    flush = sqlite_module._Committer.flush
 
-    class Cursor:
-        def __init__(self, cursor: Any) -> None:
-            self.cursor = cursor
+    def stamped_flush(self: Any) -> None:
+        _stamps.setdefault("taken", pc())
+        flush(self)
 
-        def execute(self, sql: str, *args: Any) -> Any:
-            result = self.cursor.execute(sql, *args)
-            _stamps["statements"].append((sql.split()[0], pc()))
-            return result
+    sqlite_module._Committer.flush = stamped_flush  # type: ignore[method-assign]
+    fsync = sqlite_module._fsync
 
-        def executemany(self, *args: Any) -> Any:
-            return self.cursor.executemany(*args)
+    def stamped_fsync(fd: int) -> None:
+        _stamps["syncing"] = pc()
+        fsync(fd)
+        _stamps["synced"] = pc()
 
-    def stamped_run_batch(self: Any, conn: Any, cursor: Any, first: Any) -> bool:
-        _stamps["taken"] = pc()
-        return run_batch(self, conn, Cursor(cursor), first)  # type: ignore[arg-type]
+    sqlite_module._fsync = stamped_fsync
+    finish = sqlite_module._Committer._finish
 
-    sqlite_module._Writer._run_batch = stamped_run_batch  # type: ignore[method-assign]
-    resolve_all = sqlite_module._resolve_all
-
-    def stamped_resolve_all(settled: Any) -> None:
+    def stamped_finish(self: Any, *args: Any) -> None:
         _stamps["resolving"] = pc()
-        resolve_all(settled)
+        finish(self, *args)
 
-    sqlite_module._resolve_all = stamped_resolve_all
+    sqlite_module._Committer._finish = stamped_finish  # type: ignore[method-assign]
+
+
+class _StampedCursor:
+    """The store's cursor, stamping the end of each statement of an append."""
+
+    def __init__(self, cursor: Any) -> None:
+        self.cursor = cursor
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        result = self.cursor.execute(sql, *args)
+        verb = sql.split()[0]
+        if verb in ("BEGIN", "UPDATE", "INSERT", "COMMIT"):  # not the thread's checkpoints
+            _stamps["statements"].append((verb, time.perf_counter()))
+        return result
+
+    def executemany(self, *args: Any) -> Any:
+        return self.cursor.executemany(*args)
 
 
 async def one_run(folder: str, synchronous: str, appends: int) -> list[dict[str, float]]:
     store = SqliteStore(os.path.join(folder, f"latency-{synchronous}.db"), synchronous=synchronous)
     rows: list[dict[str, float]] = []
     async with store:
+        store._writer.cursor = _StampedCursor(store._writer.cursor)  # type: ignore[assignment]
         revision = 0
         for i in range(appends + WARM_UP):
             _stamps.clear()
@@ -96,38 +112,24 @@ async def one_run(folder: str, synchronous: str, appends: int) -> list[dict[str,
             ended = time.perf_counter()
             if i >= WARM_UP:
                 row = {"call": _stamps["queued"] - started}
-                row["hand-off to the writer"] = _stamps["taken"] - _stamps["queued"]
+                row["until the loop starts the batch"] = _stamps["taken"] - _stamps["queued"]
                 at = _stamps["taken"]
                 for sql, stamp in _stamps["statements"]:
                     name = sql if sql != "INSERT" or "INSERT" not in row else "INSERT (2)"
                     row[name] = stamp - at
                     at = stamp
-                row["hand-back to the loop"] = _stamps["resolving"] - at
+                # With OFF nothing is synced: the batch resolves on the loop after COMMIT.
+                syncing = _stamps.get("syncing", at)
+                synced = _stamps.get("synced", at)
+                row["hand-off to the store's thread"] = syncing - at
+                row["fdatasync of the WAL"] = synced - syncing
+                row["hand-back to the loop"] = _stamps["resolving"] - synced
                 row["resume"] = ended - _stamps["resolving"]
                 row["total"] = ended - started
                 rows.append(row)
             await asyncio.sleep(GAP)
     os.unlink(store.path)
     return rows
-
-
-def fsync_probe(folder: str, idle: bool, count: int) -> list[float]:
-    path = os.path.join(folder, "probe")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
-    chunk = b"x" * 12 * 1024
-    times = []
-    try:
-        for i in range(count):
-            if idle:
-                time.sleep(GAP)
-            os.pwrite(fd, chunk, i * len(chunk))
-            started = time.perf_counter()
-            os.fdatasync(fd)
-            times.append(time.perf_counter() - started)
-    finally:
-        os.close(fd)
-        os.unlink(path)
-    return times
 
 
 def _us(seconds: float) -> str:
@@ -154,7 +156,14 @@ def main() -> None:
                 total = statistics.median(row["total"] for row in rows)
                 print(f"#{repeat} {synchronous:4} append {_us(total)}", flush=True)
             for name, idle in (("back to back", False), ("after 10 ms asleep", True)):
-                probes[name].append(fsync_probe(folder, idle, appends // 3))
+                times = fsync_probe(
+                    folder,
+                    appends // 3,
+                    size=12 * 1024,
+                    idle=GAP if idle else 0.0,
+                    sync=os.fdatasync,
+                )
+                probes[name].append(times)
                 print(f"#{repeat} fdatasync {name}: {_us(median(probes[name][-1]))}")
     phases = list(runs["FULL"][0][0])
     lines = ["| Phase | synchronous=FULL | OFF |", "|---|---|---|"]
@@ -168,7 +177,7 @@ def main() -> None:
                 figure = f"**{figure}**"
             cells.append(f"{figure} ({spread([t * 1e6 for t in per_run], '{:.0f}')})")
         lines.append(f"| {phase} | {cells[0]} | {cells[1]} |")
-    lines += ["", "| The disk alone: 12 KiB written, then `fdatasync` | Median |", "|---|---|"]
+    lines += ["", "| The disk alone: 12 KiB written and `fdatasync`ed | Median |", "|---|---|"]
     for name, per_run_times in probes.items():
         every_time = [t for times in per_run_times for t in times]
         per_run_median = [median(times) * 1e6 for times in per_run_times]
