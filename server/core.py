@@ -608,11 +608,10 @@ class RoomCore(Generic[C]):
         # The bare client id (a replica knows its own pushes by it), not the mark's store key.
         origin = PushOrigin(self.subscribers.get(conn, append.client), batch.seq)
         frames = records_frames(from_, append.records, origin, self.config.max_frame)
-        # The others first: the ack wakes the pusher, which often shares a process (or a
-        # core) with subscribers; their records should not wait behind its turn.
         # A placed push may differ from what was sent: the pusher gets what landed, then the ack.
         # The ack goes before the others' records: a pipelined writer sends its next batch on
-        # it (docs/design.md, "Performance choices").
+        # it (docs/design.md, "Performance choices"; sending the records first was measured and
+        # undone, git 4c55c58 and 1ebd20f).
         actions: list[Action[C]] = [Send(conn, frame) for frame in frames] if placed else []
         actions.append(Send(conn, _ack(batch.seq, append.mark)))
         others = self._others.get(conn)
