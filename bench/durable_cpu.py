@@ -179,13 +179,35 @@ def serve(argv: list[str]) -> None:
 
     if writer is not None and run_batch is not None:
         setattr(writer, hooked, profiled_batch)
+
+    # Since stop 21 the event loop runs a batch of appends itself (`_Committer._commit_here`:
+    # BEGIN, the statements, COMMIT at NORMAL): its cost to the loop, by the clock and on a core.
+    committer = getattr(sqlite_mod, "_Committer", None)
+    commit_here = getattr(committer, "_commit_here", None)
+    commits = {"commit_wall": 0.0, "commit_cpu": 0.0}
+
+    def timed_commit(self: Any, *args: Any) -> Any:
+        wall, cpu = time.perf_counter(), time.thread_time()
+        try:
+            return commit_here(self, *args)
+        finally:
+            commits["commit_wall"] += time.perf_counter() - wall
+            commits["commit_cpu"] += time.thread_time() - cpu
+
+    if committer is not None and commit_here is not None:
+        committer._commit_here = timed_commit
     handle = hubproc.Control.handle
 
     async def handle_more(self: Any, command: dict[str, Any]) -> dict[str, Any]:
         match command["cmd"]:
             case "threads":
                 cpu = _thread_cpu()
-                cpu.update((f"writer:{key}", value) for key, value in batches.items())
+                # `disk:` is the store's thread's batches (before stop 21 `writer:`, the thread
+                # that ran every statement); `loop:` the batches the event loop commits.
+                label = "disk" if hooked == "_carry_out" else "writer"
+                cpu.update((f"{label}:{key}", value) for key, value in batches.items())
+                if commit_here is not None:
+                    cpu.update((f"loop:{key}", value) for key, value in commits.items())
                 return {"cpu": cpu}
             case "cpu_profile_start":
                 # Timed by each thread's own CPU clock: on a shared machine a wall-clock
