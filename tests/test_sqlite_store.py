@@ -174,6 +174,43 @@ async def test_a_database_error_fails_only_the_append_at_fault(tmp_path: Path) -
         assert await store.read("c", L1, 0) == recs("c1", "c2")
 
 
+async def test_an_error_that_ends_the_transaction_fails_the_batch_with_its_own_words(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An error after which SQLite has rolled the whole transaction back (an I/O error, a
+    full disk) fails every append of the batch with that error's text, not with what a
+    rollback to the append's savepoint would say; nothing of the batch lands, and the next
+    write starts afresh."""
+    insert = server.store.sqlite._insert_records
+
+    def failing(conn: Any, conversation_id: str, after: int, records: Any) -> None:
+        if conversation_id == "c":
+            conn.execute("ROLLBACK")  # what SQLite does itself after such an error
+            raise sqlite3.OperationalError("disk I/O error")
+        insert(conn, conversation_id, after, records)
+
+    path = tmp_path / "db"
+    async with SqliteStore(path) as store:
+        monkeypatch.setattr(server.store.sqlite, "_insert_records", failing)
+        async with asyncio.timeout(TIMEOUT):
+            for first in ("c", "d"):  # the failing append first, then last, in one batch
+                other = "d" if first == "c" else "c"
+                tasks = [
+                    asyncio.create_task(store.append(cid, L1, 0, recs(cid + "1")))
+                    for cid in (first, other)
+                ]
+                for task in tasks:
+                    with pytest.raises(StoreError, match="disk I/O error"):
+                        await task
+            alone = asyncio.create_task(store.append("c", L1, 0, recs("c1")))
+            with pytest.raises(StoreError, match="disk I/O error"):
+                await alone
+            assert await store.read("d", L1, 0) is None
+            monkeypatch.setattr(server.store.sqlite, "_insert_records", insert)
+            assert await store.append("c", L1, 0, recs("c1")) == 1
+            assert await store.append("d", L1, 0, recs("d1")) == 1
+
+
 def write_version_1(path: Path) -> None:
     """A file as version 1 of the schema left it: records clustered on their key."""
     conn = sqlite3.connect(path, isolation_level=None)

@@ -577,8 +577,10 @@ def _transact(conn: sqlite3.Connection, cursor: sqlite3.Cursor, batch: list[_Job
             try:
                 result = job.run(cursor)
             except Exception as exc:
-                # Some errors (disk full, I/O) end the whole transaction; then ROLLBACK TO
-                # fails and the whole batch fails.
+                # Some errors (disk full, I/O) end the whole transaction: then the whole batch
+                # fails with that error (a ROLLBACK TO would only say there is no transaction).
+                if not conn.in_transaction:
+                    raise
                 cursor.execute("ROLLBACK" if alone else "ROLLBACK TO job")
                 if isinstance(exc, sqlite3.Error):
                     outcomes.append((None, _store_error("write failed", exc)))
