@@ -174,6 +174,19 @@ async def test_a_database_error_fails_only_the_append_at_fault(tmp_path: Path) -
         assert await store.read("c", L1, 0) == recs("c1", "c2")
 
 
+async def test_a_refused_append_alone_is_not_counted_as_a_commit(tmp_path: Path) -> None:
+    """`commits` and `appends` count what committed transactions carried: an append refused
+    on its own was rolled back, so neither moves."""
+    async with SqliteStore(tmp_path / "db") as store:
+        await store.append("c", L1, 0, recs("c1"))
+        before = (store.commits, store.appends)
+        with pytest.raises(LogMoved):
+            await store.append("c", L1, 0, recs("x1"))
+        assert (store.commits, store.appends) == before
+        await store.append("c", L1, 1, recs("c2"))
+        assert (store.commits, store.appends) == (before[0] + 1, before[1] + 1)
+
+
 async def test_an_error_that_ends_the_transaction_fails_the_batch_with_its_own_words(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -684,8 +684,11 @@ class _Writer:
     def started(self) -> bool:
         return self.thread.ident is not None
 
-    def committed(self, batch: list[_Job]) -> None:
-        """Count a batch committed (by the loop or by this thread)."""
+    def committed(self, batch: list[_Job], outcomes: Outcomes) -> None:
+        """Count a batch committed (by the loop or by this thread); a refused write alone was
+        rolled back, not committed (`_transact`)."""
+        if len(batch) == 1 and outcomes[0][1] is not None:
+            return
         self.commits += 1
         self.appends += sum(job.is_append for job in batch)
         self.since_checkpoint += 1
@@ -785,7 +788,7 @@ class _Writer:
                 outcomes = _transact(conn, cursor, batch)
             except Exception as exc:
                 return None, _store_error("commit failed", exc)
-        self.committed(batch)
+        self.committed(batch, outcomes)
         if any(not job.is_append for job in batch):
             self.since_checkpoint = CHECKPOINT_EVERY  # a snapshot or a rewrite: a large WAL
         return outcomes, None
@@ -908,7 +911,7 @@ class _Committer:
                 outcomes = _transact(conn, cursor, batch)
             except Exception as exc:
                 return _store_error("commit failed", exc)
-        w.committed(batch)
+        w.committed(batch, outcomes)
         return outcomes
 
     def done(self, turn: _Turn, outcomes: Outcomes | None, failure: BaseException | None) -> None:
