@@ -323,6 +323,7 @@ class HeldSync:
         self.entered = threading.Event()
         self.released = threading.Event()
         self.fail: OSError | None = None
+        self.synced = threading.Event()  # a call has returned (or raised)
         self._real = os.fdatasync
 
     def __call__(self, fd: int) -> None:
@@ -330,9 +331,12 @@ class HeldSync:
         self.entered.set()
         if not self.released.wait(TIMEOUT):
             raise AssertionError("the test never released the sync")
-        if self.fail is not None:
-            raise self.fail
-        self._real(fd)
+        try:
+            if self.fail is not None:
+                raise self.fail
+            self._real(fd)
+        finally:
+            self.synced.set()
 
     async def wait_entered(self) -> None:
         assert await asyncio.to_thread(self.entered.wait, TIMEOUT), "the store never synced"
@@ -535,3 +539,170 @@ async def test_writes_left_under_way_by_a_closed_loop_do_not_hold_the_store(
                     assert refused.reason == "wrong_loop"
                     await asyncio.sleep(0.01)
         assert await store.read("c", L1, 0) == recs("r1", "r2")
+
+
+async def test_a_loop_that_stops_and_closes_before_taking_its_batch_back_does_not_hold_the_store(
+    tmp_path: Path, held_sync: HeldSync
+) -> None:
+    """A loop that stops (not closed yet) while its batch is being synced takes the batch's
+    callback, then drops it when it closes: reads elsewhere do not wait for it forever, and
+    another loop may write once that loop is closed."""
+    async with SqliteStore(tmp_path / "db") as store:
+
+        def stop_then_close() -> None:
+            loop = asyncio.new_event_loop()
+            left: list[asyncio.Task[int]] = []  # left pending: its loop stops under it
+
+            async def write() -> None:
+                left.append(loop.create_task(store.append("c", L1, 0, recs("r1"))))
+                assert await asyncio.to_thread(held_sync.entered.wait, TIMEOUT)
+
+            loop.run_until_complete(write())  # stopped, with the append's batch at the thread
+            held_sync.released.set()
+            assert held_sync.synced.wait(TIMEOUT)
+            time.sleep(0.1)  # the thread hands the batch back to the stopped loop
+            loop.close()  # which drops it
+
+        await asyncio.to_thread(stop_then_close)
+        async with asyncio.timeout(TIMEOUT):
+            assert await store.read("c", L1, 0) == recs("r1")
+            assert await store.append("c", L1, 1, recs("r2")) == 2
+            assert await store.read("c", L1, 0) == recs("r1", "r2")
+
+
+async def test_a_read_racing_a_stop_never_returns_what_is_not_synced(
+    tmp_path: Path, held_sync: HeldSync, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read that sees a commit whose sync is under way, while the store is told to stop (a
+    cancelled `close`), fails instead of returning the record: the sync may still fail."""
+    run = server.store.sqlite._Readers.run
+
+    def once_stopping(readers: Any, read: Any) -> Any:
+        deadline = time.monotonic() + TIMEOUT
+        while not readers._writer.stopping and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return run(readers, read)
+
+    monkeypatch.setattr(server.store.sqlite._Readers, "run", once_stopping)
+    held_sync.fail = OSError(errno.EIO, "Input/output error")
+    store = SqliteStore(tmp_path / "db")
+    await store.__aenter__()
+    append = asyncio.create_task(store.append("c", L1, 0, recs("r1")))
+    await held_sync.wait_entered()  # committed on the loop, the sync held
+    read = asyncio.create_task(store.read("c", L1, 0))
+    await asyncio.sleep(0.05)
+    closing = asyncio.create_task(store.close())
+    await asyncio.sleep(0.05)
+    closing.cancel()
+    async with asyncio.timeout(TIMEOUT):
+        with pytest.raises(UsageError) as refused:
+            await read
+        assert refused.value.reason == "closed"
+        held_sync.released.set()
+        with pytest.raises(StoreError, match="failed to sync the WAL"):
+            await append
+        with pytest.raises(asyncio.CancelledError):
+            await closing
+        await asyncio.to_thread(store._writer.thread.join, TIMEOUT)
+
+
+async def test_a_read_under_way_at_close_does_not_open_the_file_after_it(tmp_path: Path) -> None:
+    """A read that went to its worker thread before `close` ran does not start the store's
+    thread after `close` returned (which would take the file and its lock then)."""
+    for k in range(5):
+        path = tmp_path / f"db{k}"
+        store = SqliteStore(path)
+        read = asyncio.create_task(store.read("c", L1, 0))
+        await asyncio.sleep(0)  # the read is in its worker thread
+        await store.close()
+        assert not store._writer.thread.is_alive()
+        async with SqliteStore(path) as reopened:  # StoreLocked if the read took the file
+            assert await reopened.read("c", L1, 0) is None
+        async with asyncio.timeout(TIMEOUT):
+            try:
+                assert await read is None  # it ran before close
+            except UsageError as refused:
+                assert refused.reason == "closed"
+
+
+async def test_close_waits_for_a_batch_at_the_thread_without_holding_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`close` with a snapshot's batch handed to the store's thread, not yet begun there,
+    waits for it without keeping the event loop busy (it spun on the loop until then)."""
+    begin = server.store.sqlite._Writer._commit
+    hold = threading.Event()
+
+    def held_commit(writer: Any, batch: Any) -> Any:
+        hold.wait(TIMEOUT)
+        return begin(writer, batch)
+
+    monkeypatch.setattr(server.store.sqlite._Writer, "_commit", held_commit)
+    store = SqliteStore(tmp_path / "db")
+    await store.__aenter__()
+    hold.set()
+    await store.append("c", L1, 0, recs("r1"))
+    hold.clear()
+    snapshot = asyncio.create_task(store.write_snapshot("c", L1, 1, b"state"))
+    await asyncio.sleep(0.01)  # the snapshot's batch is at the thread, held before it begins
+    closing = asyncio.create_task(store.close())
+    gaps = []
+    async with asyncio.timeout(TIMEOUT):
+        for _ in range(20):
+            before = time.monotonic()
+            await asyncio.sleep(0.01)
+            gaps.append(time.monotonic() - before)
+        hold.set()
+        await closing
+        await snapshot
+    assert max(gaps) < 0.5
+
+
+async def test_a_second_close_returns_once_the_file_is_let_go(
+    tmp_path: Path, held_sync: HeldSync
+) -> None:
+    """A `close` while another is still waiting for a write returns only once the store's
+    thread has ended, so the file can be opened again right after it."""
+    path = tmp_path / "db"
+    store = SqliteStore(path)
+    await store.__aenter__()
+    append = asyncio.create_task(store.append("c", L1, 0, recs("r1")))
+    await held_sync.wait_entered()
+    first = asyncio.create_task(store.close())
+    await asyncio.sleep(0.05)
+    second = asyncio.create_task(store.close())
+    await held_sync.release_after(0.1, first, second)
+    async with asyncio.timeout(TIMEOUT):
+        await second
+        assert not store._writer.thread.is_alive()
+        async with SqliteStore(path) as reopened:
+            assert await reopened.read("c", L1, 0) == recs("r1")
+        await first
+        assert await append == 1
+
+
+async def test_a_broken_store_fails_each_write_with_an_error_of_its_own(
+    tmp_path: Path, held_sync: HeldSync
+) -> None:
+    """After a failed sync every write fails, each with a new `StoreError`: raising one kept
+    object again and again made its traceback (and the frames it holds) grow with every
+    write."""
+    held_sync.fail = OSError(errno.EIO, "Input/output error")
+    held_sync.released.set()
+
+    def depth(error: BaseException) -> int:
+        tb, n = error.__traceback__, 0
+        while tb is not None:
+            tb, n = tb.tb_next, n + 1
+        return n
+
+    async with SqliteStore(tmp_path / "db") as store:
+        errors: list[StoreError] = []
+        async with asyncio.timeout(TIMEOUT):
+            for k in range(30):
+                with pytest.raises(StoreError, match="failed to sync the WAL") as failed:
+                    await store.append("c", L1, 0, recs(f"r{k}"))
+                errors.append(failed.value)
+        assert len({id(error) for error in errors}) == len(errors)
+        assert depth(errors[-1]) == depth(errors[1])
+        assert isinstance(errors[-1].__cause__, OSError)

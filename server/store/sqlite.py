@@ -103,6 +103,7 @@ from .base import (
 __all__ = ["SqliteStore"]
 
 T = TypeVar("T")
+E = TypeVar("E", bound=BaseException)
 
 log = logging.getLogger("convsync.store")
 
@@ -555,6 +556,7 @@ class _Turn:
 
 def _call_back(turn: _Turn, outcomes: Outcomes | None, failure: BaseException | None) -> None:
     """Hand `turn`'s outcome back to its event loop (from the store's thread)."""
+    turn.committer.returned()
     try:
         turn.loop.call_soon_threadsafe(turn.committer.done, turn, outcomes, failure)
     except RuntimeError:  # the loop is closed: nobody waits, but the store must go on
@@ -629,6 +631,18 @@ def _closed() -> UsageError:
     return UsageError("closed", "the store is closed")
 
 
+def _fresh(error: E) -> E:
+    """A new exception like `error` (same type, text, fields and cause), to raise in its
+    place: the store keeps a failure (a failed open, a failed sync) and fails every later
+    call with it, and raising one object again and again would lengthen its traceback each
+    time, keeping every frame it passed through alive."""
+    copy = type(error).__new__(type(error))
+    copy.args = error.args
+    copy.__dict__.update(error.__dict__)
+    copy.__cause__ = error.__cause__
+    return copy
+
+
 def _fsync(fd: int) -> None:
     """`fdatasync` where the system has it (Linux), else `fsync` (macOS)."""
     sync = getattr(os, "fdatasync", None) or os.fsync
@@ -673,12 +687,22 @@ class _Writer:
         self._wal = -1
         self.thread = threading.Thread(target=self._main, name="convsync-sqlite-disk", daemon=True)
         self._start_lock = threading.Lock()
+        self._shut = False  # the store stopped: the thread may no longer start
 
     def start(self) -> None:
-        """Start the thread (it opens the file) unless it was started already."""
+        """Start the thread (it opens the file) unless it was started already; once the store
+        has stopped, a thread that never started never will (`shut`)."""
         with self._start_lock:
             if self.thread.ident is None:
+                if self._shut:
+                    raise _closed()
                 self.thread.start()
+
+    def shut(self) -> None:
+        """No thread starts from now on: one that started is joined by `close`, and none can
+        start behind its back (a read's worker thread starts it too)."""
+        with self._start_lock:
+            self._shut = True
 
     @property
     def started(self) -> bool:
@@ -742,7 +766,7 @@ class _Writer:
                 except Exception as exc:  # a bug: fail the turn, keep serving the others
                     log.exception("the SQLite store's thread failed a batch")
                     self.broken = _store_error("the store's thread failed; reopen the store", exc)
-                    _call_back(turn, None, self.broken)
+                    _call_back(turn, None, _fresh(self.broken))
         finally:
             with self.lock:  # not under a batch the loop is running
                 if wal >= 0:
@@ -754,7 +778,7 @@ class _Writer:
 
     def _carry_out(self, turn: _Turn) -> None:
         outcomes = turn.outcomes
-        failure: BaseException | None = self.broken
+        failure: BaseException | None = None if self.broken is None else _fresh(self.broken)
         if failure is None and outcomes is None:
             outcomes, failure = self._commit(turn.batch)
         if failure is None and self.syncs:
@@ -764,9 +788,8 @@ class _Writer:
                 # The commit is in the WAL but may not be on the disk, and after a failed
                 # fsync the kernel may have dropped the pages: nothing written from now on can
                 # be promised either. The store refuses every write until it is reopened.
-                self.broken = failure = _store_error(
-                    "the disk failed to sync the WAL; reopen the store", exc
-                )
+                self.broken = _store_error("the disk failed to sync the WAL; reopen the store", exc)
+                failure = _fresh(self.broken)
         if failure is None and self.since_checkpoint >= CHECKPOINT_EVERY:
             self._checkpoint()
         _call_back(turn, outcomes, failure)
@@ -810,7 +833,7 @@ class _Writer:
         self.error = exc if isinstance(exc, StoreError) else _store_error("cannot open", exc)
         self.ready.set()
         while (turn := self.turns.get()) is not None:
-            _call_back(turn, None, self.error)  # none is made on a store that failed to open
+            _call_back(turn, None, _fresh(self.error))  # none is made: the open failed
 
     def _fail_until_empty(self, error: BaseException) -> None:
         while True:
@@ -840,6 +863,9 @@ class _Committer:
         self.writer = writer
         self.pending: list[_Job] = []
         self.busy = False
+        # The thread is done with the batch under way, which waits for its loop to take it
+        # back (`done`): a loop that stops and closes in between never does.
+        self.back = False
         self.loop: asyncio.AbstractEventLoop | None = None
         self.synced = 0  # every batch begun up to this count is synced, or failed
         self._lock = threading.Lock()
@@ -852,6 +878,8 @@ class _Committer:
                 raise _closed()
             if loop is not self.loop:
                 gone = self.loop is None or self.loop.is_closed()
+                if gone and self.busy and self.back:
+                    self._settle()  # nobody is left to take it back: it is over
                 if self.busy or (self.pending and not gone):
                     raise UsageError(
                         "wrong_loop", "this SqliteStore has writes under way on another event loop"
@@ -875,7 +903,7 @@ class _Committer:
             loop = self.loop
         assert loop is not None
         if w.broken is not None or w.stopping:
-            self._finish(batch, None, w.broken or _closed())
+            self._finish(batch, None, _closed() if w.broken is None else _fresh(w.broken))
             return
         outcomes: Outcomes | None = None
         if all(job.is_append for job in batch):
@@ -923,8 +951,8 @@ class _Committer:
     ) -> None:
         if failure is not None or outcomes is None:
             # A commit that failed, or one whose sync failed: none of its writes resolves.
-            for job in batch:
-                _resolve(job.future, None, failure or _closed())
+            for job in batch:  # one exception each: each caller raises its own
+                _resolve(job.future, None, _closed() if failure is None else _fresh(failure))
         else:
             for job, (result, error) in zip(batch, outcomes, strict=True):
                 _resolve(job.future, result, error)
@@ -936,6 +964,14 @@ class _Committer:
         if start and loop is not None:
             loop.call_soon(self.flush)
 
+    def returned(self) -> None:
+        """The thread is done with the batch under way: synced, or failed (on the thread).
+        Reads stop waiting for it now, whether or not its loop ever takes it back."""
+        with self._lock:
+            self.back = True
+            self.synced = self.writer.begun
+            self._changed.notify_all()
+
     def abandon(self) -> None:
         """The batch under way belongs to a loop that closed (called on the store's thread):
         nobody awaits it; let the store serve another loop."""
@@ -945,6 +981,7 @@ class _Committer:
     def _settle(self) -> tuple[list[asyncio.Future[None]], bool, asyncio.AbstractEventLoop | None]:
         """The batch under way is over (under `_lock`)."""
         self.busy = False
+        self.back = False
         self.synced = self.writer.begun  # no other batch began meanwhile: it was the one
         self._changed.notify_all()
         waiters, self._waiters = self._waiters, []
@@ -982,8 +1019,14 @@ class _Committer:
         while loop is self.loop and (self.busy or self.pending) and not self.writer.stopping:
             if not self.busy:
                 self.flush()
-            if self.busy:
-                await self.synced_to(self.writer.begun)
+            with self._lock:
+                if not self.busy:
+                    continue
+                # Until the batch under way is over: a batch at the thread is only counted in
+                # `begun` once the thread begins it, so waiting on that count would spin.
+                waiter = loop.create_future()
+                self._waiters.append(waiter)
+            await waiter
 
 
 class _Readers:
@@ -1000,7 +1043,7 @@ class _Readers:
         self._writer.start()
         self._writer.ready.wait()
         if self._writer.error is not None:
-            raise self._writer.error
+            raise _fresh(self._writer.error)
         conn = self._take()
         try:
             conn.execute("BEGIN")
@@ -1099,7 +1142,7 @@ class SqliteStore(Closable):
             await asyncio.to_thread(writer.ready.wait)
             self._check_open()  # closed while the file opened
         if writer.error is not None:
-            raise writer.error
+            raise _fresh(writer.error)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         self._committer.add(_Job(run, future, is_append=is_append), loop)
@@ -1111,9 +1154,12 @@ class SqliteStore(Closable):
         # A commit is in the file before the thread has synced it, so this read may have seen
         # one: it returns only once every commit it could have seen is on the disk, so that it
         # never returns what a crash could still take back.
-        await self._committer.synced_to(self._writer.begun)
+        target = self._writer.begun
+        await self._committer.synced_to(target)
         if self._writer.broken is not None:
-            raise self._writer.broken  # what it saw may never reach the disk
+            raise _fresh(self._writer.broken)  # what it saw may never reach the disk
+        if self._committer.synced < target:
+            raise _closed()  # the store stopped before what it saw was synced
         return result
 
     async def load(self, conversation_id: str) -> Loaded | None:
@@ -1214,10 +1260,13 @@ class SqliteStore(Closable):
         """Commit every write already queued on this event loop, then stop the store's thread
         and close all connections.
 
-        Idempotent. Writes queued before `close` still resolve normally. Cancelled, it still
-        stops the thread and lets the file go.
+        Idempotent: a second call returns once the first one's work is done (the thread has
+        ended and the file is let go). Writes queued before `close` still resolve normally.
+        Cancelled, it still stops the thread and lets the file go.
         """
         if self._closed:
+            if self._writer.started:  # another close is under way, or done
+                await asyncio.to_thread(self._writer.thread.join)
             return
         self._closed = True
         self._finalizer.detach()
@@ -1259,5 +1308,6 @@ class SqliteStore(Closable):
 
 def _stop(writer: _Writer, readers: _Readers, committer: _Committer) -> None:
     committer.stop()  # first: no turn is queued behind the stop request
+    writer.shut()
     writer.turns.put(None)
     readers.close()
