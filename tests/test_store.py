@@ -12,10 +12,13 @@ import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
 
+import server.store.postgres
 from server.store import (
     ClientMark,
     Loaded,
@@ -562,13 +565,21 @@ async def test_postgres_refused_writes_and_foreign_payloads_are_not_heard(
 
 
 def test_notices_coalesce_to_the_newest_head() -> None:
-    """Within a lineage a late, lower revision never replaces a higher one; a rewrite does."""
-    pending: dict[str, Notice] = {}
+    """Within a lineage a late, lower revision never replaces a higher one. Lineages have no
+    order, so a rewrite's notice and a late one of the old lineage are both kept: either way
+    round, the rewrite's is never hidden (a hub at the old head would ignore the late one and
+    miss the rewrite until its periodic re-read)."""
+    pending: dict[tuple[str, int], Notice] = {}
     for notice in (Notice("c", L1, 6), Notice("c", L1, 5), Notice("d", L1, 1)):
         _keep_newest(pending, notice)
     assert list(pending.values()) == [Notice("c", L1, 6), Notice("d", L1, 1)]
     _keep_newest(pending, Notice("c", L2, 1))
-    assert pending["c"] == Notice("c", L2, 1)
+    _keep_newest(pending, Notice("c", L1, 7))  # a late notice of the old lineage
+    assert list(pending.values()) == [
+        Notice("c", L1, 7),
+        Notice("d", L1, 1),
+        Notice("c", L2, 1),
+    ]
 
 
 async def test_postgres_watch_reports_a_lost_connection_and_ends_on_close(
@@ -647,6 +658,296 @@ async def test_postgres_hubs_starting_together_share_one_schema(
     finally:
         for store in stores:
             await store.close()
+
+
+class Relay:
+    """A TCP relay on 127.0.0.1 to the test's PostgreSQL server. `hold` stops what the server
+    sends back on every connection, which stay open: a network path that died without a
+    reset (or a reply still on its way)."""
+
+    def __init__(self, dsn: str) -> None:
+        self._target = urlsplit(dsn)
+        self._flowing = asyncio.Event()
+        self._flowing.set()
+        self._server: asyncio.Server | None = None
+        self._pumps: set[asyncio.Task[None]] = set()
+
+    @property
+    def hold(self) -> bool:
+        return not self._flowing.is_set()
+
+    @hold.setter
+    def hold(self, hold: bool) -> None:
+        if hold:
+            self._flowing.clear()
+        else:
+            self._flowing.set()
+
+    async def __aenter__(self) -> str:
+        """Start relaying; the DSN that goes through the relay."""
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        user = self._target.netloc.rpartition("@")[0]
+        return self._target._replace(netloc=f"{user}@127.0.0.1:{port}").geturl()
+
+    async def __aexit__(self, *_exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for pump in self._pumps:
+            pump.cancel()
+        await asyncio.gather(*self._pumps, return_exceptions=True)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(
+            self._target.hostname or "127.0.0.1", self._target.port or 5432
+        )
+
+        async def pump(
+            source: asyncio.StreamReader, sink: asyncio.StreamWriter, held: bool
+        ) -> None:
+            try:
+                while data := await source.read(65536):
+                    if held:
+                        await self._flowing.wait()
+                    sink.write(data)
+                    await sink.drain()
+            except OSError:
+                pass
+            finally:
+                sink.close()
+
+        for task in (pump(reader, up_writer, False), pump(up_reader, writer, True)):
+            pumping = asyncio.create_task(task)
+            self._pumps.add(pumping)
+            pumping.add_done_callback(self._pumps.discard)
+
+
+async def test_postgres_a_lock_never_let_go_fails_calls_instead_of_hanging_them(
+    pg: Callable[..., PostgresStore], postgres_dsn: str, pg_schema: str
+) -> None:
+    """Another session holds the log's head row and never lets go: an append fails with
+    StoreError(unavailable) after the command timeout instead of waiting for good, a read
+    that waits for the pool's only connection meanwhile ends too (it fails, or gets the
+    connection once the append gave it up), and `close` ends, all while the lock is held."""
+    store = pg(command_timeout=0.5, max_size=1)
+    await store.__aenter__()
+    await store.append("c", L1, 0, recs("r1"))
+    other = await asyncpg.connect(postgres_dsn, server_settings={"search_path": pg_schema})
+    try:
+        async with other.transaction():
+            await other.execute("SELECT 1 FROM conversations WHERE id = 'c' FOR UPDATE")
+            async with asyncio.timeout(TIMEOUT):
+                append = asyncio.create_task(store.append("c", L1, 1, recs("r2")))
+                await asyncio.sleep(0.1)
+                read = asyncio.create_task(store.read("c", L1, 0))
+                with pytest.raises(StoreError) as failed:
+                    await append
+                assert failed.value.reason == "unavailable"
+                try:
+                    assert await read == recs("r1")
+                except StoreError as unavailable:
+                    assert unavailable.reason == "unavailable"
+                await store.close()
+    finally:
+        await other.close()
+    async with pg() as again:
+        assert await again.read("c", L1, 0) == recs("r1")
+
+
+async def test_postgres_a_dead_network_path_fails_calls_and_the_watch(
+    postgres_dsn: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The path to the server dies without a reset (nothing comes back, nothing is closed):
+    a write fails after the command timeout, the watch reports its connection lost (it is
+    checked every so often) once and then ends, and `close` still ends."""
+    monkeypatch.setattr(server.store.postgres, "_PING_EVERY", 0.2)
+    relay = Relay(postgres_dsn)
+    async with relay as relayed:
+        store = PostgresStore(relayed, schema=pg_schema, command_timeout=0.5, connect_timeout=2)
+        await store.__aenter__()
+        async with store.watch() as notices:
+            await store.append("c", L1, 0, recs("r1"))
+            async with asyncio.timeout(TIMEOUT):
+                assert await anext(notices) == Notice("c", L1, 1)
+            relay.hold = True
+            async with asyncio.timeout(TIMEOUT):
+                with pytest.raises(StoreError) as failed:
+                    await store.append("c", L1, 1, recs("r2"))
+                assert failed.value.reason == "unavailable"
+                with pytest.raises(StoreError) as lost:
+                    await anext(notices)
+                assert lost.value.reason == "unavailable"
+                with pytest.raises(StopAsyncIteration):  # raised once, then it is over
+                    await anext(notices)
+        async with asyncio.timeout(TIMEOUT):
+            await store.close()
+
+
+async def test_postgres_close_cancelled_or_called_twice_still_closes_everything(
+    pg: Callable[..., PostgresStore], postgres_dsn: str, pg_schema: str
+) -> None:
+    """`close` waits for a call under way. Cancelled meanwhile, the closing still goes on to
+    the end; a second `close` (during the first, or after it was cancelled) returns only
+    once every connection of the store is closed."""
+
+    other = await asyncpg.connect(postgres_dsn, server_settings={"search_path": pg_schema})
+    try:
+        for cancel_first in (True, False):
+            cid = f"c{cancel_first}"
+            store = pg()
+            await store.__aenter__()
+            await store.append(cid, L1, 0, recs("r1"))
+            async with other.transaction():
+                await other.execute("SELECT 1 FROM conversations WHERE id = $1 FOR UPDATE", cid)
+                busy = asyncio.create_task(store.append(cid, L1, 1, recs("r2")))
+                await asyncio.sleep(0.1)
+                first = asyncio.create_task(store.close())
+                await asyncio.sleep(0.1)
+                if cancel_first:
+                    first.cancel()
+                second = asyncio.create_task(store.close())
+                await asyncio.sleep(0.1)
+                assert not second.done()  # the append under way still holds a connection
+            async with asyncio.timeout(TIMEOUT):
+                assert await busy == 2
+                await second
+                assert store._pool is None
+                with contextlib.suppress(asyncio.CancelledError):
+                    await first
+    finally:
+        await other.close()
+
+
+async def test_postgres_close_while_entering_or_watching_leaves_nothing_open(
+    pg: Callable[..., PostgresStore],
+) -> None:
+    """`close` while the store is still opening (`async with`, or a `watch` that opens it)
+    waits for the opening, then closes what it made: the opening fails `closed`, and no pool
+    or listening connection outlives the store."""
+    async with pg() as made:  # the schema exists: only the pool and LISTEN race
+        await made.append("c", L1, 0, recs("r1"))
+    for opening in ("enter", "watch"):
+        store = pg()
+
+        async def watch(store: PostgresStore = store) -> None:
+            async with store.watch() as notices:
+                async for _ in notices:
+                    pass
+
+        task = asyncio.create_task(store.__aenter__() if opening == "enter" else watch())
+        await asyncio.sleep(0)  # the opening is under way
+        async with asyncio.timeout(TIMEOUT):
+            await store.close()
+            with pytest.raises(UsageError) as refused:
+                await task
+        assert refused.value.reason == "closed"
+        assert store._pool is None and not store._listeners
+
+
+async def test_postgres_a_cancelled_append_that_landed_is_still_heard(
+    pg: Callable[..., PostgresStore], postgres_dsn: str, pg_schema: str
+) -> None:
+    """An append whose caller is cancelled after the server committed it (the reply still on
+    its way) landed all the same: other hubs are told, so they need not wait for their
+    periodic re-read."""
+    relay = Relay(postgres_dsn)
+    async with relay as relayed, pg() as listener:
+        hub = PostgresStore(relayed, schema=pg_schema)
+        async with hub, listener.watch() as notices:
+            await hub.append("c", L1, 0, recs("r1"))
+            async with asyncio.timeout(TIMEOUT):
+                assert await anext(notices) == Notice("c", L1, 1)
+
+                def settled() -> bool:  # its notice sent, its connection back in the pool
+                    pool, notifier = hub._pool, hub._notifier
+                    idle = pool is not None and pool.get_idle_size() > 0
+                    return idle and (notifier is None or notifier.done())
+
+                while not settled():  # noqa: ASYNC110 - nothing to wait on but this
+                    await asyncio.sleep(0.01)
+            relay.hold = True
+            append = asyncio.create_task(hub.append("c", L1, 1, recs("r2")))
+            async with asyncio.timeout(TIMEOUT):
+                while await listener.read("c", L1, 0) != recs("r1", "r2"):  # noqa: ASYNC110
+                    await asyncio.sleep(0.02)  # until committed; its reply is held
+            append.cancel()
+            await asyncio.sleep(0.1)
+            relay.hold = False
+            with pytest.raises(asyncio.CancelledError):
+                await append
+            async with asyncio.timeout(TIMEOUT):
+                assert await anext(notices) == Notice("c", L1, 2)
+
+
+async def test_postgres_a_notice_that_cannot_go_out_does_not_sink_the_others(
+    pg: Callable[..., PostgresStore],
+) -> None:
+    """A notice PostgreSQL would refuse (a conversation id of kilobytes: the payload limit is
+    8,000 bytes) is left out; the notices sent with it or after it still go out."""
+    async with pg() as writer, pg() as listener, listener.watch() as notices:
+        long_id = "x" * 9000
+        await asyncio.gather(
+            writer.append(long_id, L1, 0, recs("r1")), writer.append("b", L1, 0, recs("r1"))
+        )
+        await writer.append("d", L1, 0, recs("r1"))
+        heard: list[Notice] = []
+        async with asyncio.timeout(TIMEOUT):
+            while len(heard) < 2:
+                heard.append(await anext(notices))
+        assert sorted(n.conversation for n in heard) == ["b", "d"]
+
+
+async def test_postgres_a_notice_that_fails_to_go_out_is_sent_again(
+    pg: Callable[..., PostgresStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A NOTIFY that fails (its connection dropped) is sent again after a pause, rather than
+    lost with every notice queued behind it."""
+    async with pg() as writer, pg() as listener, listener.watch() as notices:
+        await writer.append("a", L1, 0, recs("r1"))  # the pool is open; the notice goes out
+        async with asyncio.timeout(TIMEOUT):
+            assert await anext(notices) == Notice("a", L1, 1)
+        pool = writer._pool
+        assert pool is not None
+        acquire = asyncpg.pool.Pool.acquire
+        calls = 0
+
+        def second_fails(self: Any, *args: Any, **kwargs: Any) -> Any:
+            nonlocal calls
+            if self is pool:
+                calls += 1
+                if calls == 2:  # the append's own, then the notifier's
+                    raise asyncpg.ConnectionDoesNotExistError("the connection was dropped")
+            return acquire(self, *args, **kwargs)
+
+        monkeypatch.setattr(asyncpg.pool.Pool, "acquire", second_fails)
+        await writer.append("b", L1, 0, recs("r1"))
+        async with asyncio.timeout(TIMEOUT):
+            assert await anext(notices) == Notice("b", L1, 1)
+        assert calls == 3
+
+
+@pytest.mark.parametrize(
+    ("dsn", "says"),
+    [
+        ("postgresql://postgres:S3CRET/x@127.0.0.1:5432/test", "cannot be read"),
+        ("postgresql://postgres:S3CRET#x@127.0.0.1:5432/test", "cannot be read"),
+        ("postgresql://postgres:12/S3CRET@127.0.0.1:5432/test", "'@' after its host"),
+        ("postgresql://postgres:S3CRET@127.0.0.1:notaport/test", "cannot be read"),
+        ("host=127.0.0.1 user=postgres password=S3CRET dbname=test", "postgresql://"),
+    ],
+)
+def test_postgres_a_bad_url_is_refused_without_repeating_it(dsn: str, says: str) -> None:
+    """A URL asyncpg would misread (a password with `/`, `#`, `?` or `@` not percent-encoded,
+    a port that is not a number, a `key=value` string) is refused when the store is made,
+    with `bad_dsn`, and neither the message nor any exception behind it holds the password."""
+    with pytest.raises(UsageError) as refused:
+        PostgresStore(dsn)
+    assert refused.value.reason == "bad_dsn"
+    assert says in refused.value.message
+    error: BaseException | None = refused.value
+    while error is not None:
+        assert "S3CRET" not in str(error)
+        error = error.__cause__ or error.__context__
 
 
 def test_open_store_picks_postgres_for_its_urls() -> None:

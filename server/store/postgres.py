@@ -28,25 +28,36 @@ How this works
 - **Connections** come from an asyncpg pool made on first use (`min_size`..`max_size`). A
   server that cannot be reached gives `StoreError` with reason `unavailable`, naming
   `host:port` (never the password). Any other database failure is `StoreError` (`storage`)
-  with the cause chained.
+  with the cause chained. The URL is checked when the store is made: one asyncpg would
+  misread (a password holding `/`, `#`, `?` or `@` not percent-encoded, a port that is not a
+  number, a `key=value` string) is refused with `UsageError` (`bad_dsn`), never repeated.
+- **Nothing waits for good.** Each statement, and each wait for a pooled connection, gets
+  `command_timeout` seconds (a lock another session never lets go, a network path that died
+  without a reset), then fails with `StoreError` (`unavailable`); so do the steps of `close`,
+  which then cuts the connections.
 
 Hearing that another hub moved a log
 ------------------------------------
 After a write commits (never inside its transaction) the store sends `NOTIFY` on its channel
 (`convsync`, or `convsync:SCHEMA` with a schema) with a JSON payload
 `{"conversation": ID, "lineage": L, "revision": R}`: the log's head after the write. Sends are
-coalesced per conversation: while one batch is going out, later writes to a conversation
-overwrite its pending notice, and the next batch carries only the latest.
+coalesced per conversation and lineage: while one batch is going out, later writes to a
+conversation overwrite its pending notice, and the next batch carries only the latest. A
+batch that fails is sent again after a pause (a notice too long for PostgreSQL is left out).
+An append whose outcome is unknown (cancelled, or failed once COMMIT may have gone out) is
+announced too: a notice is a hint, and a wrong one costs a read.
 
 `async with store.watch() as notices:` opens a dedicated connection (not from the pool, and
 not through a transaction-pooling proxy: LISTEN needs a session), returns once `LISTEN` is in
 effect, and `async for notice in notices:` yields `Notice` values, coalesced per conversation
-while the consumer is busy, so memory stays bounded by the number of conversations moving. A
-watcher hears its own store's writes too. A notice is a hint, not the record: read the log from
-the store by revision (`read` returning None means the lineage changed: reload). If the
-listening connection drops, the iteration raises `StoreError` (`unavailable`); notices may have
-been missed, so re-read the heads you hold before watching again. When the store closes, every
-watch ends.
+while the consumer is busy (per conversation and lineage: lineages have no order, so a late
+notice of the old lineage never hides a rewrite's), so memory stays bounded by the number of
+conversations moving. A watcher hears its own store's writes too. A notice is a hint, not the
+record: read the log from the store by revision (`read` returning None means the lineage
+changed: reload). If the listening connection drops, or stops answering (it is checked every
+`_PING_EVERY` seconds), the iteration raises `StoreError` (`unavailable`) once and ends;
+notices may have been missed, so re-read the heads you hold before watching again. When the
+store closes, every watch ends.
 
 Cancelling a caller mid-write rolls the transaction back unless COMMIT was already sent; after
 a `StoreError` the write may or may not have landed: reload to find out.
@@ -56,11 +67,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Any, Self, TypeAlias, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 import asyncpg
 import msgspec
@@ -176,6 +188,10 @@ _SCHEMA_LOCK = 0x636F6E7673796E63  # "convsync"
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,39}")
 
 _NOTIFY_BATCH = 500
+_NOTIFY_MAX = 7999  # bytes: PostgreSQL refuses a longer NOTIFY payload
+# How often a listening connection is checked (`SELECT 1`, within the command timeout): a
+# path that died without a reset would otherwise leave a watch silent for good.
+_PING_EVERY = 10.0
 
 
 class Notice(msgspec.Struct, frozen=True):
@@ -212,33 +228,87 @@ _Conn: TypeAlias = (
 
 
 def describe_dsn(dsn: str) -> str:
-    """`host:port/database` of a PostgreSQL URL, for messages; never the user or password."""
+    """`host:port/database` of a PostgreSQL URL, for messages; never the user or password
+    (nor the rest of a URL with a `@` past its host, where a badly quoted password ends up)."""
     try:
         parts = urlsplit(dsn)
         host = parts.hostname or "localhost"
         port = parts.port or 5432
     except ValueError:
         return "the configured server"
+    if parts.scheme not in ("postgresql", "postgres"):
+        return "the configured server"
     database = parts.path.lstrip("/")
-    return f"{host}:{port}/{database}" if database else f"{host}:{port}"
+    if not database or "@" in _after_host(dsn, parts.netloc):
+        return f"{host}:{port}"
+    return f"{host}:{port}/{database}"
 
 
-def _keep_newest(pending: dict[str, Notice], notice: Notice) -> None:
-    """Coalesce `notice` into `pending`: one per conversation, never stepped back.
+def _split(dsn: str) -> SplitResult | None:
+    """`dsn` split, or None when it cannot be read (a port that is not a number)."""
+    try:
+        parts = urlsplit(dsn)
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        return None
+    return parts
+
+
+def _after_host(dsn: str, netloc: str) -> str:
+    """What follows the `scheme://user:password@host:port` part of a URL."""
+    return dsn.split("://", 1)[-1][len(netloc) :]
+
+
+def check_dsn(dsn: object) -> None:
+    """Refuse what is not a `postgresql://` URL asyncpg reads as the user meant, without
+    repeating it (it may hold a password).
+
+    Raises:
+        UsageError: `bad_dsn`, saying what is wrong.
+    """
+    if not isinstance(dsn, str):
+        raise UsageError("bad_dsn", "the PostgreSQL URL must be a string")
+    parts = _split(dsn)
+    if parts is None:  # raised here, not in an `except`: the cause quotes the URL
+        raise UsageError(
+            "bad_dsn",
+            "the PostgreSQL URL cannot be read (a password holding '/', '#', '?' or '@' must"
+            " be percent-encoded)",
+        )
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise UsageError(
+            "bad_dsn", "the PostgreSQL store takes a postgresql://user@host:port/database URL"
+        )
+    if "@" in _after_host(dsn, parts.netloc):
+        raise UsageError(
+            "bad_dsn",
+            "the PostgreSQL URL has a '@' after its host part: a password holding '/', '#',"
+            " '?' or '@' must be percent-encoded",
+        )
+
+
+Pending = dict[tuple[str, int], Notice]
+"""Notices waiting to be sent or taken: one per conversation and lineage."""
+
+
+def _keep_newest(pending: Pending, notice: Notice) -> None:
+    """Coalesce `notice` into `pending`: one per conversation and lineage, never stepped back.
 
     Writes (and the notices of different hubs) can finish out of order, so within a lineage
-    the higher revision wins; a notice of another lineage (a rewrite) replaces what is there.
+    the higher revision wins. Lineages have no order, so a notice of another lineage is kept
+    beside the one there: a late notice of the old lineage must not hide a rewrite's.
     """
-    queued = pending.get(notice.conversation)
-    if queued is None or queued.lineage != notice.lineage or queued.revision < notice.revision:
-        pending[notice.conversation] = notice
+    key = (notice.conversation, notice.lineage)
+    queued = pending.get(key)
+    if queued is None or queued.revision < notice.revision:
+        pending[key] = notice
 
 
 class _Watcher:
     """One `watch`: notices heard on its connection, coalesced until the consumer takes them."""
 
     def __init__(self) -> None:
-        self.pending: dict[str, Notice] = {}
+        self.pending: Pending = {}
         self.wake = asyncio.Event()
         self.error: StoreError | None = None
         self.ended = False
@@ -267,11 +337,13 @@ class _Watcher:
         while True:
             if self.pending:
                 # Oldest conversation first; a conversation heard again while waiting keeps
-                # its place and shows only its latest head.
-                conversation = next(iter(self.pending))
-                return self.pending.pop(conversation)
+                # its place and shows only its latest head (per lineage).
+                key = next(iter(self.pending))
+                return self.pending.pop(key)
             if self.error is not None:
-                raise self.error
+                error, self.error = self.error, None
+                self.ended = True  # raised once; then the iteration is over
+                raise error
             if self.ended:
                 raise StopAsyncIteration
             self.wake.clear()
@@ -289,13 +361,18 @@ class PostgresStore(Counted):
         min_size: connections the pool keeps open.
         max_size: connections the pool opens at most (concurrent writes beyond it wait).
         connect_timeout: seconds to wait for the server before `StoreError` (`unavailable`).
+        command_timeout: seconds any one statement, or the wait for a pooled connection, may
+            take before `StoreError` (`unavailable`): a lock another session never lets go,
+            or a network path that died without a reset, fails the call instead of hanging
+            it; also the bound on each step of `close`.
         notify: send `NOTIFY` after each write (see the module docs); off when no hub watches.
 
     Attributes:
         channel: the `NOTIFY` channel of these tables (`convsync` or `convsync:SCHEMA`).
 
     Raises:
-        UsageError: a bad schema name or pool size.
+        UsageError: a bad URL (`bad_dsn`, without repeating it), schema name or pool size,
+            or a timeout that is not a positive number.
     """
 
     def __init__(
@@ -306,8 +383,16 @@ class PostgresStore(Counted):
         min_size: int = 1,
         max_size: int = 10,
         connect_timeout: float = 10.0,
+        command_timeout: float = 30.0,
         notify: bool = True,
     ) -> None:
+        check_dsn(dsn)
+        for name, value in (
+            ("connect_timeout", connect_timeout),
+            ("command_timeout", command_timeout),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise UsageError("bad_timeout", f"{name} must be a number of seconds, more than 0")
         if schema is not None and not _SCHEMA_NAME.fullmatch(schema):
             raise UsageError("bad_schema", f"schema name {schema!r} is not allowed")
         if not 0 <= min_size <= max_size or max_size < 1:
@@ -318,6 +403,7 @@ class PostgresStore(Counted):
         self._min_size = min_size
         self._max_size = max_size
         self._connect_timeout = connect_timeout
+        self._command_timeout = command_timeout
         self._notify = notify
         self.channel = "convsync" if schema is None else f"convsync:{schema}"
         self._settings = {"application_name": "convsync"}
@@ -326,14 +412,18 @@ class PostgresStore(Counted):
         self._pool: asyncpg.Pool[asyncpg.Record] | None = None
         self._opening = asyncio.Lock()
         self._closed = False
+        self._closing: asyncio.Task[None] | None = None
         self._commits = 0
         self._appends = 0
         self._busy = 0
         self._idle = asyncio.Event()
         self._idle.set()
-        self._to_notify: dict[str, Notice] = {}
+        self._to_notify: Pending = {}
         self._notifier: asyncio.Task[None] | None = None
         self._watchers: set[_Watcher] = set()
+        # Every listening connection (`watch`, `bus_listen`) and how to end its iteration:
+        # `close` ends them all and closes their connections.
+        self._listeners: dict[asyncpg.Connection[asyncpg.Record], Callable[[], None]] = {}
         self._hubs_table = False  # `convsync_hubs` is known to exist (see `beat`)
 
     # Connections and errors.
@@ -351,13 +441,33 @@ class PostgresStore(Counted):
         error.__cause__ = exc
         return error
 
+    def _bad_url(self) -> StoreError:
+        # Never chained: asyncpg's error may quote the URL, password and all.
+        return StoreError(f"postgresql at {self._where}: asyncpg cannot read the URL")
+
     async def _connect_one(self) -> asyncpg.Connection[asyncpg.Record]:
         try:
             return await asyncpg.connect(
-                self._dsn, timeout=self._connect_timeout, server_settings=self._settings
+                self._dsn,
+                timeout=self._connect_timeout,
+                command_timeout=self._command_timeout,
+                server_settings=self._settings,
             )
         except _DB_ERRORS as exc:
             raise self._translate(exc) from exc
+        except ValueError:
+            pass
+        raise self._bad_url()  # outside the `except`: no context that quotes the URL
+
+    async def _close_conn(self, conn: asyncpg.Connection[asyncpg.Record]) -> None:
+        """Close `conn` politely within the command timeout, else cut it."""
+        try:
+            await conn.close(timeout=self._command_timeout)
+        except _DB_ERRORS:  # timed out, or broken already
+            conn.terminate()
+        except BaseException:  # cancelled: still not left open
+            conn.terminate()
+            raise
 
     async def _open(self) -> asyncpg.Pool[asyncpg.Record]:
         if self._pool is not None:
@@ -370,18 +480,23 @@ class PostgresStore(Counted):
             try:
                 await self._create_schema(conn)
             finally:
-                await conn.close()
+                await self._close_conn(conn)
             try:
                 pool = await asyncpg.create_pool(
                     self._dsn,
                     min_size=self._min_size,
                     max_size=self._max_size,
                     timeout=self._connect_timeout,
+                    command_timeout=self._command_timeout,
                     server_settings=self._settings,
                 )
             except _DB_ERRORS as exc:
                 raise self._translate(exc) from exc
-            self._pool = pool
+            except ValueError:
+                pool = None
+            if pool is None:
+                raise self._bad_url()  # outside the `except`: no context that quotes the URL
+            self._pool = pool  # `close` waits for `_opening`, then closes it
             return pool
 
     async def _create_schema(self, conn: _Conn) -> None:
@@ -420,7 +535,7 @@ class PostgresStore(Counted):
         try:
             pool = await self._open()
             try:
-                async with pool.acquire() as conn:
+                async with pool.acquire(timeout=self._command_timeout) as conn:
                     return await work(conn)
             except _DB_ERRORS as exc:
                 raise self._translate(exc) from exc
@@ -440,22 +555,33 @@ class PostgresStore(Counted):
             self._notifier = asyncio.get_running_loop().create_task(self._send_notices())
 
     async def _send_notices(self) -> None:
-        # One task sends at a time; what is queued meanwhile goes in its next batch.
+        # One task sends at a time; what is queued meanwhile goes in its next batch. A batch
+        # that fails goes back in the queue (unless newer notices replaced its own) and is
+        # tried again after a pause, until the store closes: a lost notice only delays other
+        # hubs until their periodic re-read, but a hub without one waits for that re-read.
+        failures = 0
         while self._to_notify and self._pool is not None:
             batch = list(self._to_notify.values())[:_NOTIFY_BATCH]
             for notice in batch:
-                del self._to_notify[notice.conversation]
+                del self._to_notify[notice.conversation, notice.lineage]
             payloads = [_encode_notice(notice).decode() for notice in batch]
+            # A payload PostgreSQL would refuse (an id of kilobytes) must not sink the batch.
+            payloads = [payload for payload in payloads if len(payload.encode()) <= _NOTIFY_MAX]
             try:
-                async with self._pool.acquire() as conn:
+                async with self._pool.acquire(timeout=self._command_timeout) as conn:
                     await conn.execute(
                         "SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS payload",
                         self.channel,
                         payloads,
                     )
+                failures = 0
             except _DB_ERRORS:
-                # A lost notice only delays other hubs until their periodic re-read.
-                return
+                if self._closed:
+                    return
+                for notice in batch:
+                    _keep_newest(self._to_notify, notice)
+                failures += 1
+                await asyncio.sleep(min(5.0, 0.1 * 2 ** (failures - 1)))
 
     def watch(self) -> contextlib.AbstractAsyncContextManager[AsyncIterator[Notice]]:
         """Listen for logs that move; see the module docs.
@@ -473,7 +599,9 @@ class PostgresStore(Counted):
     @contextlib.asynccontextmanager
     async def _watch(self) -> AsyncIterator[AsyncIterator[Notice]]:
         watcher = _Watcher()
-        async with self._listening(self.channel, watcher.heard, watcher.fail, "listening"):
+        async with self._listening(
+            self.channel, watcher.heard, watcher.fail, watcher.end, "listening"
+        ):
             self._watchers.add(watcher)
             try:
                 yield watcher
@@ -487,40 +615,65 @@ class PostgresStore(Counted):
         channel: str,
         heard: Callable[[str], None],
         lost: Callable[[StoreError], None],
+        ended: Callable[[], None],
         what: str,
     ) -> AsyncIterator[None]:
         """A connection of its own with `LISTEN` on `channel` in effect while inside:
-        `heard(payload)` for each notice, `lost(error)` once if the connection drops (`what`
-        names it in the error); closed on the way out.
+        `heard(payload)` for each notice, `lost(error)` once if the connection drops or stops
+        answering (checked every `_PING_EVERY` seconds; `what` names it in the error),
+        `ended()` when the store closes; closed on the way out.
 
         Raises:
             StoreError: on enter, the server cannot be reached or refused.
+            UsageError: the store closed meanwhile (`closed`).
         """
         self._check_open()
         await self._open()
         conn = await self._connect_one()
+        gone = False
 
         def notice(_conn: object, _pid: int, _channel: str, payload: object) -> None:
             heard(str(payload))
 
+        def lose(cause: BaseException) -> None:
+            nonlocal gone
+            if not gone:
+                gone = True
+                lost(self._unavailable(cause))
+
         def closed(_conn: object) -> None:
-            lost(self._unavailable(ConnectionError(f"the {what} connection closed")))
+            lose(ConnectionError(f"the {what} connection closed"))
 
         try:
             conn.add_termination_listener(closed)
             await conn.add_listener(channel, notice)
+            self._check_open()  # `close` ran meanwhile: it could not end this one
         except _DB_ERRORS as exc:
-            await conn.close()
+            await self._close_conn(conn)
             raise self._translate(exc) from exc
         except BaseException:
-            await conn.close()
+            await self._close_conn(conn)
             raise
+        self._listeners[conn] = ended
+
+        async def ping() -> None:
+            while True:
+                await asyncio.sleep(_PING_EVERY)
+                try:
+                    await conn.execute("SELECT 1", timeout=self._command_timeout)
+                except _DB_ERRORS as exc:
+                    lose(exc)
+                    conn.terminate()
+                    return
+
+        pinging = asyncio.get_running_loop().create_task(ping())
         try:
             yield
         finally:
+            pinging.cancel()
+            self._listeners.pop(conn, None)
             conn.remove_termination_listener(closed)
-            with contextlib.suppress(*_DB_ERRORS):
-                await conn.close(timeout=self._connect_timeout)
+            await self._close_conn(conn)
 
     # The bus of drafts and presence between hubs (SPEC 9, `server/bus.py`), when no Redis
     # is configured: NOTIFY on a channel of its own, and a heartbeat table. The table is
@@ -553,16 +706,24 @@ class PostgresStore(Counted):
     async def bus_listen(self) -> AsyncIterator[AsyncIterator[str]]:
         """Listen on `bus_channel`: entering returns once `LISTEN` is in effect and gives an
         async iterator of payloads that raises `StoreError` when the connection is lost."""
-        queue: asyncio.Queue[str | StoreError] = asyncio.Queue()
+        queue: asyncio.Queue[str | StoreError | None] = asyncio.Queue()
 
         async def payloads() -> AsyncIterator[str]:
             while True:
                 item = await queue.get()
+                if item is None:  # the store closed
+                    return
                 if isinstance(item, StoreError):
                     raise item
                 yield item
 
-        async with self._listening(self.bus_channel, queue.put_nowait, queue.put_nowait, "bus"):
+        async with self._listening(
+            self.bus_channel,
+            queue.put_nowait,
+            queue.put_nowait,
+            functools.partial(queue.put_nowait, None),
+            "bus",
+        ):
             yield payloads()
 
     async def beat(self, hub: str, ttl: float) -> set[str]:
@@ -709,8 +870,13 @@ class PostgresStore(Counted):
 
         try:
             result = await self._run(work)
-        except (LogMoved, SeqTaken):
+        except (LogMoved, SeqTaken, UsageError):
             self._appends += 1
+            raise
+        except BaseException:
+            # Cancelled, or failed after COMMIT may have gone out: the append may have landed,
+            # so tell the other hubs to look (a notice is a hint; a wrong one costs a read).
+            self._moved(conversation_id, lineage, revision + len(frozen))
             raise
         self._appends += 1
         self._commits += 1
@@ -865,19 +1031,37 @@ class PostgresStore(Counted):
         return await self._run(work)
 
     async def close(self) -> None:
-        """Let writes already started finish, send their notices, end every watch, close the
-        pool. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        await self._idle.wait()
-        if self._notifier is not None:
-            with contextlib.suppress(Exception):
-                await self._notifier
-        for watcher in list(self._watchers):
-            watcher.end()
-        if self._pool is not None:
-            await self._pool.close()
+        """Let writes already started finish, send their notices, end every watch and bus
+        listener, close every connection. Idempotent: a second call returns when the first
+        one's work is done. Cancelled, the work still goes on to the end; each step waits at
+        most the command timeout (writes under way are bounded by it too), then connections
+        are cut."""
+        if self._closing is None:
+            self._closed = True
+            self._closing = asyncio.get_running_loop().create_task(self._shut_down())
+        await asyncio.shield(self._closing)
+
+    async def _shut_down(self) -> None:
+        try:
+            async with self._opening:
+                pass  # an open under way finishes first; its pool is closed below
+            await self._idle.wait()
+            if self._notifier is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self._notifier, self._command_timeout)
+            for watcher in list(self._watchers):
+                watcher.end()
+            for conn, ended in list(self._listeners.items()):
+                ended()
+                await self._close_conn(conn)
+        finally:
+            pool, self._pool = self._pool, None
+            if pool is not None:
+                try:
+                    await asyncio.wait_for(pool.close(), self._command_timeout)
+                except BaseException:
+                    pool.terminate()
+                    raise
 
     async def __aenter__(self) -> Self:
         """Connect and make sure the schema is there.
@@ -889,6 +1073,7 @@ class PostgresStore(Counted):
         self._check_open()
         try:
             await self._open()
+            self._check_open()  # closed while it opened
         except BaseException:
             await self.close()
             raise
