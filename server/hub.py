@@ -65,7 +65,7 @@ from .metrics import Metrics
 from .room import Room, is_shared
 from .session import Access, HubSession, Limits, conversation_id_of, is_conversation_id
 from .store import LogStore, MemoryStore, StoreError
-from .subscriber import Subscriber
+from .subscriber import CLOSE_DEADLINE, Subscriber, cut_if_open
 from .web import Web, is_summary_path
 
 __all__ = ["Hub"]
@@ -216,6 +216,7 @@ class Hub:
                     max_size=4 * self.config.max_frame,
                     compression="deflate" if self.config.compression == "deflate" else None,
                     ping_interval=self.config.ping_interval,
+                    create_connection=_Connection,
                     ssl=self._ssl,
                     logger=_ws_log,
                     start_serving=False,
@@ -261,12 +262,19 @@ class Hub:
             await asyncio.shield(self._task)
 
     async def _shutdown(self, server: Server) -> None:
+        # New handshakes get 503 from here on (`_http`). `server.close` acts only on its first
+        # call, so it comes once, after the rooms: it closes every other socket too (a summary
+        # feed, one before its hello, one whose room is still loading) with 1001. A socket
+        # that does not close in time (a peer that stopped reading) is cut.
         self._closing = True
-        server.close(close_connections=False)
         for room in list(self._rooms.values()):
             await room.shut_down()  # an append under way finishes first
-        server.close(close_connections=True)
-        with anyio.move_on_after(5):
+        server.close(close_connections=True, reason="shutting down")
+        with anyio.move_on_after(CLOSE_DEADLINE):
+            await server.wait_closed()
+        for connection in list(server.all_connections):
+            cut_if_open(connection)
+        with anyio.move_on_after(CLOSE_DEADLINE):
             await server.wait_closed()
 
     async def serve_forever(self) -> None:
@@ -524,7 +532,7 @@ class Hub:
 
     async def _connection(self, ws: ServerConnection) -> None:
         if ws.request is not None and is_summary_path(ws.request.path):
-            await self._web.serve_summary(ws)
+            await self._summary(ws)
             return
         metrics = self.metrics
         metrics.connections += 1
@@ -543,6 +551,29 @@ class Hub:
         finally:
             metrics.connections -= 1
             self._let_go(held, sub)
+
+    async def _summary(self, ws: ServerConnection) -> None:
+        """A summary feed: counted in `connections` and, until its hello, in the sockets an
+        address may have waiting, as a replica's socket is."""
+        address = _address(ws)
+        if not self._waiting.acquire(address):
+            await self._web.refuse_summary(ws, "rate_limited", "too many sockets waiting for hello")
+            return
+        waiting = True
+
+        def said_hello() -> None:
+            nonlocal waiting
+            if waiting:
+                waiting = False
+                self._waiting.release(address)
+
+        self.metrics.connections += 1
+        try:
+            await self._web.serve_summary(ws, said_hello)
+        finally:
+            said_hello()
+            self.metrics.connections -= 1
+            asyncio.get_running_loop().call_later(CLOSE_DEADLINE, cut_if_open, ws)
 
     def _let_go(self, held: _Held, sub: Subscriber) -> None:
         if held.waiting:
@@ -678,6 +709,40 @@ class Hub:
         log.info("closing a socket: %s: %s", error.reason, error.message)
         self.metrics.protocol_errors[error.reason] += 1
         sub.fail(error.reason, error.message)
+
+
+class _Connection(ServerConnection):
+    """A hub socket that stops reading a peer which does not read what it is sent.
+
+    websockets answers every ping with a pong whatever the socket's backlog, and pings never
+    reach `recv` (so no rate limit sees them): a peer that floods pings and reads nothing
+    would grow the hub's write buffer without bound. While the transport's write buffer is
+    above its high-water mark, reading pauses (TCP then pushes back on the peer); it resumes
+    below the low-water mark, unless websockets' own flow control (too many frames not yet
+    read by the hub) holds it paused.
+    """
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._writes_paused = False
+        resume = self.recv_messages.resume
+
+        def resume_unless_writes_paused() -> None:
+            if not self._writes_paused:
+                resume()
+
+        self.recv_messages.resume = resume_unless_writes_paused
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self._writes_paused = True
+        self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._writes_paused = False
+        if not self.recv_messages.paused:
+            self.transport.resume_reading()
 
 
 class _Held:

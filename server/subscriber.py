@@ -27,7 +27,7 @@ from sync.protocol import DraftUpdate, Error, encode_message
 
 from .metrics import Metrics
 
-__all__ = ["DIRECT_WRITE", "LAGGING", "Subscriber"]
+__all__ = ["CLOSE_DEADLINE", "DIRECT_WRITE", "LAGGING", "Subscriber", "cut_if_open"]
 
 log = logging.getLogger("convsync.hub")
 
@@ -37,6 +37,11 @@ LAGGING = CODES["lagging"].close
 DIRECT_WRITE = 256 * 1024
 """Unsent bytes on a socket below which a frame is written at once; above, frames queue (and
 count towards `send_queue` bytes) behind a writer that waits for the peer to read."""
+
+CLOSE_DEADLINE = 10.0
+"""Seconds a socket being closed gets to send what is queued and finish the closing handshake;
+then it is cut. A peer that stopped reading would otherwise hold it open for good: its writer
+waits on a full socket, and so does the close (the hub's, websockets' own)."""
 
 FRAMED_ONCE = 64 * 1024
 """Frames up to this size are framed once for all the connections they go to (the last one
@@ -179,6 +184,7 @@ class Subscriber:
         if self._closing is None:
             self._closing = (code, reason)
             self._wake.set()
+            asyncio.get_running_loop().call_later(CLOSE_DEADLINE, cut_if_open, self._ws)
             if self._sending:
                 # The writer is stuck on a peer that stopped reading: close around it.
                 self._closer = asyncio.get_running_loop().create_task(self._close_stuck())
@@ -214,3 +220,11 @@ class Subscriber:
             await ws.close(*self._closing)
         except ConnectionClosed:
             pass
+
+
+def cut_if_open(ws: ServerConnection) -> None:
+    """Abort `ws`'s TCP connection unless it is gone already. (Not `is_closing()`: a transport
+    closed with unsent bytes stays open until a peer that stopped reading reads them.)"""
+    if not ws.connection_lost_waiter.done():
+        log.info("cutting a socket that did not close in time")
+        ws.transport.abort()

@@ -50,6 +50,7 @@ from sync.messages import (
 
 from .auth import AuthError, bearer_token, verify
 from .session import CONVERSATION_PATH, is_conversation_id
+from .subscriber import CLOSE_DEADLINE, cut_if_open
 
 if TYPE_CHECKING:
     from .hub import Hub
@@ -247,13 +248,21 @@ class Web:
 
     # ------------------------------------------------------------------ the summary socket
 
-    async def serve_summary(self, ws: ServerConnection) -> None:
+    async def refuse_summary(self, ws: ServerConnection, code: str, detail: str) -> None:
+        """Send a summary socket `error {code, detail}` and close it."""
+        await _close_with(ws, code, detail)
+
+    async def serve_summary(
+        self, ws: ServerConnection, said_hello: Callable[[], None] = lambda: None
+    ) -> None:
         """`hello {token, prefix, after, limit}` → `summary {rows, more}` → `summary_diff
         {rows}` for rows that changed, until the socket closes. A reconnecting reader sends
-        `hello` again and gets a fresh snapshot, which replaces what it had."""
+        `hello` again and gets a fresh snapshot, which replaces what it had. `said_hello` is
+        called once a first frame came (the hub counts sockets waiting for one)."""
         try:
             with anyio.fail_after(5):
                 data = await ws.recv()
+            said_hello()
             hello = json.loads(data)
             if not isinstance(hello, dict) or hello.get("type") != "hello":
                 raise ValueError("expected a hello")
@@ -326,11 +335,14 @@ async def _drain(ws: ServerConnection, scope: anyio.CancelScope) -> None:
 
 
 async def _close_with(ws: ServerConnection, code: str, detail: str) -> None:
-    try:
-        await ws.send(json.dumps({"type": "error", "code": code, "detail": detail}))
-        await ws.close(close_code_of(code), code)
-    except ConnectionClosed:
-        pass
+    """Send `error` and close; a peer that does not read gets its socket cut in time."""
+    with anyio.move_on_after(CLOSE_DEADLINE):
+        try:
+            await ws.send(json.dumps({"type": "error", "code": code, "detail": detail}))
+            await ws.close(close_code_of(code), code)
+        except ConnectionClosed:
+            pass
+    cut_if_open(ws)
 
 
 def _one(params: dict[str, list[str]], name: str) -> str | None:

@@ -1,0 +1,181 @@
+"""Sockets that misbehave at the transport level: a peer that stops reading, floods pings,
+or is still connected when the hub shuts down. Each must end in bounded time and bounded
+memory on the hub, without holding a slot other clients need."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import pytest
+from conftest import bound, hub_config
+from websockets.asyncio.client import connect as ws_connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.frames import Frame, Opcode
+
+import server.subscriber
+from server import Hub, MemoryStore
+from sync.protocol import SUBPROTOCOL
+
+
+class Silent:
+    """A websocket client on a plain socket that never reads unless asked: its receive
+    buffer is small, so the hub's writes to it soon stop going through."""
+
+    def __init__(self, port: int, path: str) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        self.sock.settimeout(bound(5))
+        self.sock.connect(("127.0.0.1", port))
+        key = base64.b64encode(os.urandom(16)).decode()
+        self.sock.sendall(
+            (
+                f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+                f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+                f"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: {SUBPROTOCOL}\r\n\r\n"
+            ).encode()
+        )
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            chunk = self.sock.recv(1)
+            assert chunk, "the hub closed the socket during the handshake"
+            answer += chunk
+        assert answer.startswith(b"HTTP/1.1 101"), answer
+
+    def flood_pings(self, seconds: float) -> int:
+        """Send pings (never reading the pongs) until a send blocks for `seconds`: the hub
+        stopped reading. Returns the bytes sent."""
+        burst = Frame(Opcode.PING, b"p" * 125).serialize(mask=True, extensions=[]) * 1000
+        self.sock.settimeout(seconds)
+        sent = 0
+        try:
+            while sent < 400 * 1024 * 1024:
+                self.sock.sendall(burst)
+                sent += len(burst)
+        except TimeoutError:
+            pass
+        return sent
+
+    def closed_by_peer(self) -> bool:
+        """Whether the hub has closed or cut the connection (reading what is left)."""
+        self.sock.settimeout(bound(5))
+        try:
+            while self.sock.recv(1 << 16):
+                pass
+        except ConnectionResetError:
+            pass
+        return True
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@asynccontextmanager
+async def running(**settings: object) -> AsyncIterator[Hub]:
+    async with Hub(MemoryStore(), host="127.0.0.1", port=0, config=hub_config(**settings)) as hub:
+        yield hub
+
+
+async def test_a_ping_flood_from_a_peer_that_never_reads_stays_bounded() -> None:
+    """websockets answers every ping with a pong whatever the backlog, and pings reach no
+    rate limit: a peer that floods pings and reads nothing once grew the hub's write buffer
+    by every pong. The hub now stops reading such a peer while its replies are not read."""
+    async with running(ping_interval=None, hello_timeout=30) as hub:
+        silent = await asyncio.to_thread(Silent, hub.port, "/v1/conversations/flood")
+        try:
+            sent = await asyncio.to_thread(silent.flood_pings, 1.0)
+            assert hub._server is not None
+            (connection,) = hub._server.all_connections
+            backlog = connection.transport.get_write_buffer_size()
+            # Without the pause every ping's pong waits here: `sent` bytes of pings (a pong is
+            # as long as its ping). With it, what one read brings in, at most.
+            assert backlog < 1024 * 1024 < sent, (backlog, sent)
+        finally:
+            silent.close()
+
+
+async def test_a_socket_whose_peer_stopped_reading_is_cut_when_it_closes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A peer that never reads and never says hello: its hello deadline closes the socket,
+    but the close cannot be sent to it, so it used to stay open for good, holding one of its
+    address's waiting slots (and one of `max_connections`). It is cut after the close
+    deadline."""
+    monkeypatch.setattr(server.subscriber, "CLOSE_DEADLINE", 0.5)
+    async with running(ping_interval=None, hello_timeout=0.5, max_waiting_per_address=1) as hub:
+        silent = await asyncio.to_thread(Silent, hub.port, "/v1/conversations/silent")
+        try:
+            await asyncio.to_thread(silent.flood_pings, 0.5)  # the hub's writes now block
+            with anyio.fail_after(bound(10)):
+                assert await asyncio.to_thread(silent.closed_by_peer)
+                while hub.metrics.connections:  # noqa: ASYNC110 - a counter, no event
+                    await asyncio.sleep(0.05)
+            # Its address may open a socket again (the waiting slot was given back).
+            url = f"{hub.url}/v1/conversations/silent"
+            async with ws_connect(url, subprotocols=[SUBPROTOCOL], ping_interval=None) as ws:  # type: ignore[list-item]
+                hello = {"type": "hello", "client": "w", "lineage": 0, "revision": 0}
+                await ws.send(json.dumps(hello))
+                with anyio.fail_after(bound(5)):
+                    assert json.loads(await ws.recv())["type"] == "welcome"
+        finally:
+            silent.close()
+
+
+async def test_shutting_down_closes_sockets_that_are_in_no_room() -> None:
+    """A summary feed and a socket still waiting for its hello are in no room: shutdown
+    closed only rooms' sockets and left these open (and waited out its timeout). Both are
+    closed with 1001 now."""
+    hub = Hub(MemoryStore(), host="127.0.0.1", port=0, config=hub_config(hello_timeout=30))
+    await hub.__aenter__()
+    options = {"subprotocols": [SUBPROTOCOL], "ping_interval": None}
+    try:
+        async with (
+            ws_connect(f"ws://127.0.0.1:{hub.port}/v1/summary", **options) as summary,  # type: ignore[arg-type]
+            ws_connect(f"{hub.url}/v1/conversations/quiet", **options) as quiet,  # type: ignore[arg-type]
+        ):
+            await summary.send(json.dumps({"type": "hello"}))
+            with anyio.fail_after(bound(5)):
+                assert json.loads(await summary.recv())["type"] == "summary"
+            with anyio.fail_after(bound(8)):
+                await hub.aclose()
+                for ws in (summary, quiet):
+                    with pytest.raises(ConnectionClosed):
+                        while True:
+                            await ws.recv()
+                    assert ws.protocol.close_rcvd is not None
+                    assert ws.protocol.close_rcvd.code == 1001
+    finally:
+        await hub.aclose()
+
+
+async def test_summary_feeds_count_toward_the_connection_caps() -> None:
+    """A summary socket counts toward `max_connections`, and until its hello toward the
+    sockets its address may hold waiting, as a replica's socket does (they counted toward
+    neither)."""
+    async with running(max_connections=2, max_waiting_per_address=1) as hub:
+        url = f"ws://127.0.0.1:{hub.port}/v1/summary"
+        options = {"subprotocols": [SUBPROTOCOL], "ping_interval": None}
+        async with ws_connect(url, **options) as first:  # type: ignore[arg-type]
+            await asyncio.sleep(0.05)
+            with pytest.raises(InvalidStatus) as waiting:  # one waits for its hello already
+                async with ws_connect(url, **options):  # type: ignore[arg-type]
+                    pass
+            assert waiting.value.response.status_code == 503
+            await first.send(json.dumps({"type": "hello"}))
+            with anyio.fail_after(bound(5)):
+                assert json.loads(await first.recv())["type"] == "summary"
+            async with ws_connect(url, **options) as second:  # type: ignore[arg-type]
+                await second.send(json.dumps({"type": "hello"}))
+                with anyio.fail_after(bound(5)):
+                    assert json.loads(await second.recv())["type"] == "summary"
+                assert hub.metrics.connections == 2
+                with pytest.raises(InvalidStatus) as full:
+                    async with ws_connect(url, **options):  # type: ignore[arg-type]
+                        pass
+                assert full.value.response.status_code == 503
