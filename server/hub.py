@@ -71,6 +71,11 @@ from .web import Web, is_summary_path
 __all__ = ["Hub"]
 
 log = logging.getLogger("convsync.hub")
+
+MAX_QUEUE = 2
+"""Messages websockets may read from a socket ahead of the hub (its `max_queue`; each up to
+`max_size`, four times `max_frame`); past it, reading pauses until the hub takes one. Its
+default, 16, let one socket make the hub hold 16 frames of 64 MiB while a room was busy."""
 _PONG = encode_message(Pong())
 _ws_log = logging.getLogger("convsync.hub.websockets")
 # websockets logs request headers and frames at DEBUG: they hold tokens. Never below INFO.
@@ -135,7 +140,8 @@ class Hub:
         self._host = host
         self._port = port
         self._rooms: dict[str, Room] = {}
-        self._loading: dict[str, asyncio.Future[Room]] = {}
+        self._loading: dict[str, asyncio.Task[Room]] = {}
+        self._ticking: set[Room] = set()  # rooms with a tick under way
         self._server: Server | None = None
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
@@ -214,6 +220,9 @@ class Hub:
                     subprotocols=[SUBPROTOCOL],  # type: ignore[list-item]
                     process_request=self._http,
                     max_size=4 * self.config.max_frame,
+                    # Messages websockets reads ahead of the hub (each up to `max_size`): the
+                    # hub reads a socket's frames one by one, so a few are enough.
+                    max_queue=MAX_QUEUE,
                     compression="deflate" if self.config.compression == "deflate" else None,
                     ping_interval=self.config.ping_interval,
                     create_connection=_Connection,
@@ -288,33 +297,33 @@ class Hub:
         if room is None:
             loading = self._loading.get(conversation_id)
             if loading is None:
-                loading = asyncio.get_running_loop().create_future()
+                # A task of the hub's, not the caller's: a caller cancelled meanwhile (an HTTP
+                # read past its handshake timeout) must not cancel the load for the others.
+                loading = asyncio.get_running_loop().create_task(self._load(conversation_id))
+                loading.add_done_callback(_retrieved)
                 self._loading[conversation_id] = loading
-                try:
-                    room = Room(
-                        conversation_id,
-                        self._store,
-                        self.config,
-                        self.metrics,
-                        self._room_deadline,
-                        auth=self.auth,
-                    )
-                    await room.load()
-                    if self._relay is not None:
-                        self._relay.attach(room)  # other hubs' drafts, before anyone joins
-                    self._rooms[conversation_id] = room
-                    self.metrics.conversations_loaded = len(self._rooms)
-                    loading.set_result(room)
-                except BaseException as exc:
-                    loading.set_exception(exc)
-                    loading.exception()  # retrieved: callers get it through their await
-                    raise
-                finally:
-                    del self._loading[conversation_id]
-            else:
-                room = await asyncio.shield(loading)
+            room = await asyncio.shield(loading)
         room.users += 1
         return room
+
+    async def _load(self, conversation_id: str) -> Room:
+        try:
+            room = Room(
+                conversation_id,
+                self._store,
+                self.config,
+                self.metrics,
+                self._room_deadline,
+                auth=self.auth,
+            )
+            await room.load()
+            if self._relay is not None:
+                self._relay.attach(room)  # other hubs' drafts, before anyone joins
+            self._rooms[conversation_id] = room
+            self.metrics.conversations_loaded = len(self._rooms)
+            return room
+        finally:
+            del self._loading[conversation_id]
 
     def _release(self, room: Room) -> None:
         room.users -= 1
@@ -342,24 +351,27 @@ class Hub:
 
     async def _tick_rooms(self) -> None:
         """Sleep until the soonest room deadline (draft coalescing and expiry, presence
-        diffs), tick the rooms that are due, repeat; a room whose deadline may have moved
-        wakes this early."""
+        diffs), start a tick of each room that is due, repeat; a room whose deadline may
+        have moved, or whose tick ended, wakes this early.
+
+        Each tick is a task of its own: the timer never waits for a room. (It skipped a room
+        whose lock was taken, but a lock just released to a waiting operation reads as free,
+        and the timer then waited behind that operation's store call, and every other room's
+        drafts and presence with it.)"""
         moved = self._deadline_moved
         while True:
             moved.clear()
             self._tick_target = 0
             soonest: int | None = None
             for room in list(self._rooms.values()):
-                if room.lock.locked():
-                    continue  # busy (maybe awaiting its store): its operation's end wakes us
+                if room in self._ticking or room.lock.locked():
+                    continue  # busy: the end of its tick or operation wakes us
                 deadline = room.next_deadline()
                 if deadline is not None and deadline <= now_ms():
-                    try:
-                        await room.tick()
-                    except Exception:  # a bug of ours: log it; the timer keeps serving others
-                        log.exception("tick of %s failed", room.id)
-                        continue
-                    deadline = room.next_deadline()
+                    assert self._group is not None
+                    self._ticking.add(room)
+                    self._group.start_soon(self._tick, room)
+                    continue
                 if deadline is not None:
                     soonest = deadline if soonest is None else min(soonest, deadline)
             self._tick_target = soonest
@@ -368,6 +380,16 @@ class Hub:
                 continue
             with anyio.move_on_after(max(soonest - now_ms(), 0) / 1000):
                 await moved.wait()
+
+    async def _tick(self, room: Room) -> None:
+        try:
+            await room.tick()
+        except Exception:  # a bug of ours: log it; the timer keeps serving the others
+            log.exception("tick of %s failed", room.id)
+            return  # retried when the timer next wakes, not at once (no busy loop)
+        finally:
+            self._ticking.discard(room)
+        self._deadline_moved.set()  # its next deadline, in the timer's next pass
 
     async def rewrite(self, conversation_id: str, conversation: Conversation) -> None:
         """Rewrite the log of `conversation_id` under a fresh lineage, holding `conversation`
@@ -468,7 +490,15 @@ class Hub:
         None when the conversation has no log."""
         room = await self._acquire(conversation_id)
         self._release(room)
-        return room if room.exists else None
+        if room.exists:
+            return room
+        idle = room.users == 0 and not room.lock.locked() and not room.core.drafts.drafts
+        if idle and self._rooms.get(room.id) is room:
+            # Nothing to keep: a read of a name with no log must not hold a room for
+            # `idle_unload` (reads of made-up names would pile rooms up).
+            del self._rooms[room.id]
+            self.metrics.conversations_loaded = len(self._rooms)
+        return None
 
     # ------------------------------------------------------------------ HTTP
 
@@ -768,6 +798,12 @@ async def _drain(ws: ServerConnection) -> None:
                 await ws.recv(decode=False)
         except ConnectionClosed:
             pass
+
+
+def _retrieved(task: asyncio.Task[Room]) -> None:
+    """Mark a room load's failure seen: its callers may all have gone (cancelled)."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _address(connection: ServerConnection) -> str:

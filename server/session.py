@@ -58,6 +58,7 @@ __all__ = [
 CONVERSATION_PATH = "/v1/conversations/"
 _CONVERSATION_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _CLIENT_ID = re.compile(r"[^\x00-\x1f]{1,128}")
+_KIND = re.compile(r"[^\x00-\x1f]{1,64}")
 _KNOWN_TYPES = frozenset({"hello", "push", "auth", "draft", "status"})
 
 
@@ -165,13 +166,17 @@ class HubSession:
             _check_position(message.lineage, message.revision)
             return message
         match message:
-            case Hello(client, lineage, revision):
+            case Hello(client, lineage, revision, kind=kind):
                 if self.hello is not None:
                     raise RemoteProtocolError("unexpected", "hello was already received")
                 if _CLIENT_ID.fullmatch(client) is None:
                     raise RemoteProtocolError(
                         "bad_client", "client id must be 1 to 128 printable chars"
                     )
+                if kind is not None and _KIND.fullmatch(kind) is None:
+                    # Shown to every presence subscriber: unchecked, a hello near the first
+                    # frame's 64 KiB cap made presence snapshots past the frame limit.
+                    raise RemoteProtocolError("bad_message", "kind must be 1 to 64 printable chars")
                 _check_position(lineage, revision)
                 self.hello = message
             case Auth():

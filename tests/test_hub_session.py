@@ -22,6 +22,8 @@ def test_hello_then_push() -> None:
     session = HubSession(1 << 20)
     assert isinstance(session.receive(HELLO), Hello)
     assert isinstance(session.receive(PUSH), PushBatch)
+    kind = b'{"type":"hello","client":"ui","lineage":0,"revision":0,"kind":"' + b"k" * 64 + b'"}'
+    assert HubSession(1 << 20).receive(kind) == Hello("ui", 0, 0, kind="k" * 64)
 
 
 @pytest.mark.parametrize(
@@ -40,6 +42,13 @@ def test_hello_then_push() -> None:
         ([b'{"type":"hello","client":"x","lineage":"0","revision":0}'], "bad_message"),
         ([b'{"type":"hello","client":"","lineage":0,"revision":0}'], "bad_client"),
         ([b'{"type":"hello","client":"x","lineage":-1,"revision":0}'], "bad_message"),
+        # `kind` is shown to every presence subscriber: bounded like a client id.
+        ([b'{"type":"hello","client":"x","lineage":0,"revision":0,"kind":""}'], "bad_message"),
+        (
+            [b'{"type":"hello","client":"x","lineage":0,"revision":0,"kind":"' + b"k" * 65 + b'"}'],
+            "bad_message",
+        ),
+        ([b'{"type":"hello","client":"x","lineage":0,"revision":0,"kind":"a\\nb"}'], "bad_message"),
         ([PUSH], "no_hello"),
         ([HELLO, HELLO], "unexpected"),
         ([HELLO, PUSH.replace(b'"seq":1', b'"seq":0')], "bad_message"),

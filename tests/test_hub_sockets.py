@@ -1,6 +1,7 @@
-"""Sockets that misbehave at the transport level: a peer that stops reading, floods pings,
-or is still connected when the hub shuts down. Each must end in bounded time and bounded
-memory on the hub, without holding a slot other clients need."""
+"""What one client, room or caller must not do to the others: a peer that stops reading or
+floods pings, a socket still open when the hub shuts down, a summary feed, a room whose tick
+waits, a read cancelled while a room loads, reads of names with no log. Each ends in bounded
+time and memory on the hub, without holding a slot or a task others need."""
 
 from __future__ import annotations
 
@@ -20,7 +21,11 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.frames import Frame, Opcode
 
 import server.subscriber
+from client import connect
 from server import Hub, MemoryStore
+from server.hub import Hub as HubClass
+from server.room import Room
+from sync import Message
 from sync.protocol import SUBPROTOCOL
 
 
@@ -179,3 +184,102 @@ async def test_summary_feeds_count_toward_the_connection_caps() -> None:
                     async with ws_connect(url, **options):  # type: ignore[arg-type]
                         pass
                 assert full.value.response.status_code == 503
+
+
+async def test_a_room_whose_tick_waits_holds_up_no_other_room(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The room timer ran each due room's tick in turn and waited for it: one room whose
+    tick waited (behind a slow store call) held up every other room's drafts and presence.
+    Ticks are tasks of their own now: another room's presence still goes out meanwhile."""
+    entered, release = asyncio.Event(), asyncio.Event()
+    tick = Room.tick
+
+    async def stuck(room: Room) -> None:
+        if room.id == "stuck":
+            entered.set()
+            await release.wait()
+        await tick(room)
+
+    monkeypatch.setattr(Room, "tick", stuck)
+    async with (
+        running() as hub,
+        connect(hub.url, "stuck", client="s") as in_stuck,
+        connect(hub.url, "free", client="b1") as b1,
+        connect(hub.url, "free", client="b2") as b2,
+    ):
+        await in_stuck.set_status("busy")  # the stuck room now has a presence diff due
+        with anyio.fail_after(bound(5)):
+            await entered.wait()
+            for status in ("one", "two"):
+                # The first goes out at once; the second, within the presence throttle of
+                # the first, waits for the room timer.
+                await b1.set_status(status)
+                while "b1" not in b2.presence or b2.presence["b1"].status != status:  # noqa: ASYNC110
+                    await asyncio.sleep(0.01)
+        release.set()
+
+
+class GatedLoads(MemoryStore):
+    """A memory store whose loads wait until `release` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def load(self, conversation_id: str) -> object:  # type: ignore[override]
+        self.entered.set()
+        await self.release.wait()
+        return await super().load(conversation_id)
+
+
+async def test_a_caller_cancelled_while_a_room_loads_does_not_fail_the_others(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A room is loaded once for everyone who needs it meanwhile. The load ran in the first
+    caller's task: an HTTP read cancelled past its handshake timeout cancelled it, and a
+    replica waiting on the same load was closed with no reason. It is the hub's task now."""
+    store = GatedLoads()
+    second = asyncio.Event()
+    acquire = HubClass._acquire
+    calls = 0
+
+    async def counting(hub: HubClass, conversation_id: str) -> Room:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            second.set()
+        return await acquire(hub, conversation_id)
+
+    monkeypatch.setattr(HubClass, "_acquire", counting)
+    async with Hub(store, host="127.0.0.1", port=0, config=hub_config()) as hub:
+        read = asyncio.create_task(hub.room_for_read("slow"))
+        url = f"{hub.url}/v1/conversations/slow"
+        options = {"subprotocols": [SUBPROTOCOL], "ping_interval": None}
+        async with ws_connect(url, **options) as ws:  # type: ignore[arg-type]
+            with anyio.fail_after(bound(5)):
+                await store.entered.wait()
+                hello = {"type": "hello", "client": "waiting", "lineage": 0, "revision": 0}
+                await ws.send(json.dumps(hello))
+                await second.wait()  # its hello waits on the same load
+                read.cancel()
+                await asyncio.sleep(0.05)
+                store.release.set()
+                assert json.loads(await ws.recv())["type"] == "welcome"
+        with pytest.raises(asyncio.CancelledError):
+            await read
+
+
+async def test_a_read_of_a_conversation_with_no_log_keeps_no_room() -> None:
+    """A read of a name that has no log answers 'none' and unloads the room it made at once:
+    reads of made-up names kept a room each for `idle_unload`."""
+    async with running(idle_unload=60) as hub:
+        for k in range(20):
+            assert await hub.room_for_read(f"nothing-{k}") is None
+        assert hub.metrics.conversations_loaded == 0
+        async with connect(hub.url, "real", client="w") as writer:
+            writer.conversation.push(Message.user("hello"))
+            await writer.flush()
+            assert await hub.room_for_read("real") is not None  # a live room stays
+        assert hub.metrics.conversations_loaded == 1
