@@ -55,6 +55,7 @@ from sync.protocol import (
     Welcome,
     decode_hub_message,
     encode_message,
+    is_conversation_id,
 )
 
 from .drafting import DraftWriter
@@ -695,6 +696,12 @@ def conversation_urls(url: str | Sequence[str], conversation_id: str) -> list[st
     Raises:
         UsageError: no url given, or one that is not a hub url (`url_problem` says why).
     """
+    if not is_conversation_id(conversation_id):
+        # Pasted into the URL as it is: a `?` or `#` would send the edits to another one.
+        raise UsageError(
+            "bad_conversation_id",
+            f"conversation id {conversation_id!r} is not 1 to 128 of A-Z a-z 0-9 . _ : -",
+        )
     bases = [url] if isinstance(url, str) else list(url)
     if not bases:
         raise UsageError("bad_url", "no hub url given")

@@ -32,6 +32,7 @@ from sync.protocol import (
     PushBatch,
     StatusUpdate,
     decode_client_message,
+    is_conversation_id,
 )
 
 from .auth import (
@@ -56,15 +57,9 @@ __all__ = [
 ]
 
 CONVERSATION_PATH = "/v1/conversations/"
-_CONVERSATION_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _CLIENT_ID = re.compile(r"[^\x00-\x1f]{1,128}")
 _KIND = re.compile(r"[^\x00-\x1f]{1,64}")
 _KNOWN_TYPES = frozenset({"hello", "push", "auth", "draft", "status"})
-
-
-def is_conversation_id(value: str) -> bool:
-    """1 to 128 characters of `[A-Za-z0-9._:-]`."""
-    return _CONVERSATION_ID.fullmatch(value) is not None
 
 
 def conversation_id_of(path: str) -> str | None:

@@ -11,6 +11,7 @@ once however many replicas receive it.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 import msgspec
@@ -52,9 +53,19 @@ __all__ = [
     "decode_client_message",
     "decode_hub_message",
     "encode_message",
+    "is_conversation_id",
 ]
 
 SUBPROTOCOL = "convsync.v1"
+
+_CONVERSATION_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+def is_conversation_id(value: object) -> bool:
+    """Whether `value` is a conversation id: 1 to 128 characters of `[A-Za-z0-9._:-]` (it goes
+    into a URL path as it is)."""
+    return isinstance(value, str) and _CONVERSATION_ID.fullmatch(value) is not None
+
 
 RejectReason = Literal["behind", "lineage", "invalid", "forbidden"]
 

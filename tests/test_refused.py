@@ -15,7 +15,7 @@ from client import connect
 from client.cli import main
 from server import Hub, MemoryStore
 from sync import Message
-from sync.errors import CODES, Refused
+from sync.errors import CODES, Refused, UsageError
 from sync.protocol import SUBPROTOCOL, Error, encode_message
 
 REFUSALS = sorted(code for code, info in CODES.items() if info.retry in ("never", "new_token"))
@@ -97,14 +97,16 @@ async def test_transient_failures_are_retried_with_backoff(code: str) -> None:
 
 
 async def test_real_hub_refusals_reach_the_caller() -> None:
-    """Against a real hub: a conversation id it cannot take, a client id it cannot take, and
-    a push larger than its frame limit are each raised as `Refused` with the hub's code."""
+    """Against a real hub: a client id it cannot take, and a push larger than its frame limit
+    are each raised as `Refused` with the hub's code. A conversation id it cannot take is
+    refused before any connection (`UsageError`, the same code): it goes into the URL as it
+    is, so `a?b` would have reached conversation `a`."""
     config = hub_config(max_frame=4096)
     async with Hub(MemoryStore(), config=config) as hub:
-        with anyio.fail_after(bound(1)), pytest.raises(Refused) as raised:
-            async with connect(hub.url, "x" * 200):
-                pass
-        assert raised.value.code == "bad_conversation_id"
+        for bad in ("x" * 200, "a?b", "a#b", "a/b", ""):
+            with pytest.raises(UsageError) as refused:
+                connect(hub.url, bad)
+            assert refused.value.reason == "bad_conversation_id"
         with anyio.fail_after(bound(1)), pytest.raises(Refused) as raised:
             async with connect(hub.url, "c", client="bad\x01client"):
                 pass
