@@ -32,6 +32,7 @@ the connection and resumes with a new `hello()`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 import msgspec
@@ -419,7 +420,14 @@ class ReplicaSession:
         self.seq = max(self.seq, welcome.acked)
         batch, self._inflight = self._inflight, None
         if batch is not None:
-            if batch.seq <= welcome.acked:
+            if batch.seq <= welcome.acked and batch.landed is not None:
+                # Placed by the hub, its ack lost: `confirmed` holds it as it landed (and the
+                # catch-up goes on from there). What was made on top of the batch as sent is
+                # replayed from the batch's base, as the ack would have.
+                self._report(batch.seq, batch.landed)
+                if self._before_catch_up is None and batch.base is not None:
+                    self._before_catch_up = batch.base
+            elif batch.seq <= welcome.acked:
                 self._landed = batch.records  # its records come in the catch-up
                 self._report_landed(batch)
             elif not batch.doomed:
@@ -434,6 +442,12 @@ class ReplicaSession:
             self._before_catch_up = confirmed.copy()
         events: list[Event] = [Connected(welcome.lineage, welcome.revision)]
         return events + self.live.welcomed(welcome) + self._maybe_caught_up()
+
+    def _keep_base(self, batch: _Batch) -> None:
+        """The first edit on top of a placed `batch`: keep what it is made on (`local` as it
+        is, the batch as sent on top of what the batch was made on)."""
+        if self._inflight is batch and batch.base is None:
+            batch.base = self.local.copy()
 
     def _maybe_caught_up(self) -> list[Event]:
         welcome = self._welcome
@@ -533,8 +547,15 @@ class ReplicaSession:
                 if inflight.landed is None:
                     inflight.landed = []
                     inflight.overtook = self._held
-                    if needs_base(self.local.unsaved()):
+                    # What is made on top of the batch as sent is replayed onto the batch as
+                    # it landed, from this base (the pure insertions need it).
+                    if self.local.has_unsaved:
                         inflight.base = _folded(self.confirmed.copy(), inflight.records)
+                    else:
+                        # `local` is that base now (the batch as sent on what it was made
+                        # on): copy it before the next edit, if one comes before the ack (a
+                        # writer that awaits its flush makes none: no copy).
+                        self.local.before_edit(functools.partial(self._keep_base, inflight))
                 overtaken = self._fold_held()
                 self._fold(self.confirmed, records)
                 inflight.landed += records

@@ -195,6 +195,63 @@ def test_a_placed_push_keeps_what_was_made_on_top_of_it() -> None:
     assert not [e for e in alink.events + blink.events if isinstance(e, Conflict)]
 
 
+@pytest.mark.parametrize("ack", ["delivered", "lost"])
+def test_an_insertion_made_after_the_hub_placed_the_batch_is_kept(ack: str) -> None:
+    """A pure insertion made after the placed records arrived but before their ack (or with
+    the ack lost with the connection) is replayed like one made before: it needs the base the
+    batch was made on, which was only kept when an insertion was already pending (review,
+    stop 22: the edit was reported `anchor_unknown` and lost)."""
+    hub = FakeHub()
+    a, alink = replica(hub, "a")
+    b, blink = replica(hub, "b")
+    a.local.push(Message.user("first"))
+    settle([alink, blink])
+    b.local.push(Message.user("from b"))
+    blink.pump()
+    blink.deliver_to_hub()
+    a.local.push(Message.user("from a"))
+    alink.pump()  # made on revision 1; the log is at 2 when it arrives
+    while alink.deliver_to_hub():
+        pass
+    while not isinstance(decode_hub_message(alink.to_replica[0]), Ack):
+        alink.deliver_to_replica()  # b's record (held), then the batch as the hub placed it
+    a.local.splice(range(1, 1), [Message.user("inserted after first")], None)
+    if ack == "lost":
+        alink.cut()
+    settle([alink, blink])
+    texts = [m.content[0].text for m in hub.conversation.messages()]  # type: ignore[union-attr]
+    assert texts == ["first", "inserted after first", "from b", "from a"]
+    assert a.local == b.local == hub.conversation
+    assert not [e for e in alink.events + blink.events if isinstance(e, Conflict)]
+
+
+def test_an_insertion_on_a_placed_batch_whose_ack_is_lost_is_kept() -> None:
+    """The same with the insertion made before the batch was placed and the ack lost with the
+    connection: the welcome applied the batch's records a second time to find the base, which
+    failed (`anchor_unknown`, the edit lost)."""
+    hub = FakeHub()
+    a, alink = replica(hub, "a")
+    b, blink = replica(hub, "b")
+    a.local.push(Message.user("first"))
+    settle([alink, blink])
+    b.local.push(Message.user("from b"))
+    blink.pump()
+    blink.deliver_to_hub()
+    a.local.push(Message.user("from a"))
+    alink.pump()
+    a.local.splice(range(1, 1), [Message.user("inserted after first")], None)
+    while alink.deliver_to_hub():
+        pass
+    while not isinstance(decode_hub_message(alink.to_replica[0]), Ack):
+        alink.deliver_to_replica()
+    alink.cut()  # the ack is lost with the connection
+    settle([alink, blink])
+    texts = [m.content[0].text for m in hub.conversation.messages()]  # type: ignore[union-attr]
+    assert texts == ["first", "inserted after first", "from b", "from a"]
+    assert a.local == b.local == hub.conversation
+    assert not [e for e in alink.events + blink.events if isinstance(e, Conflict)]
+
+
 def test_splice_of_entries_removed_elsewhere_is_a_conflict() -> None:
     """A splice whose entries another replica removed is reported, and nothing else is lost."""
     hub = FakeHub()
