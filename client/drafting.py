@@ -88,8 +88,10 @@ class DraftWriter:
         """Push `message` as an entry with this draft's id (the replica sends it like any
         edit; the hub ends the draft `committed` when it lands). Returns the id. A commit
         after a stop still lands, after the halt."""
-        self._replica._forget_draft(self)
+        # Pushed first: if the push raises (`too_large`), the draft is still open here and
+        # on the hub, to abort (forgotten first, nobody would have told the hub).
         self._replica.conversation.push(Entry(message, self.id, self.author))
+        self._replica._forget_draft(self)
         self._end("committed")
         return self.id
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from sync import Author, Conversation
+from sync import Author, Conversation, UsageError
 from sync.protocol import (
     DraftEnd,
     DraftInfo,
@@ -32,6 +32,7 @@ from sync.protocol import (
     PresenceSnapshot,
     StatusUpdate,
     Welcome,
+    status_problem,
 )
 from sync.text import joined
 
@@ -169,8 +170,10 @@ class LiveState:
     # ------------------------------------------------------------------ connections
 
     def connecting(self) -> None:
-        """A new connection opens: every own draft is opened again on it."""
+        """A new connection opens: every own draft is opened again on it, and a drafts
+        snapshot cut off with the last connection is dropped (the new one sends its own)."""
         self.features = []
+        self._snapshot = None
         for own in self.own.values():
             own.opened = False
             own.waiting = False
@@ -301,6 +304,15 @@ class LiveState:
         return [PresenceChanged(joined, left, changed)]
 
     def set_status(self, status: str | None, detail: Any) -> None:
+        """Set the status to send (and send again after each reconnect).
+
+        Raises:
+            UsageError: `bad_status`: a status or detail the hub would refuse (which would
+                stop the replica for good); nothing changed.
+        """
+        problem = status_problem(status, detail)
+        if problem is not None:
+            raise UsageError("bad_status", problem)
         self.status = StatusUpdate(status, detail)
         self.status_due = "presence" in self.features
 

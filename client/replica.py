@@ -139,6 +139,8 @@ class Replica:
         ssl: ssl.SSLContext | None = None,
         keepalive: float | None = 10.0,
     ) -> None:
+        if token is not None and not isinstance(token, str) and not callable(token):
+            raise UsageError("bad_token", "token is a string, a callable that returns one, or None")
         _check_times(
             backoff=backoff,
             max_backoff=max_backoff,
@@ -277,6 +279,8 @@ class Replica:
         while True:
             while events:
                 yield self._taken(events.popleft())
+            if self._closed or (self._task is not None and self._task.done()):
+                return  # nothing more will come
             ready.clear()
             await ready.wait()
 
@@ -314,27 +318,53 @@ class Replica:
         return self._refused
 
     def _raise_if_refused(self) -> None:
+        """Raise why this replica cannot go on, if it cannot: the hub refused it for good,
+        it is closed, or its connection task failed (a bug: the error is raised as it was)."""
         if self._refused is not None:
             raise self._refused
+        if self._closed:
+            raise UsageError("closed", "the replica is closed")
+        task = self._task
+        if task is not None and task.done() and not task.cancelled():
+            error = task.exception()
+            if error is not None:
+                raise error
 
     # ------------------------------------------------------------------ lifecycle
 
     async def __aenter__(self) -> Self:
         # The connection loop runs in a task of its own, so replicas can be closed in any
         # order and from any task.
+        if self._task is not None or self._closed:
+            raise UsageError("reentered", "a Replica is entered once (make a new one)")
         self._task = asyncio.create_task(self._run())
+        self._task.add_done_callback(self._stopped)
         try:
             with anyio.fail_after(self._connect_timeout):
                 while not self.session.ready:
                     self._raise_if_refused()
-                    if self._task.done():
-                        self._task.result()
                     self._progress.clear()
                     await self._progress.wait()
+        except TimeoutError:
+            await self.aclose()
+            raise TimeoutError(
+                f"no catch-up within {self._connect_timeout:g}s (last: {self._failure})"
+            ) from None
         except BaseException:
             await self.aclose()
             raise
         return self
+
+    def _stopped(self, task: asyncio.Task[None]) -> None:
+        """The connection task ended (closed, refused, or failed): wake every waiter, which
+        then raises why (`_raise_if_refused`)."""
+        error = None if task.cancelled() else task.exception()
+        if error is not None:
+            log.error("replica %s stopped: %s", self.client, type(error).__name__)
+            self._failure = f"stopped: {type(error).__name__}"
+            self._emit(self.session.disconnected(self._failure))
+        self._progress.set()
+        self._events_ready.set()
 
     async def __aexit__(
         self,
@@ -347,15 +377,16 @@ class Replica:
     async def aclose(self) -> None:
         """Disconnect and stop. Pending edits not yet acknowledged stay in `conversation`'s
         records; call `flush()` first to be sure they landed."""
-        if self._closed:
-            return
         self._closed = True
+        self._progress.set()  # waiters raise `closed`
+        self._events_ready.set()
         task = self._task
         if task is not None and not task.done():
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        elif task is not None and not task.cancelled():
+            # Not `await task` under a suppress: that would swallow a cancellation of the
+            # caller too. A second `aclose` (or one after a cancelled first) waits here too.
+            await asyncio.wait([task])
+        if task is not None and not task.cancelled():
             task.exception()  # retrieved; a crash was already raised to whoever waited
         self.session.release()
 
@@ -467,9 +498,16 @@ class Replica:
         token = self._token
         if token is None or isinstance(token, str):
             return token
-        value = token()
-        if inspect.isawaitable(value):
-            value = await value
+        try:
+            value = token()
+            if inspect.isawaitable(value):
+                value = await value
+        except Exception as exc:
+            # A token service that fails now may answer later: this attempt fails and the
+            # replica retries with backoff. Only the type is told: a message may quote secrets.
+            raise Unavailable(
+                "token_unavailable", f"the token callable failed ({type(exc).__name__})"
+            ) from None
         if not isinstance(value, str):
             raise UsageError("bad_token", "the token callable must return a string")
         return value
@@ -498,7 +536,7 @@ class Replica:
         with contextlib.suppress(ConnectionClosed):  # a refusal may already be on its way
             await ws.send(encode_message(session.hello(token)), text=True)
         failure: ConvsyncError | None = None
-        async with anyio.create_task_group() as group:
+        async with _first_error(), anyio.create_task_group() as group:
             group.start_soon(self._push_loop, ws)
             group.start_soon(self._live_loop, ws)
             if self._keepalive is not None:
@@ -688,6 +726,28 @@ def url_problem(url: str) -> str | None:
     except ValueError as exc:
         return f"{url!r}: {exc}"
     return None
+
+
+@contextlib.asynccontextmanager
+async def _first_error() -> AsyncIterator[None]:
+    """Raise the error that ended a task group, not a group of one: `_run` tells a failed
+    connection by the error's type (a child loop's too: keepalive, token refresh)."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        errors = [
+            error for error in _leaves(group) if not isinstance(error, asyncio.CancelledError)
+        ]
+        if errors:
+            raise errors[0] from None
+        raise
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    found: list[BaseException] = []
+    for error in group.exceptions:
+        found += _leaves(error) if isinstance(error, BaseExceptionGroup) else [error]
+    return found
 
 
 def conversation_urls(url: str | Sequence[str], conversation_id: str) -> list[str]:

@@ -14,9 +14,15 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-import msgspec
-
-from sync.protocol import PresenceDiff, PresenceEntry, PresenceSnapshot, encode_message
+from sync.protocol import (
+    MAX_DETAIL,
+    MAX_STATUS,
+    PresenceDiff,
+    PresenceEntry,
+    PresenceSnapshot,
+    encode_message,
+    status_problem,
+)
 
 from .metrics import Metrics
 
@@ -24,21 +30,8 @@ __all__ = ["MAX_DETAIL", "MAX_STATUS", "PresenceBoard", "status_problem"]
 
 C = TypeVar("C", bound=Hashable)
 
-MAX_STATUS = 64
-"""The longest status, in characters."""
-MAX_DETAIL = 1024
-"""The largest status detail, in bytes of JSON."""
 
 DRAFTING = "drafting"
-
-
-def status_problem(status: str | None, detail: Any) -> str | None:
-    """What is wrong with a `status` message, or None when it is acceptable."""
-    if status is not None and len(status) > MAX_STATUS:
-        return f"status over {MAX_STATUS} characters"
-    if detail is not None and len(msgspec.json.encode(detail)) > MAX_DETAIL:
-        return f"status detail over {MAX_DETAIL} bytes of JSON"
-    return None
 
 
 @dataclass(slots=True)

@@ -21,6 +21,8 @@ from .entries import Author, Entry
 from .errors import DecodeError
 
 __all__ = [
+    "MAX_DETAIL",
+    "MAX_STATUS",
     "SUBPROTOCOL",
     "Ack",
     "Auth",
@@ -54,11 +56,33 @@ __all__ = [
     "decode_hub_message",
     "encode_message",
     "is_conversation_id",
+    "status_problem",
 ]
 
 SUBPROTOCOL = "convsync.v1"
 
 _CONVERSATION_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+MAX_STATUS = 64
+"""The longest presence status, in characters."""
+MAX_DETAIL = 1024
+"""The largest presence status detail, in bytes of JSON."""
+
+
+def status_problem(status: object, detail: object) -> str | None:
+    """What is wrong with a presence `status` and its `detail`, or None when the hub takes
+    them (the hub checks each `status` message with it, a replica each `set_status`)."""
+    if status is not None and (not isinstance(status, str) or len(status) > MAX_STATUS):
+        return f"status is a string of at most {MAX_STATUS} characters, or None"
+    if detail is not None:
+        try:
+            size = len(msgspec.json.encode(detail))
+        except (TypeError, ValueError, OverflowError):
+            return "status detail is not JSON"
+        if size > MAX_DETAIL:
+            return f"status detail over {MAX_DETAIL} bytes of JSON"
+    return None
 
 
 def is_conversation_id(value: object) -> bool:
