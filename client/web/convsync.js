@@ -44,6 +44,8 @@ const PUSH_OVERHEAD = 128;
 
 /** The feature a session lists: it takes a placed push's records as its batch (SPEC 2.4.6). */
 const HUB_REBASE = 'hub_rebase';
+/** The longest delay a timer takes (2^31 - 1 ms, 24.8 days); a longer one fires at once. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
 const DRAFTS = 'drafts';
 const PRESENCE = 'presence';
 
@@ -554,6 +556,7 @@ export class Conversation {
   /** @type {string | null} */ #halt = null;
   /** @type {ChangeRecord[]} */ #outbox = [];
   /** @type {(() => void) | null} */ #listener = null;
+  /** @type {(() => void) | null} */ #beforeEdit = null;
   /** @type {number | null} */ #recordLimit = null;
   /** The records behind this value. */
   revision = 0;
@@ -775,6 +778,11 @@ export class Conversation {
 
   /** `replay` of a record already read. */
   #replayRead(read) {
+    if (this.#beforeEdit !== null) {
+      const hook = this.#beforeEdit;
+      this.#beforeEdit = null;
+      hook();
+    }
     this.#fold(read.change, read.change.type);
     this.revision += 1;
     this.#outbox.push(read);
@@ -786,6 +794,15 @@ export class Conversation {
     this.#listener = listener;
   }
 
+  /**
+   * Call `hook` once, right before the next record this value makes (or replays) is folded,
+   * then forget it; `null` removes it. The session keeps what a placed batch was made on this
+   * way (as `Conversation.before_edit` in Python).
+   */
+  beforeEdit(hook) {
+    this.#beforeEdit = hook;
+  }
+
   /** Take the unsaved records, to save them; the revision stays. */
   takeUnsaved() {
     const outbox = this.#outbox;
@@ -795,7 +812,7 @@ export class Conversation {
 
   /** Put records taken with `takeUnsaved` back at the front of the outbox. */
   returnUnsaved(records) {
-    this.#outbox.unshift(...records);
+    this.#outbox = records.concat(this.#outbox);
   }
 
   /** Mark this value as holding the `changes` records of log `lineage`, then its unsaved ones. */
@@ -1000,6 +1017,17 @@ export class Conversation {
     return aside;
   }
 
+  /**
+   * Put back unsaved aside `id`, taken out with `removeAside` (no record: the log never had
+   * it). For `rebase`, which sets such an aside apart over a reread.
+   */
+  restoreUnsavedAside(id, aside) {
+    if (aside.saved || this.#asides.has(id)) {
+      throw new UsageError('bad_aside', 'restoreUnsavedAside takes an unsaved aside not held');
+    }
+    this.#asides.set(id, aside);
+  }
+
   #putAside(id, given) {
     const aside = readAside({ saved: true, ...given }, 'aside');
     const old = this.#asides.get(id);
@@ -1096,7 +1124,9 @@ export class Conversation {
     for (const id of removed) index.delete(id);
     for (let k = 0; k < entries.length; k += 1)
       index.set(/** @type {string} */ (entries[k].id), start + k);
-    held.splice(start, stop - start, ...entries);
+    // Not `splice(start, n, ...entries)`: a spread of some 120,000 arguments throws
+    // RangeError (a splice of that many entries fits a frame), halfway through this fold.
+    this.#entries = held.slice(0, start).concat(entries, held.slice(stop));
     if (entries.length !== stop - start)
       this.#freshUpto = Math.min(this.#freshUpto, start + entries.length);
     for (const id of removed) if (!put.has(id)) this.#retired.add(id);
@@ -1194,6 +1224,14 @@ const NO_ANCHOR = '';
  */
 export function rebase(local, onto, pending, base = null) {
   const walk = base !== null && needsBase(pending) ? base.copy() : null;
+  // An unsaved aside may stand where the log still has a saved one that a pending record
+  // removes (a saved aside replaced by an unsaved one): set it apart over the reread, which
+  // would refuse it, and put it back unless its saved twin is there again.
+  const shadowing = local.asides().filter(([id, aside]) => {
+    const held = aside.saved ? null : onto.aside(id);
+    return held !== null && held.saved;
+  });
+  for (const [id] of shadowing) local.removeAside(id); // unsaved: records nothing
   local.reread(onto);
   /** @type {Conflict[]} */
   const conflicts = [];
@@ -1227,6 +1265,9 @@ export function rebase(local, onto, pending, base = null) {
       if (!(error instanceof ConvsyncError)) throw error;
       conflicts.push({ type: 'conflict', record, reason: error.reason, detail: error.detail });
     }
+  }
+  for (const [id, aside] of shadowing) {
+    if (local.aside(id) === null) local.restoreUnsavedAside(id, aside);
   }
   return conflicts;
 }
@@ -1575,9 +1616,13 @@ export class ReplicaSession {
     const batch = this.inflight;
     this.inflight = null;
     if (batch !== null) {
-      if (batch.seq <= welcome.acked)
+      if (batch.seq <= welcome.acked && batch.landed !== null) {
+        // Placed by the hub, its ack lost: `confirmed` holds it as it landed. What was made
+        // on top of the batch as sent is replayed from the batch's base, as the ack would.
+        if (this.beforeCatchUp === null && batch.base !== null) this.beforeCatchUp = batch.base;
+      } else if (batch.seq <= welcome.acked) {
         this.landed = batch.records; // they come in the catch-up
-      else if (!batch.doomed) this.local.returnUnsaved(batch.records);
+      } else if (!batch.doomed) this.local.returnUnsaved(batch.records);
     }
     const confirmed = this.confirmed;
     if (confirmed.lineage === Lineage.EMPTY && confirmed.revision === 0) {
@@ -1656,17 +1701,27 @@ export class ReplicaSession {
         // its ack follows. Fold what overtook it, then these.
         if (inflight.landed === null) {
           inflight.landed = [];
-          if (needsBase(this.local.unsaved()))
+          // What is made on top of the batch as sent is replayed onto the batch as it
+          // landed, from this base (pure insertions need it).
+          if (this.local.unsaved().length > 0) {
             inflight.base = folded(confirmed.copy(), inflight.records);
+          } else {
+            // `local` is that base now: copy it before the next edit, if one comes before
+            // the ack (a writer that awaits its flush makes none: no copy).
+            this.local.beforeEdit(() => {
+              if (this.inflight === inflight && inflight.base === null)
+                inflight.base = this.local.copy();
+            });
+          }
         }
         const overtaken = this.#foldHeld();
         foldAll(confirmed, records);
-        inflight.landed.push(...records);
+        inflight.landed = inflight.landed.concat(records);
         return overtaken;
       }
       // The log moved under the batch in flight, which the hub may still place: hold these
       // records until its ack or reject says what became of it.
-      this.held.push(...records);
+      this.held = this.held.concat(records);
       return [];
     }
     // The log moved under pending records: replay them on it.
@@ -1721,6 +1776,20 @@ export class ReplicaSession {
         'malformed',
         `the hub sent a state that is not valid: ${error.message}`,
       );
+    }
+    const holds = this.confirmed;
+    if (
+      !this.catchingUp &&
+      this.held.length === 0 &&
+      message.lineage === holds.lineage &&
+      message.revision === holds.revision &&
+      message.lineage !== Lineage.EMPTY &&
+      message.lineage !== Lineage.DETACHED
+    ) {
+      // The state of the very log this replica holds (a hub answering an older push
+      // `lineage` sends it once more): nothing moved, and a batch made on it since is still
+      // good (as client/session.py does).
+      return [];
     }
     confirmed.continueLog(message.lineage, message.revision);
     this.held = []; // the state holds them
@@ -2328,7 +2397,10 @@ export class Replica {
           // the hub closes with `unauthorized` at expiry; the reconnect asks again
         }
       },
-      Math.max(0, expiresIn * 800),
+      // Timers take at most 2^31 - 1 ms (24.8 days): a longer delay fires at once, and each
+      // `auth_ok` armed it again, an `auth` flood. A token living longer is refreshed later
+      // than 80% of its life, at 24.8 days, which is still well before it ends.
+      Math.min(MAX_TIMER_MS, Math.max(0, expiresIn * 800)),
     );
   }
 

@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
 import {
+  Author,
   Conversation,
   IdMinter,
   Message,
@@ -537,4 +538,109 @@ test('a push while stopped puts a STOPPED note first; push clears the halt', () 
   const copy = new Conversation();
   for (const r of plain(c.unsaved())) copy.apply(r);
   assert.ok(copy.equals(c), 'the fold law');
+});
+
+test('an unsaved aside that replaced a saved one survives a rebase, and so do the edits', () => {
+  // The app replaces a saved aside by an unsaved one (its removal is pending) and pushes;
+  // another client's record arrives first. The rebase's reread refused the unsaved aside
+  // whose saved twin the log still holds, and the pending records were dropped without a
+  // conflict (review, stop 22). As the Python rebase does, it is set apart over the reread.
+  const other = writer();
+  const asideId = other.addAside({ kind: 'note', after: null, author: Author.user(), value: 1 });
+  other.push(Message.user('hi'));
+  const session = caughtUp(other.takeUnsaved());
+  const unsaved = { kind: 'note', after: null, author: Author.user(), value: 2, saved: false };
+  session.local.replaceAside(asideId, unsaved);
+  session.local.push(Message.user('my edit'));
+  assert.equal(session.pending, 2);
+  const more = other.copy();
+  more.takeUnsaved();
+  more.push(Message.assistant('from another client'));
+  const events = session.receive({ type: 'records', from: 2, records: more.takeUnsaved(), origin: null });
+  assert.deepEqual(events.map((e) => e.type), ['applied', 'rebased']);
+  assert.equal(session.pending, 2);
+  assert.deepEqual(
+    session.local.messages().map((m) => m.content[0].text),
+    ['hi', 'from another client', 'my edit'],
+  );
+  assert.deepEqual(plain(session.local.aside(asideId)).value, 2);
+  assert.equal(session.local.aside(asideId).saved, false);
+});
+
+test('the same state once more (the answer to an older push) dooms no batch made on it', () => {
+  // A rewrite while a push is in flight: the broadcast state, then the reject `lineage`, a
+  // new push on the new log, and then the hub's second, identical state answering the old
+  // push. It doomed the good batch; the hub acked it anyway and the replica dropped its
+  // socket (`ack of push after the log moved`) and reported spurious conflicts (review,
+  // stop 22). As in client/session.py, a state of the very log held changes nothing.
+  const session = caughtUp([]);
+  session.local.push(Message.user('mine'));
+  session.nextPush();
+  const other = writer();
+  other.push(Message.user('rewritten'));
+  const state = { type: 'state', lineage: 99, revision: 1, state: plain(other.state()) };
+  session.receive(state);
+  session.receive({ type: 'reject', seq: 1, reason: 'lineage', detail: '', lineage: 99, revision: 1 });
+  const again = JSON.parse(session.nextPush().frame);
+  assert.deepEqual(session.receive(state), []);
+  assert.deepEqual(session.receive({ type: 'ack', seq: again.seq, from: 1, revision: 2 }), []);
+  assert.ok(session.settled);
+  assert.deepEqual(
+    session.local.messages().map((m) => m.content[0].text),
+    ['rewritten', 'mine'],
+  );
+});
+
+for (const ack of ['delivered', 'lost']) {
+  test(`an insertion made after the hub placed the batch is kept (ack ${ack})`, () => {
+    // The base the placed batch's later edits replay from was only kept when an insertion
+    // was already pending at placement: one made between the placed records and the ack,
+    // or with the ack lost, was reported anchor_unknown and lost (review, stop 22; the same
+    // as client/session.py).
+    const log = writer();
+    log.push(Message.user('first'));
+    const session = caughtUp(plain(log.takeUnsaved()));
+    session.local.push(Message.user('from me'));
+    const sent = JSON.parse(session.nextPush().frame);
+    log.push(Message.user('theirs'));
+    session.receive({ type: 'records', from: 1, records: plain(log.takeUnsaved()), origin: null });
+    session.receive({
+      type: 'records',
+      from: 2,
+      records: sent.records,
+      origin: { client: session.client, seq: sent.seq },
+    });
+    const firstId = session.local.id(0);
+    session.local.splice(1, 1, [Message.user('inserted after first')]);
+    let events;
+    if (ack === 'delivered') {
+      events = session.receive({ type: 'ack', seq: sent.seq, from: 2, revision: 3 });
+    } else {
+      session.disconnected('cut');
+      session.hello();
+      events = session.receive({ type: 'welcome', lineage: LINEAGE, revision: 3, acked: sent.seq });
+    }
+    assert.deepEqual(events.filter((e) => e.type === 'conflict'), []);
+    assert.deepEqual(
+      session.local.messages().map((m) => m.content[0].text),
+      ['first', 'inserted after first', 'theirs', 'from me'],
+    );
+    assert.equal(session.local.id(0), firstId);
+    assert.equal(session.pending, 1);
+  });
+}
+
+test('a splice of 130,000 entries folds (a spread of that many arguments threw)', () => {
+  // V8 throws RangeError past some 120,000 spread arguments, halfway through the fold (the
+  // index already changed); such a record fits a frame (review, stop 22).
+  const maker = new Conversation();
+  maker.push(Message.user('first'));
+  const copy = maker.copy();
+  copy.takeUnsaved();
+  maker.takeUnsaved();
+  maker.splice(1, 1, Array.from({ length: 130_000 }, (_, k) => Message.user(`m${k}`)));
+  const [record] = maker.takeUnsaved();
+  copy.apply(plain(record));
+  assert.equal(copy.length, 130_001);
+  assert.ok(copy.equals(maker));
 });

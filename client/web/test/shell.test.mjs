@@ -367,3 +367,17 @@ test('keepalive: any message answers the ping; close stops the pings', async () 
     );
   }
 });
+
+test('a token living longer than a timer can wait is refreshed once, not in a flood', async () => {
+  // Timers take at most 2^31 - 1 ms: a 40-day token's refresh delay fired at once, and each
+  // auth_ok armed it again (917 auths in 1.5 s against a real hub; review, stop 22).
+  const { r, timers } = replica({ getToken: async () => 'jwt' });
+  await settle();
+  const ws = FakeSocket.made[0];
+  ws.open();
+  const days40 = 40 * 24 * 3600;
+  ws.deliver({ type: 'welcome', lineage: 5, revision: 0, acked: 0, features: ['auth'], expires_in: days40 });
+  assert.equal(timers.pending.length, 1);
+  assert.equal(timers.pending[0].ms, 2 ** 31 - 1);
+  r.close();
+});
