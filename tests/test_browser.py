@@ -19,7 +19,18 @@ from client import connect
 from client.demo import SCRIPT
 from client.replica import Replica
 from server import Hub, MemoryStore, SqliteStore
-from sync import Assistant, Entry, Message, Reasoning, Stop, Text, ToolCall, TurnEnd, encode
+from sync import (
+    Assistant,
+    Author,
+    Entry,
+    Message,
+    Reasoning,
+    Stop,
+    Text,
+    ToolCall,
+    TurnEnd,
+    encode,
+)
 from sync.ids import IdMinter
 
 CHROMIUM = os.environ.get("CONVSYNC_CHROMIUM", "/usr/bin/chromium")
@@ -350,6 +361,33 @@ async def test_markup_in_a_message_shows_as_text_and_runs_nothing(hub: Hub, page
         assert await page.locator('[data-result-for="call_x"]').text_content() == MARKUP
         assert await page.locator("#app img").count() == 0
         assert pages.dialogs == []
+
+
+async def test_a_tool_result_edited_after_it_was_drawn_is_drawn_again(
+    hub: Hub, pages: Pages
+) -> None:
+    """A plugin redacts a tool result the page already shows: the page shows the redacted
+    text. The call's drawing was only redrawn when a result came or went, so the secret
+    stayed on screen until a reload (review, stop 22)."""
+    async with connect(hub.url, "redact.1", client="py") as py:
+        py.conversation.push(Message.user("look up the key"))
+        py.conversation.push(Assistant([ToolCall("call_1", "vault", {})], stop=Stop("tool_use")))
+        py.conversation.push(Message.tool_result("call_1", "vault", "SECRET-KEY-123"))
+        await py.flush()
+        page = await pages.open(page_url(hub, "/c/redact.1"))
+        result = page.locator('[data-result-for="call_1"]')
+        await page.wait_for_selector('[data-result-for="call_1"]')
+        assert await result.text_content() == "SECRET-KEY-123"
+        redacted = Message.tool_result("call_1", "vault", "[redacted]")
+        py.conversation.edit_each(
+            Author.plugin("redactor"), lambda ref: redacted if ref.index == 2 else None
+        )
+        await py.flush()
+        await page.wait_for_function(
+            "() => document.querySelector('[data-result-for=\"call_1\"]')"
+            "?.textContent === '[redacted]'",
+            timeout=bound(10) * 1000,
+        )
 
 
 async def test_emoji_and_joined_sequences_render_intact(hub: Hub, pages: Pages) -> None:

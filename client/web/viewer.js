@@ -297,11 +297,31 @@ function turnStamp(turn) {
   return turn === undefined ? '' : `${turn.index}:${turn.end?.how ?? ''}`;
 }
 
+/** A number per object, for stamps: a result part edited (say, redacted) is a new object. */
+const identities = new WeakMap();
+let identitiesMade = 0;
+function identity(object) {
+  let id = identities.get(object);
+  if (id === undefined) {
+    identitiesMade += 1;
+    id = identitiesMade;
+    identities.set(object, id);
+  }
+  return id;
+}
+
+/**
+ * What an assistant entry's drawing shows of its calls' results: which one each call has, so
+ * that a result edited after it was drawn (a secret redacted) is drawn again, not only one
+ * that came or went.
+ */
 function resultStamp(entry, results) {
   if (entry.message.role !== 'assistant') return '';
   let stamp = '';
   for (const part of entry.message.content) {
-    if (part.type === 'tool_call') stamp += results.has(part.id) ? '1' : '0';
+    if (part.type !== 'tool_call') continue;
+    const result = results.get(part.id);
+    stamp += result === undefined ? '-,' : `${identity(result)},`;
   }
   return stamp;
 }
