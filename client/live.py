@@ -236,7 +236,10 @@ class LiveState:
                 own.epoch += 1
             return []
         if own is not None:
+            # Ended for good: nothing more is sent for it, and its text is let go (a draft the
+            # hub timed out kept its whole text here for the life of the replica).
             own.ended = status
+            del self.own[id_]
         if status == "refused":  # to the sender only: the hub's draft (if any) goes on
             return [DraftEnded(id_, status)] if own is not None else []
         draft = self.drafts.pop(id_, None)

@@ -168,3 +168,21 @@ async def test_a_draft_whose_commit_cannot_be_pushed_stays_open_to_abort() -> No
             assert draft.id in replica.session.live.own
             await draft.abort()
             assert draft.status == "aborted"
+
+
+async def test_own_drafts_the_hub_ends_are_let_go() -> None:
+    """Drafts of this replica that the hub ends (here `timeout`) are dropped with their text:
+    they stayed in the replica's live state for good, and it never went quiet."""
+    config = hub_config(draft_timeout=0.3)
+    async with Hub(MemoryStore(), host="127.0.0.1", port=0, config=config) as hub:
+        async with connect(hub.url, "c", client="w", keep_every=10.0) as replica:
+            writers = []
+            for _ in range(3):
+                draft = await replica.draft().open()
+                draft.append("z" * 10_000)
+                writers.append(draft)
+            with anyio.fail_after(bound(5)):
+                await asyncio.gather(*(draft.wait_ended() for draft in writers))
+            assert {draft.status for draft in writers} == {"timeout"}
+            assert replica.session.live.own == {}
+            assert replica.session.live.quiet
