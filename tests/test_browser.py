@@ -317,6 +317,16 @@ async def test_two_pages_and_a_python_replica_editing_at_once_converge(
             assert mine == [f"{who} {n}" for n in range(6)]
 
 
+async def test_an_address_with_a_bad_escape_shows_the_list_not_a_blank_page(
+    hub: Hub, pages: Pages
+) -> None:
+    """`/c/%E0%A4%A` is no conversation id (a bad `%` escape): the page threw and stayed
+    blank (review, stop 22); it shows the list of conversations."""
+    page = await pages.open(page_url(hub, "/c/%E0%A4%A"))
+    await page.wait_for_selector("ol.conversations", state="attached")
+    assert pages.errors == []
+
+
 async def test_the_list_shows_a_new_conversation_without_a_reload(hub: Hub, pages: Pages) -> None:
     """The list page follows /v1/summary: a conversation created later appears, and its row
     moves when it changes."""

@@ -2630,6 +2630,7 @@ export class SummaryFeed {
     } catch {
       token = null;
     }
+    if (this.closing || this.ws !== null) return; // closed (or started) while it waited
     const ws = new this.WebSocket(this.url, SUBPROTOCOL);
     this.ws = ws;
     let code = null;

@@ -571,10 +571,20 @@ function navigate(href) {
 
 const root = /** @type {HTMLElement} */ (document.getElementById('app'));
 const path = location.pathname;
-if (path.startsWith('/c/') && path.length > 3) {
-  const id = decodeURIComponent(path.slice(3));
+/** The conversation id in a `/c/{id}` path, or null (a bad `%` escape makes no id). */
+function idOfPath(at) {
+  try {
+    return decodeURIComponent(at.slice(3));
+  } catch {
+    return null;
+  }
+}
+
+const id = path.startsWith('/c/') && path.length > 3 ? idOfPath(path) : null;
+if (id !== null) {
   // Exposed for tests and for the curious: the replica behind the page.
   globalThis.convsyncView = new ConversationView(root, id);
 } else {
+  // The list, also for a `/c/` address that names no conversation (it stayed blank).
   globalThis.convsyncView = new ListView(root);
 }

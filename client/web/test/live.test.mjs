@@ -155,3 +155,22 @@ test('the hub shapes: open with info, defaulted fields left out, refusals end no
     { type: 'draft_end', id: DRAFT, status: 'stopped' },
   ]);
 });
+
+test('a summary feed closed while it waits for its token opens no socket', async () => {
+  // close() during start()'s getToken: a socket was opened anyway (review, stop 22).
+  let made = 0;
+  let release;
+  const token = new Promise((resolve) => (release = resolve));
+  const feed = new SummaryFeed('ws://x', {
+    WebSocket: function () {
+      made += 1;
+    },
+    getToken: () => token,
+  });
+  const starting = feed.start();
+  feed.close();
+  release('jwt');
+  await starting;
+  assert.equal(made, 0);
+  assert.equal(feed.state, 'closed');
+});
