@@ -2190,6 +2190,8 @@ export class Replica {
       live: options.live,
     });
     this.getToken = options.getToken ?? null;
+    /** @type {string | null} */ this.lastToken = null; // sent in the last attempt
+    /** @type {string | null} */ this.refusedToken = null; // the hub said `unauthorized` to it
     this.WebSocket = options.WebSocket ?? globalThis.WebSocket;
     if (typeof this.WebSocket !== 'function') {
       throw new UsageError('no_websocket', 'no WebSocket here: pass options.WebSocket');
@@ -2316,6 +2318,15 @@ export class Replica {
       this.#setState('closed');
       return;
     }
+    if (this.refusedToken !== null && token === this.refusedToken) {
+      // `getToken` gave back the very token the hub just refused (a page holding one token):
+      // asking again would only be refused again, forever.
+      this.attempting = false;
+      this.#refuse('unauthorized', 'the hub refused this token and getToken gave it again', 4001);
+      return;
+    }
+    this.lastToken = token;
+    this.refusedToken = null;
     let ws;
     try {
       ws = new this.WebSocket(this.url, SUBPROTOCOL);
@@ -2468,13 +2479,11 @@ export class Replica {
     }
     const rule = retryRule(code, closeCode, this.getToken !== null, reason);
     if (rule === 'refused') {
-      const known = code ?? codeOfClose(closeCode, reason) ?? `close_${closeCode}`;
-      this.refused = new Refused(known, reason, closeCode);
-      this.#setState('closed', this.refused.code, reason);
-      this.#emit('refused', this.refused);
-      this.rejectReady(this.refused);
+      this.#refuse(code ?? codeOfClose(closeCode, reason) ?? `close_${closeCode}`, reason, closeCode);
       return;
     }
+    // Refused for its token: the next attempt asks `getToken` for another (see `start`).
+    if ((code ?? codeOfClose(closeCode, reason)) === 'unauthorized') this.refusedToken = this.lastToken;
     this.#setState('disconnected', code, reason);
     this.failures += 1;
     const delay =
@@ -2485,6 +2494,14 @@ export class Replica {
       this.timer = null;
       this.start();
     }, delay);
+  }
+
+  /** Stop for good, refused by the hub (`code`): `closed`, a `refused` event, `ready` rejects. */
+  #refuse(code, reason, closeCode) {
+    this.refused = new Refused(code, reason, closeCode);
+    this.#setState('closed', this.refused.code, reason);
+    this.#emit('refused', this.refused);
+    this.rejectReady(this.refused);
   }
 
   /** Resolves once every edit made so far is acknowledged (waits across reconnects); rejects

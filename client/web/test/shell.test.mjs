@@ -381,3 +381,21 @@ test('a token living longer than a timer can wait is refreshed once, not in a fl
   assert.equal(timers.pending[0].ms, 2 ** 31 - 1);
   r.close();
 });
+
+test('a token refused and given again by getToken is refused for good, not retried forever', async () => {
+  // The viewer's getToken returns the one token its address carried: an expired one was
+  // retried forever and `refused` never came (16 sockets in 2 s; review, stop 22).
+  const { r, timers } = replica({ getToken: () => 'the only token' });
+  let refused = null;
+  r.on('refused', (error) => (refused = error));
+  await settle();
+  FakeSocket.made[0].open();
+  FakeSocket.made[0].deliver({ type: 'error', code: 'unauthorized', detail: 'expired' });
+  assert.equal(r.state, 'disconnected');
+  timers.fire();
+  await settle();
+  assert.equal(FakeSocket.made.length, 1, 'no socket for the same token');
+  assert.equal(r.state, 'closed');
+  assert.equal(refused?.code, 'unauthorized');
+  await r.ready.catch(() => {});
+});
