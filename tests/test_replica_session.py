@@ -172,84 +172,67 @@ def test_pending_pushes_are_replayed_over_arriving_pushes_without_a_reread(
     assert hub.rejected == []
 
 
+def stale_push(hub: FakeHub) -> tuple[ReplicaSession, Link, ReplicaSession, Link]:
+    """`a` and `b` on one log; `b`'s record lands, then `a`'s push, made before it, is on its
+    way to the hub (which will place it)."""
+    a, alink = replica(hub, "a")
+    b, blink = replica(hub, "b")
+    a.local.push(Message.user("first"))
+    settle([alink, blink])
+    b.local.push(Message.user("from b"))
+    blink.pump()
+    blink.deliver_to_hub()
+    a.local.push(Message.user("from a"))
+    alink.pump()  # made on revision 1; the log is at 2 when it arrives
+    return a, alink, b, blink
+
+
+def insert_after_first(a: ReplicaSession) -> None:
+    a.local.splice(range(1, 1), [Message.user("inserted after first")], None)
+
+
+def assert_kept(hub: FakeHub, a: ReplicaSession, b: ReplicaSession, links: list[Link]) -> None:
+    texts = [m.content[0].text for m in hub.conversation.messages()]  # type: ignore[union-attr]
+    assert texts == ["first", "inserted after first", "from b", "from a"]
+    assert a.local == b.local == hub.conversation and hub.rejected == []
+    assert not [e for link in links for e in link.events if isinstance(e, Conflict)]
+
+
 def test_a_placed_push_keeps_what_was_made_on_top_of_it() -> None:
     """Edits made while a batch is in flight, a pure insertion among them, are replayed on
     the log once the hub placed the batch, after the records that overtook it."""
     hub = FakeHub()
-    a, alink = replica(hub, "a")
-    b, blink = replica(hub, "b")
-    a.local.push(Message.user("first"))
-    settle([alink, blink])
-    b.local.push(Message.user("from b"))
-    blink.pump()
-    blink.deliver_to_hub()
-    a.local.push(Message.user("from a"))
-    alink.pump()  # made on revision 1; the log is at 2 when it arrives
-    a.local.splice(range(1, 1), [Message.user("inserted after first")], None)
+    a, alink, b, blink = stale_push(hub)
+    insert_after_first(a)
     while alink.deliver_to_hub():
         pass
     settle([alink, blink])
-    texts = [m.content[0].text for m in hub.conversation.messages()]  # type: ignore[union-attr]
-    assert texts == ["first", "inserted after first", "from b", "from a"]
-    assert a.local == b.local == hub.conversation and hub.rejected == []
-    assert not [e for e in alink.events + blink.events if isinstance(e, Conflict)]
+    assert_kept(hub, a, b, [alink, blink])
 
 
-@pytest.mark.parametrize("ack", ["delivered", "lost"])
-def test_an_insertion_made_after_the_hub_placed_the_batch_is_kept(ack: str) -> None:
-    """A pure insertion made after the placed records arrived but before their ack (or with
-    the ack lost with the connection) is replayed like one made before: it needs the base the
-    batch was made on, which was only kept when an insertion was already pending (review,
-    stop 22: the edit was reported `anchor_unknown` and lost)."""
+@pytest.mark.parametrize(
+    ("made", "ack"), [("after", "delivered"), ("after", "lost"), ("before", "lost")]
+)
+def test_an_insertion_on_a_placed_batch_is_kept(made: str, ack: str) -> None:
+    """A pure insertion made on top of a batch the hub placed needs the base the batch was
+    made on. It was kept only when an insertion was already pending at placement: one made
+    after the placed records came but before their ack, or any whose batch's ack was lost
+    with the connection (the welcome then applied the batch's records twice to find it), was
+    reported `anchor_unknown` and lost (review, stop 22)."""
     hub = FakeHub()
-    a, alink = replica(hub, "a")
-    b, blink = replica(hub, "b")
-    a.local.push(Message.user("first"))
-    settle([alink, blink])
-    b.local.push(Message.user("from b"))
-    blink.pump()
-    blink.deliver_to_hub()
-    a.local.push(Message.user("from a"))
-    alink.pump()  # made on revision 1; the log is at 2 when it arrives
+    a, alink, b, blink = stale_push(hub)
+    if made == "before":
+        insert_after_first(a)
     while alink.deliver_to_hub():
         pass
     while not isinstance(decode_hub_message(alink.to_replica[0]), Ack):
         alink.deliver_to_replica()  # b's record (held), then the batch as the hub placed it
-    a.local.splice(range(1, 1), [Message.user("inserted after first")], None)
+    if made == "after":
+        insert_after_first(a)
     if ack == "lost":
         alink.cut()
     settle([alink, blink])
-    texts = [m.content[0].text for m in hub.conversation.messages()]  # type: ignore[union-attr]
-    assert texts == ["first", "inserted after first", "from b", "from a"]
-    assert a.local == b.local == hub.conversation
-    assert not [e for e in alink.events + blink.events if isinstance(e, Conflict)]
-
-
-def test_an_insertion_on_a_placed_batch_whose_ack_is_lost_is_kept() -> None:
-    """The same with the insertion made before the batch was placed and the ack lost with the
-    connection: the welcome applied the batch's records a second time to find the base, which
-    failed (`anchor_unknown`, the edit lost)."""
-    hub = FakeHub()
-    a, alink = replica(hub, "a")
-    b, blink = replica(hub, "b")
-    a.local.push(Message.user("first"))
-    settle([alink, blink])
-    b.local.push(Message.user("from b"))
-    blink.pump()
-    blink.deliver_to_hub()
-    a.local.push(Message.user("from a"))
-    alink.pump()
-    a.local.splice(range(1, 1), [Message.user("inserted after first")], None)
-    while alink.deliver_to_hub():
-        pass
-    while not isinstance(decode_hub_message(alink.to_replica[0]), Ack):
-        alink.deliver_to_replica()
-    alink.cut()  # the ack is lost with the connection
-    settle([alink, blink])
-    texts = [m.content[0].text for m in hub.conversation.messages()]  # type: ignore[union-attr]
-    assert texts == ["first", "inserted after first", "from b", "from a"]
-    assert a.local == b.local == hub.conversation
-    assert not [e for e in alink.events + blink.events if isinstance(e, Conflict)]
+    assert_kept(hub, a, b, [alink, blink])
 
 
 def test_splice_of_entries_removed_elsewhere_is_a_conflict() -> None:
