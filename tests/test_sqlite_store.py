@@ -492,16 +492,24 @@ async def test_a_read_that_sees_a_commit_before_its_sync_waits_for_the_sync(
             assert await append == 1
 
 
+async def with_a_held_append(
+    path: Path, held_sync: HeldSync
+) -> tuple[SqliteStore, asyncio.Task[int]]:
+    """An open store with one append committed and its sync held."""
+    store = SqliteStore(path)
+    await store.__aenter__()
+    append = asyncio.create_task(store.append("c", L1, 0, recs("r1")))
+    await held_sync.wait_entered()
+    return store, append
+
+
 async def test_a_cancelled_close_still_stops_the_store_and_lets_the_file_go(
     tmp_path: Path, held_sync: HeldSync
 ) -> None:
     """`close` cancelled while it waits for the writes under way still stops the store's
     thread, so the file's lock is let go; the write under way still lands."""
     path = tmp_path / "db"
-    store = SqliteStore(path)
-    await store.__aenter__()
-    append = asyncio.create_task(store.append("c", L1, 0, recs("r1")))
-    await held_sync.wait_entered()
+    store, append = await with_a_held_append(path, held_sync)
     closing = asyncio.create_task(store.close())
     await asyncio.sleep(0.05)
     closing.cancel()
@@ -664,10 +672,7 @@ async def test_a_second_close_returns_once_the_file_is_let_go(
     """A `close` while another is still waiting for a write returns only once the store's
     thread has ended, so the file can be opened again right after it."""
     path = tmp_path / "db"
-    store = SqliteStore(path)
-    await store.__aenter__()
-    append = asyncio.create_task(store.append("c", L1, 0, recs("r1")))
-    await held_sync.wait_entered()
+    store, append = await with_a_held_append(path, held_sync)
     first = asyncio.create_task(store.close())
     await asyncio.sleep(0.05)
     second = asyncio.create_task(store.close())
