@@ -204,6 +204,7 @@ class ReplicaSession:
         self._welcome: Welcome | None = None
         self._catching_up = False
         self._before_catch_up: Conversation | None = None
+        self._rebase_due = False  # rebase `local` at the end of the catch-up, moved or not
         self._partial: State | None = None
         self._partial_entries: list[Entry] = []
         self.on_landed: Callable[[int, list[ChangeRecord]], None] | None = None
@@ -422,11 +423,16 @@ class ReplicaSession:
         if batch is not None:
             if batch.seq <= welcome.acked and batch.landed is not None:
                 # Placed by the hub, its ack lost: `confirmed` holds it as it landed (and the
-                # catch-up goes on from there). What was made on top of the batch as sent is
-                # replayed from the batch's base, as the ack would have.
+                # catch-up goes on from there). `local` holds it as sent, and what was made on
+                # top of that is replayed from the batch's base, as the ack would have; with
+                # nothing made on top, `local` is that base. Either way `local` is rebased.
                 self._report(batch.seq, batch.landed)
-                if self._before_catch_up is None and batch.base is not None:
-                    self._before_catch_up = batch.base
+                self.local.before_edit(None)  # `_keep_base`'s hook, if it is still armed
+                if self._before_catch_up is None:
+                    self._before_catch_up = (
+                        batch.base if batch.base is not None else self.local.copy()
+                    )
+                self._rebase_due = True
             elif batch.seq <= welcome.acked:
                 self._landed = batch.records  # its records come in the catch-up
                 self._report_landed(batch)
@@ -466,7 +472,8 @@ class ReplicaSession:
             confirmed.lineage,
             confirmed.revision,
         )
-        if unmoved and not landed and not self.local.unsaved():
+        due, self._rebase_due = self._rebase_due, False
+        if unmoved and not landed and not self.local.unsaved() and not due:
             return []  # the log did not move: local already is confirmed plus nothing
         return self._rebase_local(base)
 
@@ -756,6 +763,7 @@ class ReplicaSession:
                     f"at {confirmed.revision}",
                 )
             self._inflight = None
+            self.local.before_edit(None)  # `_keep_base`'s hook, if it is still armed
             self._report(batch.seq, landed)
             events: list[Event] = [Applied(len(landed), confirmed.revision)]
             local = self.local

@@ -142,6 +142,7 @@ class Hub:
         self._rooms: dict[str, Room] = {}
         self._loading: dict[str, asyncio.Task[Room]] = {}
         self._ticking: set[Room] = set()  # rooms with a tick under way
+        self._awaiting: dict[str, int] = {}  # callers waiting for a room's load, by id
         self._server: Server | None = None
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
@@ -302,7 +303,15 @@ class Hub:
                 loading = asyncio.get_running_loop().create_task(self._load(conversation_id))
                 loading.add_done_callback(_retrieved)
                 self._loading[conversation_id] = loading
-            room = await asyncio.shield(loading)
+            # Counted while it waits: the load wakes its callers one by one, and a read of a
+            # conversation with no log must not unload the room before the others took it.
+            self._awaiting[conversation_id] = self._awaiting.get(conversation_id, 0) + 1
+            try:
+                room = await asyncio.shield(loading)
+            finally:
+                left = self._awaiting.pop(conversation_id) - 1
+                if left:
+                    self._awaiting[conversation_id] = left
         room.users += 1
         return room
 
@@ -493,7 +502,7 @@ class Hub:
         if room.exists:
             return room
         idle = room.users == 0 and not room.lock.locked() and not room.core.drafts.drafts
-        if idle and self._rooms.get(room.id) is room:
+        if idle and not self._awaiting.get(room.id) and self._rooms.get(room.id) is room:
             # Nothing to keep: a read of a name with no log must not hold a room for
             # `idle_unload` (reads of made-up names would pile rooms up).
             del self._rooms[room.id]

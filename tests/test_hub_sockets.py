@@ -227,8 +227,10 @@ class GatedLoads(MemoryStore):
         super().__init__()
         self.entered = asyncio.Event()
         self.release = asyncio.Event()
+        self.loads = 0
 
     async def load(self, conversation_id: str) -> object:  # type: ignore[override]
+        self.loads += 1
         self.entered.set()
         await self.release.wait()
         return await super().load(conversation_id)
@@ -283,3 +285,29 @@ async def test_a_read_of_a_conversation_with_no_log_keeps_no_room() -> None:
             await writer.flush()
             assert await hub.room_for_read("real") is not None  # a live room stays
         assert hub.metrics.conversations_loaded == 1
+
+
+async def test_a_read_of_a_name_with_no_log_does_not_unload_a_room_being_joined() -> None:
+    """A read of a conversation with no log and a replica's hello wait on the same load; the
+    read, woken first, unloaded the room the replica then joined, so the next socket loaded a
+    second room and the first never saw its records (a review of this stop's changes)."""
+    store = GatedLoads()
+    async with Hub(store, host="127.0.0.1", port=0, config=hub_config(idle_unload=60)) as hub:
+        read = asyncio.create_task(hub.room_for_read("fresh"))
+        url = f"{hub.url}/v1/conversations/fresh"
+        options = {"subprotocols": [SUBPROTOCOL], "ping_interval": None}
+        async with ws_connect(url, **options) as ws:  # type: ignore[arg-type]
+            with anyio.fail_after(bound(5)):
+                await store.entered.wait()
+                hello = {"type": "hello", "client": "reader", "lineage": 0, "revision": 0}
+                await ws.send(json.dumps(hello))
+                while "fresh" not in hub._awaiting or hub._awaiting["fresh"] < 2:  # noqa: ASYNC110
+                    await asyncio.sleep(0.01)  # both wait on the load
+                store.release.set()
+                assert await read is None
+                assert json.loads(await ws.recv())["type"] == "welcome"
+                async with connect(hub.url, "fresh", client="writer") as writer:
+                    writer.conversation.push(Message.user("hello"))
+                    await writer.flush()
+                assert store.loads == 1
+                assert json.loads(await ws.recv())["type"] == "records"

@@ -210,6 +210,23 @@ def test_a_placed_push_keeps_what_was_made_on_top_of_it() -> None:
     assert_kept(hub, a, b, [alink, blink])
 
 
+def test_a_placed_batch_whose_ack_is_lost_with_nothing_on_top_is_mirrored() -> None:
+    """The hub placed a batch, its ack is lost with the connection, and nothing was made on
+    top of it (a writer awaiting its flush): after the reconnect `local` is the log. (A first
+    fix of the case below left `local` holding the batch as sent, without the record that
+    overtook it: a review of this stop's changes found it.)"""
+    hub = FakeHub()
+    a, alink, b, blink = stale_push(hub)
+    while alink.deliver_to_hub():
+        pass
+    while not isinstance(decode_hub_message(alink.to_replica[0]), Ack):
+        alink.deliver_to_replica()
+    alink.cut()
+    settle([alink, blink])
+    assert a.local == b.local == hub.conversation
+    assert [m.content[0].text for m in a.local.messages()] == ["first", "from b", "from a"]  # type: ignore[union-attr]
+
+
 @pytest.mark.parametrize(
     ("made", "ack"), [("after", "delivered"), ("after", "lost"), ("before", "lost")]
 )

@@ -1415,6 +1415,7 @@ export class ReplicaSession {
     this.catchingUp = false;
     /** @type {Conversation | null} */
     this.beforeCatchUp = null;
+    this.rebaseDue = false; // rebase `local` at the end of the catch-up, moved or not
     /** @type {any} */
     this.partial = null;
     /** @type {Entry[]} */
@@ -1617,9 +1618,13 @@ export class ReplicaSession {
     this.inflight = null;
     if (batch !== null) {
       if (batch.seq <= welcome.acked && batch.landed !== null) {
-        // Placed by the hub, its ack lost: `confirmed` holds it as it landed. What was made
-        // on top of the batch as sent is replayed from the batch's base, as the ack would.
-        if (this.beforeCatchUp === null && batch.base !== null) this.beforeCatchUp = batch.base;
+        // Placed by the hub, its ack lost: `confirmed` holds it as it landed, `local` as
+        // sent. What was made on top is replayed from the batch's base, as the ack would;
+        // with nothing on top, `local` is that base. Either way `local` is rebased.
+        this.local.beforeEdit(null);
+        if (this.beforeCatchUp === null)
+          this.beforeCatchUp = batch.base !== null ? batch.base : this.local.copy();
+        this.rebaseDue = true;
       } else if (batch.seq <= welcome.acked) {
         this.landed = batch.records; // they come in the catch-up
       } else if (!batch.doomed) this.local.returnUnsaved(batch.records);
@@ -1653,7 +1658,9 @@ export class ReplicaSession {
     base = base !== null ? folded(base, landed) : null;
     const unmoved =
       base !== null && base.lineage === confirmed.lineage && base.revision === confirmed.revision;
-    if (unmoved && landed.length === 0 && this.local.unsaved().length === 0) return [];
+    const due = this.rebaseDue;
+    this.rebaseDue = false;
+    if (unmoved && landed.length === 0 && this.local.unsaved().length === 0 && !due) return [];
     return this.#rebaseLocal(base);
   }
 
@@ -1822,6 +1829,7 @@ export class ReplicaSession {
         );
       }
       this.inflight = null;
+      this.local.beforeEdit(null); // the base-keeping hook, if it is still armed
       return [
         { type: 'applied', count: landed.length, revision: confirmed.revision },
         ...this.#rebaseLocal(batch.base),

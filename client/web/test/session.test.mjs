@@ -644,3 +644,25 @@ test('a splice of 130,000 entries folds (a spread of that many arguments threw)'
   assert.equal(copy.length, 130_001);
   assert.ok(copy.equals(maker));
 });
+
+test('a placed batch whose ack is lost, with nothing made on top, leaves local equal to the log', () => {
+  // The first port of the placed-batch fix left `local` holding the batch as sent, without
+  // the record that overtook it (found by a review of this stop's changes).
+  const log = writer();
+  log.push(Message.user('first'));
+  const session = caughtUp(plain(log.takeUnsaved()));
+  session.local.push(Message.user('from me'));
+  const sent = JSON.parse(session.nextPush().frame);
+  log.push(Message.user('theirs'));
+  session.receive({ type: 'records', from: 1, records: plain(log.takeUnsaved()), origin: null });
+  const mine = { client: session.client, seq: sent.seq };
+  session.receive({ type: 'records', from: 2, records: sent.records, origin: mine });
+  session.disconnected('cut');
+  session.hello();
+  session.receive({ type: 'welcome', lineage: LINEAGE, revision: 3, acked: sent.seq });
+  assert.deepEqual(
+    session.local.messages().map((m) => m.content[0].text),
+    ['first', 'theirs', 'from me'],
+  );
+  assert.ok(session.local.equals(session.confirmed));
+});
