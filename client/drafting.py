@@ -64,8 +64,7 @@ class DraftWriter:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self.status is None:
-            await self.abort()
+        await self.abort()  # or, once ended, let its text go
 
     # ------------------------------------------------------------------ writing
 
@@ -96,10 +95,12 @@ class DraftWriter:
         return self.id
 
     async def abort(self) -> None:
-        """Drop the draft for everyone."""
+        """Drop the draft for everyone (once the hub ended it, only let its text go)."""
         if self.status is None:
             self._replica._abort_draft(self)
             self._end("aborted")
+        else:
+            self._replica._forget_draft(self)
 
     # ------------------------------------------------------------------ ending
 

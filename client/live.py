@@ -236,10 +236,9 @@ class LiveState:
                 own.epoch += 1
             return []
         if own is not None:
-            # Ended for good: nothing more is sent for it, and its text is let go (a draft the
-            # hub timed out kept its whole text here for the life of the replica).
+            # Ended for good: nothing more is sent for it. Its text stays readable (the writer
+            # may still commit it) until the writer is done with it (`forget`).
             own.ended = status
-            del self.own[id_]
         if status == "refused":  # to the sender only: the hub's draft (if any) goes on
             return [DraftEnded(id_, status)] if own is not None else []
         draft = self.drafts.pop(id_, None)
@@ -323,7 +322,9 @@ class LiveState:
     def quiet(self) -> bool:
         """Nothing to send now or later without a new call here: no status due, no own draft,
         no abort unsent (the shell's sender need not wake)."""
-        return not (self.status_due or self.own or self._aborts)
+        return not (
+            self.status_due or self._aborts or any(own.ended is None for own in self.own.values())
+        )
 
     def status_to_send(self) -> StatusUpdate | None:
         if not self.status_due:

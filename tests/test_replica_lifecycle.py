@@ -171,8 +171,11 @@ async def test_a_draft_whose_commit_cannot_be_pushed_stays_open_to_abort() -> No
 
 
 async def test_own_drafts_the_hub_ends_are_let_go() -> None:
-    """Drafts of this replica that the hub ends (here `timeout`) are dropped with their text:
-    they stayed in the replica's live state for good, and it never went quiet."""
+    """Drafts of this replica that the hub ends (here `timeout`) stop counting as work for
+    its live loop, keep their text for the writer (it may still commit it), and are let go
+    when the writer is done: they stayed in the live state for good, and it never went quiet.
+    (A first fix dropped the text at once, and the README's pattern then committed an empty
+    message: a review of this stop's changes.)"""
     config = hub_config(draft_timeout=0.3)
     async with Hub(MemoryStore(), host="127.0.0.1", port=0, config=config) as hub:
         async with connect(hub.url, "c", client="w", keep_every=10.0) as replica:
@@ -184,5 +187,12 @@ async def test_own_drafts_the_hub_ends_are_let_go() -> None:
             with anyio.fail_after(bound(5)):
                 await asyncio.gather(*(draft.wait_ended() for draft in writers))
             assert {draft.status for draft in writers} == {"timeout"}
-            assert replica.session.live.own == {}
             assert replica.session.live.quiet
+            assert writers[0].text == "z" * 10_000
+            await writers[0].commit(Message.assistant(writers[0].text))
+            for draft in writers[1:]:
+                await draft.abort()
+            assert replica.session.live.own == {}
+            with anyio.fail_after(bound(5)):
+                await replica.flush()
+            assert replica.conversation.entries()[-1].message.content[0].text == "z" * 10_000  # type: ignore[union-attr]
