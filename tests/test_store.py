@@ -781,6 +781,26 @@ async def test_postgres_a_dead_network_path_fails_calls_and_the_watch(
                     await anext(notices)
         async with asyncio.timeout(TIMEOUT):
             await store.close()
+            await store.close()  # closed all the same: a second close returns too
+
+
+async def test_postgres_close_on_a_dead_path_cuts_the_connections_and_returns(
+    postgres_dsn: str, pg_schema: str
+) -> None:
+    """`close` while the path to the server is dead: the pool's connections cannot be closed
+    politely, so they are cut after the command timeout and `close` returns; a second
+    `close` returns too. (It raised the pool's `TimeoutError`, every time it was called: a
+    review of this stop's changes.)"""
+    relay = Relay(postgres_dsn)
+    async with relay as relayed:
+        store = PostgresStore(relayed, schema=pg_schema, command_timeout=0.5, min_size=2)
+        await store.__aenter__()
+        await store.append("c", L1, 0, recs("r1"))
+        relay.hold = True
+        async with asyncio.timeout(TIMEOUT):
+            await store.close()
+            await store.close()
+        assert store._pool is None
 
 
 async def test_postgres_close_cancelled_or_called_twice_still_closes_everything(
@@ -934,6 +954,7 @@ async def test_postgres_a_notice_that_fails_to_go_out_is_sent_again(
         ("postgresql://postgres:12/S3CRET@127.0.0.1:5432/test", "'@' after its host"),
         ("postgresql://postgres:S3CRET@127.0.0.1:notaport/test", "cannot be read"),
         ("host=127.0.0.1 user=postgres password=S3CRET dbname=test", "postgresql://"),
+        ("postgresql://postgres:s3cr@S3CRET@127.0.0.1:5432/test", "'@' twice"),
     ],
 )
 def test_postgres_a_bad_url_is_refused_without_repeating_it(dsn: str, says: str) -> None:
@@ -948,6 +969,24 @@ def test_postgres_a_bad_url_is_refused_without_repeating_it(dsn: str, says: str)
     while error is not None:
         assert "S3CRET" not in str(error)
         error = error.__cause__ or error.__context__
+
+
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "postgresql://u@h1:5432,h2:5433/db?target_session_attrs=read-write",  # several hosts
+        "postgresql://u@127.0.0.1/db?user=ops@example.com",  # '@' in a query value
+        "postgresql://u@[::1]:5432/db",
+        "postgresql:///db?host=/tmp",  # a unix socket
+        "postgres://u:p%40ss%2Fword@h/db",  # an encoded password
+        "postgresql://h",
+    ],
+)
+def test_postgres_urls_people_use_are_taken(dsn: str) -> None:
+    """The URL check refuses only what asyncpg would misread: several hosts, a `@` in a
+    query value, IPv6, unix sockets and encoded passwords pass (the first version of the
+    check refused the first two: a review of this stop's changes)."""
+    PostgresStore(dsn)
 
 
 def test_open_store_picks_postgres_for_its_urls() -> None:

@@ -221,6 +221,7 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
     asyncpg.InterfaceError,
 )
 _DB_ERRORS: tuple[type[BaseException], ...] = (asyncpg.PostgresError, *_UNAVAILABLE)
+_CLOSE_ERRORS: tuple[type[BaseException], ...] = (TimeoutError, *_DB_ERRORS)
 
 _Conn: TypeAlias = (
     "asyncpg.Connection[asyncpg.Record] | asyncpg.pool.PoolConnectionProxy[asyncpg.Record]"
@@ -228,35 +229,16 @@ _Conn: TypeAlias = (
 
 
 def describe_dsn(dsn: str) -> str:
-    """`host:port/database` of a PostgreSQL URL, for messages; never the user or password
-    (nor the rest of a URL with a `@` past its host, where a badly quoted password ends up)."""
-    try:
-        parts = urlsplit(dsn)
-        host = parts.hostname or "localhost"
-        port = parts.port or 5432
-    except ValueError:
+    """`host:port/database` of a PostgreSQL URL, for messages (the first host of several);
+    never the user or password, nor anything of a URL `check_dsn` would refuse."""
+    parts = _split(dsn)
+    if parts is None or _misquoted(dsn, parts) is not None:
         return "the configured server"
-    if parts.scheme not in ("postgresql", "postgres"):
-        return "the configured server"
+    first = parts.netloc.rpartition("@")[2].split(",")[0]
+    host, port = _host_port(first)
     database = parts.path.lstrip("/")
-    if not database or "@" in _after_host(dsn, parts.netloc):
-        return f"{host}:{port}"
-    return f"{host}:{port}/{database}"
-
-
-def _split(dsn: str) -> SplitResult | None:
-    """`dsn` split, or None when it cannot be read (a port that is not a number)."""
-    try:
-        parts = urlsplit(dsn)
-        parts.port  # noqa: B018 - raises on a port that is not a number
-    except ValueError:
-        return None
-    return parts
-
-
-def _after_host(dsn: str, netloc: str) -> str:
-    """What follows the `scheme://user:password@host:port` part of a URL."""
-    return dsn.split("://", 1)[-1][len(netloc) :]
+    where = f"{host or 'localhost'}:{port or 5432}"
+    return f"{where}/{database}" if database else where
 
 
 def check_dsn(dsn: object) -> None:
@@ -279,12 +261,46 @@ def check_dsn(dsn: object) -> None:
         raise UsageError(
             "bad_dsn", "the PostgreSQL store takes a postgresql://user@host:port/database URL"
         )
-    if "@" in _after_host(dsn, parts.netloc):
-        raise UsageError(
-            "bad_dsn",
-            "the PostgreSQL URL has a '@' after its host part: a password holding '/', '#',"
-            " '?' or '@' must be percent-encoded",
-        )
+    problem = _misquoted(dsn, parts)
+    if problem is not None:
+        raise UsageError("bad_dsn", problem)
+
+
+_QUOTE_HINT = "a password holding '/', '#', '?' or '@' must be percent-encoded"
+
+
+def _split(dsn: str) -> SplitResult | None:
+    """`dsn` split, or None when it cannot be read (a port that is not a number, of any of
+    its hosts: `host1:5432,host2:5433` names several)."""
+    try:
+        parts = urlsplit(dsn)
+    except ValueError:
+        return None
+    for host in parts.netloc.rpartition("@")[2].split(","):
+        _, port = _host_port(host)
+        if port is not None and not port.isdigit():
+            return None
+    return parts
+
+
+def _host_port(host: str) -> tuple[str, str | None]:
+    """`host[:port]` (an IPv6 host in brackets) split."""
+    if host.startswith("["):
+        name, _, rest = host[1:].partition("]")
+        return name, rest[1:] if rest.startswith(":") else None
+    name, colon, port = host.partition(":")
+    return name, port if colon else None
+
+
+def _misquoted(dsn: str, parts: SplitResult) -> str | None:
+    """Why a URL's password looks cut by a character that should have been encoded: asyncpg
+    splits at the first `@` where `urlsplit` takes the last, and `/`, `?` and `#` end the
+    host part early, leaving the rest of the password in the path or the fragment."""
+    if "@" in parts.netloc.rpartition("@")[0]:
+        return f"the PostgreSQL URL holds '@' twice before its host: {_QUOTE_HINT}"
+    if "@" in parts.path or "@" in parts.fragment:
+        return f"the PostgreSQL URL has a '@' after its host part: {_QUOTE_HINT}"
+    return None
 
 
 Pending = dict[tuple[str, int], Notice]
@@ -423,7 +439,9 @@ class PostgresStore(Counted):
         self._watchers: set[_Watcher] = set()
         # Every listening connection (`watch`, `bus_listen`) and how to end its iteration:
         # `close` ends them all and closes their connections.
-        self._listeners: dict[asyncpg.Connection[asyncpg.Record], Callable[[], None]] = {}
+        self._listeners: dict[
+            asyncpg.Connection[asyncpg.Record], tuple[Callable[[], None], asyncio.Task[None]]
+        ] = {}
         self._hubs_table = False  # `convsync_hubs` is known to exist (see `beat`)
 
     # Connections and errors.
@@ -654,7 +672,6 @@ class PostgresStore(Counted):
         except BaseException:
             await self._close_conn(conn)
             raise
-        self._listeners[conn] = ended
 
         async def ping() -> None:
             while True:
@@ -667,6 +684,7 @@ class PostgresStore(Counted):
                     return
 
         pinging = asyncio.get_running_loop().create_task(ping())
+        self._listeners[conn] = (ended, pinging)
         try:
             yield
         finally:
@@ -1039,7 +1057,8 @@ class PostgresStore(Counted):
         if self._closing is None:
             self._closed = True
             self._closing = asyncio.get_running_loop().create_task(self._shut_down())
-        await asyncio.shield(self._closing)
+        if not self._closing.done():  # (one finished on a loop since closed is not awaited)
+            await asyncio.shield(self._closing)
 
     async def _shut_down(self) -> None:
         try:
@@ -1051,14 +1070,19 @@ class PostgresStore(Counted):
                     await asyncio.wait_for(self._notifier, self._command_timeout)
             for watcher in list(self._watchers):
                 watcher.end()
-            for conn, ended in list(self._listeners.items()):
+            for conn, (ended, pinging) in list(self._listeners.items()):
                 ended()
+                pinging.cancel()  # a ping under way would hold the close for its timeout
                 await self._close_conn(conn)
         finally:
             pool, self._pool = self._pool, None
             if pool is not None:
                 try:
                     await asyncio.wait_for(pool.close(), self._command_timeout)
+                except _CLOSE_ERRORS:
+                    # A server that does not answer: its connections are cut instead. Not
+                    # raised: the store is closed all the same, and every later `close` returns.
+                    pool.terminate()
                 except BaseException:
                     pool.terminate()
                     raise
