@@ -56,6 +56,7 @@ from sync.protocol import (
     decode_hub_message,
     encode_message,
     is_conversation_id,
+    is_kind,
 )
 
 from .drafting import DraftWriter
@@ -139,6 +140,8 @@ class Replica:
         ssl: ssl.SSLContext | None = None,
         keepalive: float | None = 10.0,
     ) -> None:
+        if kind is not None and not is_kind(kind):
+            raise UsageError("bad_kind", "kind is 1 to 64 printable characters, or None")
         if token is not None and not isinstance(token, str) and not callable(token):
             raise UsageError("bad_token", "token is a string, a callable that returns one, or None")
         _check_times(
@@ -381,14 +384,16 @@ class Replica:
         self._progress.set()  # waiters raise `closed`
         self._events_ready.set()
         task = self._task
-        if task is not None and not task.done():
-            task.cancel()
-            # Not `await task` under a suppress: that would swallow a cancellation of the
-            # caller too. A second `aclose` (or one after a cancelled first) waits here too.
-            await asyncio.wait([task])
-        if task is not None and not task.cancelled():
-            task.exception()  # retrieved; a crash was already raised to whoever waited
-        self.session.release()
+        try:
+            if task is not None and not task.done():
+                task.cancel()
+                # Not `await task` under a suppress: that would swallow a cancellation of the
+                # caller too. A second `aclose` (or one after a cancelled first) waits too.
+                await asyncio.wait([task])
+            if task is not None and task.done() and not task.cancelled():
+                task.exception()  # retrieved; a crash was already raised to whoever waited
+        finally:
+            self.session.release()  # also when the caller is cancelled while it waits
 
     # ------------------------------------------------------------------ the loops
 
@@ -599,7 +604,16 @@ class Replica:
                 with anyio.move_on_after(max(0.0, 0.75 * life)):
                     await self._refresh_at.wait()  # a newer expiry came first: start over
                     continue
-                token = await self._fresh_token()
+                try:
+                    token = await self._fresh_token()
+                except Unavailable as failed:
+                    # The token in use still has a quarter of its life: keep the connection
+                    # and ask again when three quarters of what is left have passed. If no
+                    # token comes, the hub closes it at expiry and the reconnect asks.
+                    log.info("replica %s: token refresh failed: %s", self.client, failed.detail)
+                    if expires_at - time.monotonic() > 0:
+                        self._refresh_at.set()
+                    continue
                 if token is not None:
                     self._expires_at = None
                     await ws.send(encode_message(Auth(token)), text=True)

@@ -33,6 +33,7 @@ from sync.protocol import (
     StatusUpdate,
     decode_client_message,
     is_conversation_id,
+    is_kind,
 )
 
 from .auth import (
@@ -58,7 +59,6 @@ __all__ = [
 
 CONVERSATION_PATH = "/v1/conversations/"
 _CLIENT_ID = re.compile(r"[^\x00-\x1f]{1,128}")
-_KIND = re.compile(r"[^\x00-\x1f]{1,64}")
 _KNOWN_TYPES = frozenset({"hello", "push", "auth", "draft", "status"})
 
 
@@ -168,7 +168,7 @@ class HubSession:
                     raise RemoteProtocolError(
                         "bad_client", "client id must be 1 to 128 printable chars"
                     )
-                if kind is not None and _KIND.fullmatch(kind) is None:
+                if kind is not None and not is_kind(kind):
                     # Shown to every presence subscriber: unchecked, a hello near the first
                     # frame's 64 KiB cap made presence snapshots past the frame limit.
                     raise RemoteProtocolError("bad_message", "kind must be 1 to 64 printable chars")

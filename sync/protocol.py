@@ -56,6 +56,7 @@ __all__ = [
     "decode_hub_message",
     "encode_message",
     "is_conversation_id",
+    "is_kind",
     "status_problem",
 ]
 
@@ -83,6 +84,15 @@ def status_problem(status: object, detail: object) -> str | None:
         if size > MAX_DETAIL:
             return f"status detail over {MAX_DETAIL} bytes of JSON"
     return None
+
+
+_KIND = re.compile(r"[^\x00-\x1f]{1,64}")
+
+
+def is_kind(value: object) -> bool:
+    """Whether `value` may be a hello's `kind` (shown in presence): 1 to 64 characters, no
+    control characters."""
+    return isinstance(value, str) and _KIND.fullmatch(value) is not None
 
 
 def is_conversation_id(value: object) -> bool:

@@ -349,6 +349,32 @@ async def test_auth_refresh_same_sub_applies_and_another_sub_is_unauthorized() -
         assert await log_of(hub) == before
 
 
+async def test_a_token_refresh_that_fails_keeps_the_connection() -> None:
+    """The token service fails when the replica refreshes (three quarters into the token's
+    life): the connection stays, since the token in use is still good, and the next refresh
+    that works keeps it going (a failed refresh ended the connection: a review of this stop's
+    changes)."""
+    async with auth_hub(expiry_grace=0.2) as hub:
+        await seed(hub, token())
+        calls = 0
+
+        async def flaky() -> str:
+            nonlocal calls
+            calls += 1
+            if calls == 2:
+                raise ConnectionRefusedError("token service down")
+            return token(ttl=2)
+
+        async with connect(hub.url, CONV, client="agent", token=flaky) as agent:
+            with anyio.fail_after(bound(10)):
+                while calls < 3:  # noqa: ASYNC110 - the refreshes come on their own clock
+                    await anyio.sleep(0.05)
+            assert agent.connects == 1
+            agent.conversation.push(Message.user("still here"))
+            with anyio.fail_after(bound(5)):
+                await agent.flush()
+
+
 async def test_expired_socket_is_closed_unless_refreshed() -> None:
     """A socket whose token expired is closed with 4001 after the grace; a replica with a
     token callable refreshes in time and stays on the same connection."""

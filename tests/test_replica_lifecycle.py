@@ -196,3 +196,14 @@ async def test_own_drafts_the_hub_ends_are_let_go() -> None:
             with anyio.fail_after(bound(5)):
                 await replica.flush()
             assert replica.conversation.entries()[-1].message.content[0].text == "z" * 10_000  # type: ignore[union-attr]
+
+
+def test_a_kind_the_hub_would_refuse_is_refused_when_the_replica_is_made() -> None:
+    """A hello's `kind` is 1 to 64 printable characters (the hub refuses others for good,
+    `bad_message`): the replica refuses it when it is made (a review of this stop's
+    changes: the hub's check came without the replica's)."""
+    for kind in ("", "k" * 65, "a\nb"):
+        with pytest.raises(UsageError) as bad:
+            Replica("ws://127.0.0.1:1", "c", kind=kind)
+        assert bad.value.reason == "bad_kind"
+    Replica("ws://127.0.0.1:1", "c", kind="k" * 64)
