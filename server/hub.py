@@ -345,11 +345,19 @@ class Hub:
             await anyio.sleep(period)
             now = time.monotonic()
             for conversation_id, room in list(self._rooms.items()):
-                if room.users == 0 and now - room.idle_since >= self.config.idle_unload:
-                    # A room keeps its open drafts until they end (grace, timeout).
-                    if not room.lock.locked() and not room.core.drafts.drafts:
-                        del self._rooms[conversation_id]
+                if now - room.idle_since >= self.config.idle_unload and self._may_unload(room):
+                    del self._rooms[conversation_id]
             self.metrics.conversations_loaded = len(self._rooms)
+
+    def _may_unload(self, room: Room) -> bool:
+        """Whether nobody holds `room`, is about to (a caller still waiting for its load), or
+        needs it now (an operation under way, open drafts, kept until they end)."""
+        return (
+            room.users == 0
+            and not self._awaiting.get(room.id)
+            and not room.lock.locked()
+            and not room.core.drafts.drafts
+        )
 
     def _room_deadline(self, deadline: int | None) -> None:
         """A room's next deadline after an operation: wake the room timer only when it is
@@ -501,8 +509,7 @@ class Hub:
         self._release(room)
         if room.exists:
             return room
-        idle = room.users == 0 and not room.lock.locked() and not room.core.drafts.drafts
-        if idle and not self._awaiting.get(room.id) and self._rooms.get(room.id) is room:
+        if self._may_unload(room) and self._rooms.get(room.id) is room:
             # Nothing to keep: a read of a name with no log must not hold a room for
             # `idle_unload` (reads of made-up names would pile rooms up).
             del self._rooms[room.id]
