@@ -46,7 +46,7 @@ from server.auth import Key, KeyRing, mint_token
 from server.config import HubConfig
 from server.session import is_conversation_id
 from sync import ConvsyncError, Message, UsageError
-from sync.errors import Refused
+from sync.errors import Refused, sole_exception
 from sync.frames import MAX_FRAME
 
 from .http import HubError
@@ -462,13 +462,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
-def _sole(exc: BaseException) -> BaseException:
-    """The one exception a task group wrapped (groups of one, unwrapped), else `exc`."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
-
-
 def _cli_error(exc: ConvsyncError) -> CliError:
     """The one line a library error becomes: the client's own errors say what happened in
     plain words; any other convsync error shows its reason too."""
@@ -485,7 +478,7 @@ async def _run(command: Callable[[argparse.Namespace], Awaitable[int]], ns: Any)
     try:
         return await command(ns)
     except BaseExceptionGroup as group:
-        exc = _sole(group)
+        exc = sole_exception(group)
         if isinstance(exc, CliError):
             raise exc from None
         if isinstance(exc, ConvsyncError):
@@ -576,7 +569,7 @@ async def cmd_serve(args: argparse.Namespace) -> int:
                 group.cancel_scope.cancel()
                 print("convsync: stopping", file=sys.stderr, flush=True)
         except (OSError, BaseExceptionGroup) as exc:
-            error = _sole(exc)
+            error = sole_exception(exc)
             if not isinstance(error, OSError):
                 raise
             raise CliError(f"cannot serve on {host}:{port}: {_bind_error(error)}") from exc

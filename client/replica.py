@@ -46,6 +46,7 @@ from sync.errors import (
     UsageError,
     code_of_close,
     retry_of,
+    sole_exception,
 )
 from sync.frames import MAX_FRAME
 from sync.protocol import (
@@ -749,19 +750,10 @@ async def _first_error() -> AsyncIterator[None]:
     try:
         yield
     except BaseExceptionGroup as group:
-        errors = [
-            error for error in _leaves(group) if not isinstance(error, asyncio.CancelledError)
-        ]
-        if errors:
-            raise errors[0] from None
-        raise
-
-
-def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
-    found: list[BaseException] = []
-    for error in group.exceptions:
-        found += _leaves(error) if isinstance(error, BaseExceptionGroup) else [error]
-    return found
+        error = sole_exception(group)
+        if error is group:
+            raise  # several at once (a bug): the task ends and its waiters raise the group
+        raise error from None
 
 
 def conversation_urls(url: str | Sequence[str], conversation_id: str) -> list[str]:

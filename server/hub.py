@@ -43,7 +43,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from sync import Conversation
-from sync.errors import ConvsyncError, ProtocolError, UsageError
+from sync.errors import ConvsyncError, ProtocolError, UsageError, sole_exception
 from sync.ids import now_ms
 from sync.protocol import (
     SUBPROTOCOL,
@@ -201,10 +201,8 @@ class Hub:
         waiter.cancel()
         if self._task.done():
             error = self._task.exception()
-            while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
-                error = error.exceptions[0]  # what stopped it: a port in use, a bad store
             if error is not None:
-                raise error
+                raise sole_exception(error)  # what stopped it: a port in use, a bad store
         return self
 
     async def _main(self, ready: asyncio.Event) -> None:

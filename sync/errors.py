@@ -39,6 +39,7 @@ __all__ = [
     "close_code_of",
     "code_of_close",
     "retry_of",
+    "sole_exception",
 ]
 
 ErrorCode = Literal[
@@ -321,3 +322,11 @@ class AnswerError(ConvsyncError):
 
 class SnapshotError(ConvsyncError):
     """A snapshot that cannot be read or built (`length_mismatch`, `version`, `malformed`)."""
+
+
+def sole_exception(error: BaseException) -> BaseException:
+    """The one exception a task group wrapped (groups of one unwrapped, however deep), else
+    `error` itself: what callers report or tell apart by type."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error
