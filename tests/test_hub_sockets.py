@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 import anyio
 import pytest
 from conftest import bound, hub_config
+from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.frames import Frame, Opcode
@@ -23,7 +24,6 @@ from websockets.frames import Frame, Opcode
 import server.subscriber
 from client import connect
 from server import Hub, MemoryStore
-from server.hub import Hub as HubClass
 from server.room import Room
 from sync import Message
 from sync.protocol import SUBPROTOCOL
@@ -236,38 +236,36 @@ class GatedLoads(MemoryStore):
         return await super().load(conversation_id)
 
 
-async def test_a_caller_cancelled_while_a_room_loads_does_not_fail_the_others(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+@asynccontextmanager
+async def hello_behind_a_read(
+    hub: Hub, store: GatedLoads, conversation_id: str
+) -> AsyncIterator[tuple[asyncio.Task[Room | None], ClientConnection]]:
+    """A read of `conversation_id` starts its (gated) load, then a replica's hello waits on
+    the same load: the read's task and the replica's socket, both waiting."""
+    read = asyncio.create_task(hub.room_for_read(conversation_id))
+    url = f"{hub.url}/v1/conversations/{conversation_id}"
+    options = {"subprotocols": [SUBPROTOCOL], "ping_interval": None}
+    async with ws_connect(url, **options) as ws:  # type: ignore[arg-type]
+        with anyio.fail_after(bound(5)):
+            await store.entered.wait()
+            hello = {"type": "hello", "client": "reader", "lineage": 0, "revision": 0}
+            await ws.send(json.dumps(hello))
+            while hub._awaiting.get(conversation_id, 0) < 2:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)  # both wait on the load
+        yield read, ws
+
+
+async def test_a_caller_cancelled_while_a_room_loads_does_not_fail_the_others() -> None:
     """A room is loaded once for everyone who needs it meanwhile. The load ran in the first
     caller's task: an HTTP read cancelled past its handshake timeout cancelled it, and a
     replica waiting on the same load was closed with no reason. It is the hub's task now."""
     store = GatedLoads()
-    second = asyncio.Event()
-    acquire = HubClass._acquire
-    calls = 0
-
-    async def counting(hub: HubClass, conversation_id: str) -> Room:
-        nonlocal calls
-        calls += 1
-        if calls == 2:
-            second.set()
-        return await acquire(hub, conversation_id)
-
-    monkeypatch.setattr(HubClass, "_acquire", counting)
     async with Hub(store, host="127.0.0.1", port=0, config=hub_config()) as hub:
-        read = asyncio.create_task(hub.room_for_read("slow"))
-        url = f"{hub.url}/v1/conversations/slow"
-        options = {"subprotocols": [SUBPROTOCOL], "ping_interval": None}
-        async with ws_connect(url, **options) as ws:  # type: ignore[arg-type]
+        async with hello_behind_a_read(hub, store, "slow") as (read, ws):
+            read.cancel()
+            await asyncio.sleep(0.05)
+            store.release.set()
             with anyio.fail_after(bound(5)):
-                await store.entered.wait()
-                hello = {"type": "hello", "client": "waiting", "lineage": 0, "revision": 0}
-                await ws.send(json.dumps(hello))
-                await second.wait()  # its hello waits on the same load
-                read.cancel()
-                await asyncio.sleep(0.05)
-                store.release.set()
                 assert json.loads(await ws.recv())["type"] == "welcome"
         with pytest.raises(asyncio.CancelledError):
             await read
@@ -293,17 +291,9 @@ async def test_a_read_of_a_name_with_no_log_does_not_unload_a_room_being_joined(
     second room and the first never saw its records (a review of this stop's changes)."""
     store = GatedLoads()
     async with Hub(store, host="127.0.0.1", port=0, config=hub_config(idle_unload=60)) as hub:
-        read = asyncio.create_task(hub.room_for_read("fresh"))
-        url = f"{hub.url}/v1/conversations/fresh"
-        options = {"subprotocols": [SUBPROTOCOL], "ping_interval": None}
-        async with ws_connect(url, **options) as ws:  # type: ignore[arg-type]
+        async with hello_behind_a_read(hub, store, "fresh") as (read, ws):
+            store.release.set()
             with anyio.fail_after(bound(5)):
-                await store.entered.wait()
-                hello = {"type": "hello", "client": "reader", "lineage": 0, "revision": 0}
-                await ws.send(json.dumps(hello))
-                while "fresh" not in hub._awaiting or hub._awaiting["fresh"] < 2:  # noqa: ASYNC110
-                    await asyncio.sleep(0.01)  # both wait on the load
-                store.release.set()
                 assert await read is None
                 assert json.loads(await ws.recv())["type"] == "welcome"
                 async with connect(hub.url, "fresh", client="writer") as writer:
