@@ -434,18 +434,19 @@ test('rebase on incoming records: a pending splice follows its ids, a lost one c
   );
 });
 
-test('a state while edits are pending (a log rewrite) rebases them on it', () => {
+/** A session with a push of 'mine' in flight, and the `state` of a rewrite of its log. */
+function rewrittenUnderAPush() {
   const session = caughtUp([]);
   session.local.push(Message.user('mine'));
   session.nextPush();
   const other = writer();
   other.push(Message.user('rewritten'));
-  const events = session.receive({
-    type: 'state',
-    lineage: 99,
-    revision: 1,
-    state: plain(other.state()),
-  });
+  return { session, state: { type: 'state', lineage: 99, revision: 1, state: plain(other.state()) } };
+}
+
+test('a state while edits are pending (a log rewrite) rebases them on it', () => {
+  const { session, state } = rewrittenUnderAPush();
+  const events = session.receive(state);
   assert.deepEqual(
     events.map((e) => e.type),
     ['reset', 'rebased'],
@@ -573,12 +574,7 @@ test('the same state once more (the answer to an older push) dooms no batch made
   // push. It doomed the good batch; the hub acked it anyway and the replica dropped its
   // socket (`ack of push after the log moved`) and reported spurious conflicts (review,
   // stop 22). As in client/session.py, a state of the very log held changes nothing.
-  const session = caughtUp([]);
-  session.local.push(Message.user('mine'));
-  session.nextPush();
-  const other = writer();
-  other.push(Message.user('rewritten'));
-  const state = { type: 'state', lineage: 99, revision: 1, state: plain(other.state()) };
+  const { session, state } = rewrittenUnderAPush();
   session.receive(state);
   session.receive({ type: 'reject', seq: 1, reason: 'lineage', detail: '', lineage: 99, revision: 1 });
   const again = JSON.parse(session.nextPush().frame);
@@ -591,35 +587,40 @@ test('the same state once more (the answer to an older push) dooms no batch made
   );
 });
 
+/** A session whose push of 'from me' the hub placed after 'theirs' (its ack not yet come). */
+function placedBatch() {
+  const log = writer();
+  log.push(Message.user('first'));
+  const session = caughtUp(plain(log.takeUnsaved()));
+  session.local.push(Message.user('from me'));
+  const sent = JSON.parse(session.nextPush().frame);
+  log.push(Message.user('theirs'));
+  session.receive({ type: 'records', from: 1, records: plain(log.takeUnsaved()), origin: null });
+  const mine = { client: session.client, seq: sent.seq };
+  session.receive({ type: 'records', from: 2, records: sent.records, origin: mine });
+  return { session, sent };
+}
+
+/** The session reconnects and the hub's welcome says `sent` landed. */
+function ackLostWithTheConnection(session, sent) {
+  session.disconnected('cut');
+  session.hello();
+  return session.receive({ type: 'welcome', lineage: LINEAGE, revision: 3, acked: sent.seq });
+}
+
 for (const ack of ['delivered', 'lost']) {
   test(`an insertion made after the hub placed the batch is kept (ack ${ack})`, () => {
     // The base the placed batch's later edits replay from was only kept when an insertion
     // was already pending at placement: one made between the placed records and the ack,
     // or with the ack lost, was reported anchor_unknown and lost (review, stop 22; the same
     // as client/session.py).
-    const log = writer();
-    log.push(Message.user('first'));
-    const session = caughtUp(plain(log.takeUnsaved()));
-    session.local.push(Message.user('from me'));
-    const sent = JSON.parse(session.nextPush().frame);
-    log.push(Message.user('theirs'));
-    session.receive({ type: 'records', from: 1, records: plain(log.takeUnsaved()), origin: null });
-    session.receive({
-      type: 'records',
-      from: 2,
-      records: sent.records,
-      origin: { client: session.client, seq: sent.seq },
-    });
+    const { session, sent } = placedBatch();
     const firstId = session.local.id(0);
     session.local.splice(1, 1, [Message.user('inserted after first')]);
-    let events;
-    if (ack === 'delivered') {
-      events = session.receive({ type: 'ack', seq: sent.seq, from: 2, revision: 3 });
-    } else {
-      session.disconnected('cut');
-      session.hello();
-      events = session.receive({ type: 'welcome', lineage: LINEAGE, revision: 3, acked: sent.seq });
-    }
+    const events =
+      ack === 'delivered'
+        ? session.receive({ type: 'ack', seq: sent.seq, from: 2, revision: 3 })
+        : ackLostWithTheConnection(session, sent);
     assert.deepEqual(events.filter((e) => e.type === 'conflict'), []);
     assert.deepEqual(
       session.local.messages().map((m) => m.content[0].text),
@@ -648,18 +649,8 @@ test('a splice of 130,000 entries folds (a spread of that many arguments threw)'
 test('a placed batch whose ack is lost, with nothing made on top, leaves local equal to the log', () => {
   // The first port of the placed-batch fix left `local` holding the batch as sent, without
   // the record that overtook it (found by a review of this stop's changes).
-  const log = writer();
-  log.push(Message.user('first'));
-  const session = caughtUp(plain(log.takeUnsaved()));
-  session.local.push(Message.user('from me'));
-  const sent = JSON.parse(session.nextPush().frame);
-  log.push(Message.user('theirs'));
-  session.receive({ type: 'records', from: 1, records: plain(log.takeUnsaved()), origin: null });
-  const mine = { client: session.client, seq: sent.seq };
-  session.receive({ type: 'records', from: 2, records: sent.records, origin: mine });
-  session.disconnected('cut');
-  session.hello();
-  session.receive({ type: 'welcome', lineage: LINEAGE, revision: 3, acked: sent.seq });
+  const { session, sent } = placedBatch();
+  ackLostWithTheConnection(session, sent);
   assert.deepEqual(
     session.local.messages().map((m) => m.content[0].text),
     ['first', 'theirs', 'from me'],
