@@ -108,8 +108,8 @@ class HubConfig:
     max_hello_frame: int = 64 * 1024
     max_waiting_per_address: int = 64
     max_per_principal: int = 100
-    rate: float = 1000.0
-    rate_burst: float = 2000.0
+    rate: float = 2000.0
+    rate_burst: float = 4000.0
     flood_after: float = 10.0
     audience: str = "convsync"
     allow_origin: tuple[str, ...] = ()

@@ -33,13 +33,14 @@ class Budget(msgspec.Struct, frozen=True, array_like=True):
 
 
 BUDGETS: dict[BudgetKind, Budget] = {
-    "push": Budget(1000.0, 2000.0),
+    "push": Budget(2000.0, 4000.0),
     "draft": Budget(200.0, 400.0),
     "status": Budget(20.0, 40.0),
     "control": Budget(10.0, 20.0),
 }
 """The hub's defaults; `push` is the `rate` / `rate_burst` settings. A writer at 1,000
-records a second stays within the push budget even unbatched; the others are far above what a
+records a second stays within the push budget even unbatched, and so within what a replica
+paces itself to (0.9 of it); the others are far above what a
 replica sends (draft appends are coalesced per `draft_interval`, a ping goes every few
 seconds)."""
 
