@@ -61,7 +61,7 @@ import tracemalloc
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -875,6 +875,7 @@ class LatencyRun:
     # first is the writer's and the server's part, the gap to the last the subscribers' turns.
     first_p50: float = 0.0
     last_p50: float = 0.0
+    writer_drops: int = 0  # connections of the writer that ended during the run (a cut)
 
 
 def percentile(ordered: list[float], p: float) -> float:
@@ -1008,13 +1009,15 @@ async def run_latency(
         timing = await measured(
             server, rate, send, sent_at, delivered, client_gc=client_gc, profiler=profiler
         )
+        drops = sum(1 for e in writer.events_nowait() if isinstance(e, Disconnected))
     latencies = []
     for sub in subscribers:
         for revision, count, stamp in sub.arrivals:
             for rev in range(revision - count + 1, revision + 1):
                 if rev > warm:  # revision r holds item r - 1: the writer is the only pusher
                     latencies.append(stamp - sent_at[rev - 1])
-    return latency_run(latencies, total, timing, settings.latency_subscribers)
+    run = latency_run(latencies, total, timing, settings.latency_subscribers)
+    return replace(run, writer_drops=drops)
 
 
 PROBE = b"probe"  # a frame the relay's readers skip: sent until every reader got one
@@ -1137,6 +1140,11 @@ def ms_pair(sample: Sequence[LatencyRun]) -> tuple[str, str]:
     )
 
 
+DEFAULTS = ("--default-limits",)
+"""The latency topic's hubs run with the limits a user gets (issue 32: a lifted rate limit
+hid that the default one cut a writer at 1,000 records/s)."""
+
+
 async def topic_latency(settings: Settings, args: argparse.Namespace) -> Topic:
     n = settings.latency_subscribers
     old: OldCode | None = args.old
@@ -1221,13 +1229,23 @@ async def topic_latency(settings: Settings, args: argparse.Namespace) -> Topic:
     async with servers() as start:
         procs = {
             "relay": await start("baseline"),
-            "memory": await start("hub", "--store", "memory"),
-            "SQLite": await start("hub", "--store", "sqlite", "--path", f"{tmp.name}/lat.db"),
+            "memory": await start("hub", "--store", "memory", *DEFAULTS),
+            "SQLite": await start(
+                "hub", "--store", "sqlite", "--path", f"{tmp.name}/lat.db", *DEFAULTS
+            ),
         }
         if old:
-            procs[old.label("memory")] = await start("hub", "--store", "memory", code=old.path)
+            procs[old.label("memory")] = await start(
+                "hub", "--store", "memory", *DEFAULTS, code=old.path
+            )
             procs[old.label("SQLite")] = await start(
-                "hub", "--store", "sqlite", "--path", f"{tmp.name}/lat-old.db", code=old.path
+                "hub",
+                "--store",
+                "sqlite",
+                "--path",
+                f"{tmp.name}/lat-old.db",
+                *DEFAULTS,
+                code=old.path,
             )
         for repeat in range(settings.latency_repeats):
             probe = fsync_probe(tmp.name, settings.fsync_probes)
@@ -1371,6 +1389,17 @@ async def topic_latency(settings: Settings, args: argparse.Namespace) -> Topic:
     def runs_at(rate: float) -> list[LatencyRun]:
         return [r for (_, at), sample in runs.items() if at == rate for r in sample]
 
+    for rate in rates_:
+        kinds = [kind for (kind, at) in runs if at == rate and kind != "relay"]
+        cut = {kind: sum(r.writer_drops for r in runs[(kind, rate)]) for kind in kinds}
+        results.add(
+            Row(
+                f"{rate:,.0f}/s: the writer's connections cut during a run, default limits "
+                "(bar: 0 on this code, issue 32)",
+                "; ".join(f"{kind} {count}" for kind, count in cut.items())
+                + f" (in {len(runs[(kinds[0], rate)])} runs each)",
+            )
+        )
     achieved = [r.achieved / rate for (_, rate), sample in runs.items() for r in sample]
     results.add(
         Row(

@@ -625,11 +625,14 @@ class Replica:
             while True:
                 await self._wake.wait()
                 self._wake.clear()
-                frame, conflicts = session.next_push()
+                frame, conflicts = session.next_push(time.monotonic())
                 if conflicts:
                     self._emit(list(conflicts))
                 if frame is not None:
                     await ws.send(frame, text=True)
+                elif session.paced_until is not None:  # within the hub's budget: wait, then
+                    await anyio.sleep(session.paced_until - time.monotonic())  # push them all
+                    self._wake.set()
         except ConnectionClosed:
             pass  # the reading side sees the close and ends the connection
 

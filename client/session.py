@@ -33,6 +33,7 @@ the connection and resumes with a new `hello()`.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Sequence
 
 import msgspec
@@ -47,6 +48,7 @@ from sync import (
     UsageError,
     encode,
 )
+from sync.budget import Budget, TokenBucket, pace
 from sync.errors import Refused, RemoteProtocolError, Unavailable, retry_of
 from sync.frames import MAX_FRAME, PUSH_OVERHEAD, fill_budget, push_frame, runs
 from sync.protocol import (
@@ -215,6 +217,10 @@ class ReplicaSession:
         """What this session asks the hub for in its hello."""
         self.kind: str | None = None
         """What this replica is (`user`, `agent`), for presence without a token."""
+        self._pacer: TokenBucket | None = None  # within the hub's push budget, once welcomed
+        self.paced_until: float | None = None
+        """When `next_push` held a push back to stay within the hub's budget: the time (in the
+        clock `next_push` was given) to call it again; None when it held nothing back."""
 
     # ------------------------------------------------------------------ reads
 
@@ -303,15 +309,24 @@ class ReplicaSession:
         features = [HUB_REBASE, *self.features]
         return Hello(self.client, self.lineage, self.revision, token, features, self.kind)
 
-    def next_push(self) -> tuple[bytes | None, list[Conflict]]:
+    def next_push(self, now: float | None = None) -> tuple[bytes | None, list[Conflict]]:
         """The next push frame to send, if one may go now, and records refused locally.
+
+        Given `now` (monotonic seconds), pushes are paced within the budget the hub's
+        `welcome` gave: a push that would go over it is held back (`paced_until` says until
+        when), and the records made meanwhile go out together in the next push.
 
         An edit too large to push is refused when it is made (`local.record_limit`). A record
         that still outgrows a push here (one made before this session measured `local`, or
         a splice a rebase re-targeted) is refused before anything is sent: it is taken out
         of `local` (by a rebase) and reported as a `Conflict` with reason `too_large`.
         """
+        self.paced_until = None
         if not self.ready or self._inflight is not None or not self.local.unsaved():
+            return None, []
+        pacer = self._pacer
+        if pacer is not None and now is not None and not pacer.take(now):
+            self.paced_until = pacer.ready_at(now)
             return None, []
         records = self.local.unsaved()
         budget = self.max_frame - PUSH_OVERHEAD
@@ -417,6 +432,8 @@ class ReplicaSession:
         if self._welcome is not None:
             raise RemoteProtocolError("unexpected", "a second welcome")
         self._welcome = welcome
+        budget = (welcome.limits or {}).get("push")
+        self._pacer = None if budget is None else _pacer(budget)
         # A client id reused by a new process continues after the seqs the hub holds.
         self.seq = max(self.seq, welcome.acked)
         batch, self._inflight = self._inflight, None
@@ -847,3 +864,12 @@ def _folded(base: Conversation, records: Sequence[ChangeRecord]) -> Conversation
     except ApplyError:
         return None
     return base
+
+
+def _pacer(budget: Budget) -> TokenBucket | None:
+    """The bucket a replica paces its pushes by within the hub's push `budget` (None for a
+    budget no bucket can hold: the hub then meters nothing this replica needs to mind)."""
+    paced = pace(budget)
+    if not (0 < paced.rate < math.inf and 1 <= paced.burst < math.inf):
+        return None
+    return TokenBucket(paced.rate, paced.burst, 0.0)

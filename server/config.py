@@ -64,8 +64,13 @@ class HubConfig:
             `hello`; more handshakes from it get HTTP 503.
         max_per_principal: with auth, sockets one principal (token `sub`) may hold at once;
             one more gets `error rate_limited` (4008).
-        rate: inbound messages per second a socket may send on average...
-        rate_burst: ...with bursts of up to this many; over it: `error rate_limited` (4008).
+        rate: pushes per second a socket may send on average...
+        rate_burst: ...with bursts of up to this many. Over it the hub reads that socket no
+            faster than the budget (backpressure); `welcome` tells replicas the budget and
+            they pace their pushes within it. Drafts, presence and pings have budgets of
+            their own (`sync.budget.BUDGETS`).
+        flood_after: seconds a socket may be held at one of its budgets without a break
+            before it is closed with `error rate_limited` (4008), naming the limit.
         audience: the `aud` every token must carry.
         allow_origin: browser origins allowed besides the hub's own (`*`: any); a handshake
             or request with another `Origin` gets HTTP 403. Comma-separated in the env var.
@@ -103,8 +108,9 @@ class HubConfig:
     max_hello_frame: int = 64 * 1024
     max_waiting_per_address: int = 64
     max_per_principal: int = 100
-    rate: float = 200.0
-    rate_burst: float = 400.0
+    rate: float = 2000.0
+    rate_burst: float = 4000.0
+    flood_after: float = 10.0
     audience: str = "convsync"
     allow_origin: tuple[str, ...] = ()
     public_url: str | None = None
@@ -183,6 +189,7 @@ _NUMBERS: dict[str, tuple[type, float, bool, str]] = {
     "max_per_principal": (int, 1, True, "sockets"),
     "rate": (float, 0, False, "messages per second"),
     "rate_burst": (float, 1, True, "messages"),
+    "flood_after": (float, 0, False, "seconds"),
     "expiry_grace": (float, 0, True, "seconds"),
 }
 

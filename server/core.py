@@ -49,6 +49,7 @@ from sync import (
     decode_state,
     encode,
 )
+from sync.budget import Budget
 from sync.errors import ApplyError, ErrorCode, LocalProtocolError
 from sync.frames import RECORDS_OVERHEAD, records_frames, state_frames
 from sync.protocol import (
@@ -232,6 +233,8 @@ class CoreConfig:
     auth: bool = False
     """Whether the hub checks tokens: marks are then keyed by (principal, client) and every
     accepted record is stamped `via`; without auth, by the client id alone, as before."""
+    budgets: dict[str, Budget] | None = None
+    """What each socket may send (`welcome.limits`); the shell meters it, the core says it."""
 
 
 LIVE_FEATURES = ("drafts", "presence")
@@ -389,7 +392,13 @@ class RoomCore(Generic[C]):
             features.append(PING)
         if self.config.auth:
             features.append(AUTH)  # tokens are checked; `scopes` and `expires_in` follow
-        welcome = Welcome(self.lineage, self.revision, mark.seq if mark else 0, features)
+        welcome = Welcome(
+            self.lineage,
+            self.revision,
+            mark.seq if mark else 0,
+            features,
+            limits=self.config.budgets,
+        )
         if self.config.auth:
             welcome = msgspec.structs.replace(
                 welcome, scopes=grant.scope_list, expires_in=grant.expires_in(self._now / 1000)

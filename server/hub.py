@@ -133,6 +133,7 @@ class Hub:
             first_frame=self.config.max_hello_frame,
             rate=self.config.rate,
             burst=self.config.rate_burst,
+            flood_after=self.config.flood_after,
             expiry_grace=self.config.expiry_grace,
         )
         self.metrics = Metrics()
@@ -687,6 +688,11 @@ class Hub:
                 break
             try:
                 message = session.receive(data, now)
+                wait = session.throttle(message, now)
+                if wait:  # over its budget: read this socket no faster than the budget
+                    await anyio.sleep(wait)
+                    if sub.closing:
+                        break
                 if type(message) is PushBatch:  # first, without the `match`
                     assert held.room is not None
                     await held.room.push(sub, message)

@@ -1,6 +1,7 @@
 """The hub's limits and handshake rules as pure values and functions (SPEC §6).
 
-A `TokenBucket` caps the messages one socket may send, a `Caps` counts sockets per key (per
+A `TokenBucket` (from `sync.budget`, which the replicas pace themselves by) meters the
+messages one socket may send, a `Caps` counts sockets per key (per
 principal, or per remote address while they wait for `hello`), and the origin and host rules
 decide which handshakes a browser may make. Nothing here reads a clock: every call that needs
 the time takes `now` (any monotonic seconds), so the hub core and the tests drive it alike.
@@ -12,9 +13,12 @@ import ipaddress
 from collections.abc import Hashable, Iterable, Set
 from urllib.parse import urlsplit
 
+from sync.budget import BUDGETS, Budget, TokenBucket
 from sync.errors import UsageError
 
 __all__ = [
+    "BUDGETS",
+    "Budget",
     "Caps",
     "TokenBucket",
     "host_allowed",
@@ -25,45 +29,6 @@ __all__ = [
 ]
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
-
-
-class TokenBucket:
-    """At most `rate` messages a second on average, with bursts of up to `burst`.
-
-    The bucket starts full; each `take` spends tokens, time refills them. A clock that goes
-    backwards refills nothing (it never drains the bucket either).
-    """
-
-    __slots__ = ("_last", "_tokens", "burst", "rate")
-
-    def __init__(self, rate: float, burst: float, now: float) -> None:
-        """A full bucket as of `now`.
-
-        Raises:
-            UsageError: `rate` is not positive or `burst` is below 1.
-        """
-        if not rate > 0 or not burst >= 1:
-            raise UsageError("bad_setting", "a rate limit needs rate > 0 and burst >= 1")
-        self.rate = float(rate)
-        self.burst = float(burst)
-        self._tokens = float(burst)
-        self._last = now
-
-    def take(self, now: float, cost: float = 1.0) -> bool:
-        """Spend `cost` tokens if the bucket holds them; False (and nothing spent) if not."""
-        if now > self._last:
-            self._tokens = min(self.burst, self._tokens + (now - self._last) * self.rate)
-            self._last = now
-        if self._tokens < cost:
-            return False
-        self._tokens -= cost
-        return True
-
-    def available(self, now: float) -> float:
-        """Tokens the bucket would hold at `now` (no change)."""
-        if now <= self._last:
-            return self._tokens
-        return min(self.burst, self._tokens + (now - self._last) * self.rate)
 
 
 class Caps:

@@ -37,6 +37,7 @@ from .drafts import DraftConfig
 from .metrics import Metrics
 from .mirror import Change
 from .remote import relay_pending, show_changes
+from .session import Limits
 from .store import LogStore
 from .subscriber import Subscriber
 
@@ -76,6 +77,12 @@ class Room:
                 ),
                 auth=auth,
                 hub_rebase=config.hub_rebase,
+                budgets={
+                    str(kind): budget
+                    for kind, budget in Limits(rate=config.rate, burst=config.rate_burst)
+                    .budgets()
+                    .items()
+                },
             ),
             metrics,
         )

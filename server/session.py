@@ -7,8 +7,10 @@ then pushes, token refreshes, draft ops and statuses.
 
 The session also holds the connection's access state (SPEC 6): `authorize` verifies the token
 of the hello (or of the handshake's `Authorization` header) and `refresh` the token of an
-`auth` message; the inbound token bucket and the first frame's size limit are checked in
-`receive`; `next_deadline` says when the shell must wake it (the hello deadline, then the
+`auth` message; the first frame's size limit is checked in `receive`, and `throttle` meters
+each message against its kind's budget (`sync.budget`: the shell waits as long as it says
+before it reads on, and a socket held at a budget for `flood_after` seconds is cut);
+`next_deadline` says when the shell must wake it (the hello deadline, then the
 token's expiry plus its grace) and `expired` whether that moment has come. Time always comes
 in as `now`, in seconds since the epoch.
 """
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 
 import msgspec
 
+from sync.budget import BudgetKind
 from sync.errors import DecodeError, ProtocolError, RemoteProtocolError
 from sync.lineage import Lineage
 from sync.protocol import (
@@ -46,7 +49,7 @@ from .auth import (
     verify_refresh,
 )
 from .drafts import valid_part
-from .limits import TokenBucket
+from .limits import BUDGETS, Budget, TokenBucket
 from .presence import status_problem
 
 __all__ = [
@@ -59,6 +62,7 @@ __all__ = [
 
 CONVERSATION_PATH = "/v1/conversations/"
 _CLIENT_ID = re.compile(r"[^\x00-\x1f]{1,128}")
+_BUDGET_OF: dict[type, BudgetKind] = {PushBatch: "push", DraftOp: "draft", StatusUpdate: "status"}
 _KNOWN_TYPES = frozenset({"hello", "push", "auth", "draft", "status"})
 
 
@@ -85,8 +89,12 @@ class Limits:
     Attributes:
         hello_timeout: seconds a socket has to send its hello.
         first_frame: the largest first frame (the hello), in bytes.
-        rate: inbound messages per second, on average...
-        burst: ...with bursts of up to this many.
+        rate: inbound pushes per second, on average (None: no budgets at all)...
+        burst: ...with bursts of up to this many. The other kinds of message have budgets
+            of their own (`BUDGETS`), so that drafts, presence and pings never spend what
+            pushes need.
+        flood_after: seconds a socket may be held at a budget without a break (the hub
+            reading it no faster than the budget allows) before it is closed `rate_limited`.
         expiry_grace: seconds after a token's `exp` before the socket is closed (4001),
             unless an `auth` refreshed it meanwhile.
     """
@@ -95,7 +103,14 @@ class Limits:
     first_frame: int | None = None
     rate: float | None = None
     burst: float = 1.0
+    flood_after: float = 10.0
     expiry_grace: float = EXPIRY_GRACE_S
+
+    def budgets(self) -> dict[BudgetKind, Budget]:
+        """Each kind's budget: pushes from `rate` and `burst`, the others the defaults."""
+        if self.rate is None:
+            return {}
+        return {**BUDGETS, "push": Budget(self.rate, self.burst)}
 
 
 class HubSession:
@@ -129,14 +144,17 @@ class HubSession:
         self._bearer = bearer
         self.limits = limits or Limits()
         self.hello_deadline = now + self.limits.hello_timeout
-        rate = self.limits.rate
-        self._bucket = TokenBucket(rate, self.limits.burst, now) if rate is not None else None
+        self._buckets = {
+            kind: TokenBucket(budget.rate, budget.burst, now)
+            for kind, budget in self.limits.budgets().items()
+        }
+        self._held: dict[BudgetKind, tuple[float, int]] = {}  # since when, messages since
 
     def receive(self, data: bytes | str, now: float = 0.0) -> ClientMessage:
         """Decode and check one frame that arrived at `now`.
 
         Raises:
-            ProtocolError: with code `too_big`, `rate_limited`, `malformed_json`,
+            ProtocolError: with code `too_big`, `malformed_json`,
                 `unknown_type`, `bad_message`, `no_hello`, `unexpected` (a second hello) or
                 `bad_client`.
         """
@@ -145,8 +163,6 @@ class HubSession:
             limit = min(limit, self.limits.first_frame)
         if len(data) > limit:
             raise RemoteProtocolError("too_big", f"frame of {len(data)} bytes over {limit}")
-        if self._bucket is not None and not self._bucket.take(now):
-            raise RemoteProtocolError("rate_limited", "too many messages; slow down and reconnect")
         try:
             message = decode_client_message(data)
         except DecodeError as exc:
@@ -234,6 +250,34 @@ class HubSession:
             audience=self.access.audience,
         )
         return self.grant
+
+    def throttle(self, message: ClientMessage, now: float) -> float:
+        """Meter `message`, received at `now`, against its kind's budget: the seconds the
+        shell must wait before it handles it and reads on (0.0: within budget). Waiting is the
+        backpressure: a socket over its budget is read no faster than the budget allows.
+
+        Raises:
+            ProtocolError: `rate_limited` once the socket has been held at a budget for
+                `flood_after` seconds without a break (a flood, not a writer that bursts).
+        """
+        kind = _BUDGET_OF.get(type(message), "control")
+        bucket = self._buckets.get(kind)
+        if bucket is None:
+            return 0.0
+        wait = bucket.spend(now)
+        if wait == 0.0:
+            self._held.pop(kind, None)
+            return 0.0
+        since, count = self._held.get(kind, (now, 0))
+        if now - since >= self.limits.flood_after:
+            seen = (count + 1) / (now - since) if now > since else math.inf
+            raise RemoteProtocolError(
+                "rate_limited",
+                f"over the limit of {bucket.rate:g} {kind} messages/s for "
+                f"{now - since:.0f} s ({seen:.0f}/s read while held); slow down",
+            )
+        self._held[kind] = (since, count + 1)
+        return wait
 
     def next_deadline(self) -> float:
         """When the shell must call `expired` next (seconds since the epoch; `inf`: never):

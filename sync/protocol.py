@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from .budget import Budget
 from .changes import ChangeRecord, ConversationState
 from .entries import Author, Entry
 from .errors import DecodeError
@@ -160,6 +161,9 @@ class Welcome(msgspec.Struct, frozen=True, tag_field="type", tag="welcome", omit
     """What this connection may do (`read`, `write`, `presence`); None: everything (no auth)."""
     expires_in: float | None = None
     """Seconds until the connection's token expires; None without auth."""
+    limits: dict[str, Budget] | None = None
+    """The hub's budget for each kind of message this connection sends (`sync.budget`):
+    a replica paces its pushes within `push`. None: the hub meters nothing."""
 
 
 class PushOrigin(msgspec.Struct, frozen=True):

@@ -11,6 +11,7 @@ from test_core import NOW, frames_to, record
 
 from server.auth import ANONYMOUS, AuthError, Grant, Key, KeyRing, mint_token
 from server.core import AppendRecords, Close, CoreConfig, RoomCore
+from server.limits import BUDGETS
 from server.session import Access, HubSession, Limits
 from sync.errors import ProtocolError
 from sync.protocol import (
@@ -122,6 +123,11 @@ def test_same_identity_replaces_and_another_sub_does_not() -> None:
 # ---------------------------------------------------------------------- the session
 
 HELLO = b'{"type":"hello","client":"w","lineage":0,"revision":0}'
+PUSH_FRAME = (
+    b'{"type":"push","seq":%d,"lineage":0,"revision":0,"records":[{"change":{"type":"push",'
+    b'"entries":[{"message":{"role":"user","content":[{"type":"text","text":"x"}]},'
+    b'"id":"msg_0190a5b2c3d47e0f8a1b2c3d4e5f6071"}]}}]}'
+)
 
 
 def session(**limits: Any) -> HubSession:
@@ -167,19 +173,53 @@ def test_session_refresh_same_sub_only() -> None:
 
 
 def test_session_first_frame_and_rate_limit() -> None:
-    """The first frame is held to its own limit; the token bucket cuts a burst."""
+    """The first frame is held to its own limit; a push over its budget is slowed (the wait
+    the shell must keep before reading on), not refused."""
     s = session(first_frame=1024, rate=1, burst=3)
     with pytest.raises(ProtocolError) as big:
         s.receive(b" " * 2000, T)
     assert big.value.reason == "too_big"
     s = session(rate=1, burst=3)
     s.receive(HELLO, T)
-    s.receive(b'{"type":"auth","token":"x"}', T)
-    s.receive(b'{"type":"auth","token":"x"}', T)
-    with pytest.raises(ProtocolError) as limited:
-        s.receive(b'{"type":"auth","token":"x"}', T)
-    assert limited.value.reason == "rate_limited"
-    assert isinstance(s.receive(b'{"type":"auth","token":"x"}', T + 1), Auth)  # refilled
+    pushes = [s.receive(PUSH_FRAME % (k + 1), T) for k in range(4)]
+    assert [s.throttle(push, T) for push in pushes] == [0.0, 0.0, 0.0, 1.0]  # one token short
+    assert s.throttle(pushes[0], T + 2.0) == 0.0  # the debt paid, a token refilled
+
+
+def test_session_budgets_are_per_kind() -> None:
+    """Pings, drafts and statuses spend budgets of their own: a writer at its push budget is
+    not slowed by them, and they are not slowed by its pushes."""
+    s = session(rate=1, burst=1)
+    s.receive(HELLO, T)
+    push = s.receive(PUSH_FRAME % 1, T)
+    assert s.throttle(push, T) == 0.0
+    assert s.throttle(push, T) == 1.0  # pushes: over
+    ping = s.receive(b'{"type":"ping"}', T)
+    assert all(s.throttle(ping, T) == 0.0 for _ in range(int(BUDGETS["control"].burst)))
+    assert s.throttle(ping, T) > 0.0  # control: over, on its own
+
+
+def test_session_held_at_a_budget_too_long_is_a_flood() -> None:
+    """A socket held at its budget without a break for `flood_after` seconds is cut
+    `rate_limited`, naming the limit; one that gets a break in time is not."""
+    s = session(rate=10, burst=1, flood_after=2)
+    s.receive(HELLO, T)
+    push = s.receive(PUSH_FRAME % 1, T)
+    now = T
+    assert s.throttle(push, now) == 0.0
+    while now < T + 1.9:  # read as fast as the budget lets it: held, not yet a flood
+        wait = s.throttle(push, now)
+        assert wait > 0.0
+        now += wait
+    now += 1.0  # a break: the bucket refills
+    assert s.throttle(push, now) == 0.0
+    start = now
+    with pytest.raises(ProtocolError) as flood:
+        while now < start + 3:
+            now += s.throttle(push, now)
+    assert flood.value.reason == "rate_limited"
+    assert "limit of 10 push messages/s" in flood.value.message
+    assert now - start >= 2
 
 
 def test_session_without_access_is_anonymous_and_refuses_auth() -> None:

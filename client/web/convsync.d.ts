@@ -319,7 +319,10 @@ export class ReplicaSession {
   readonly ready: boolean;
   readonly settled: boolean;
   hello(token?: string | null): Hello;
-  nextPush(): { frame: string | null; conflicts: Conflict[] };
+  /** Given `now` (ms, monotonic), pushes are paced within the hub's budget (`pacedUntil`). */
+  nextPush(now?: number | null): { frame: string | null; conflicts: Conflict[] };
+  /** When `nextPush(now)` held a push back to stay within the hub's budget; else null. */
+  pacedUntil: number | null;
   /** A decoded hub message; unknown types are ignored. Throws ProtocolError. */
   receive(message: unknown): SessionEvent[];
   disconnected(reason: string): SessionEvent[];

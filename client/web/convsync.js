@@ -1384,6 +1384,60 @@ function needInts(message, fields) {
  * `confirmed` is the log's value at the last revision seen; `local` is what the application
  * edits (`confirmed` plus pending records: the batch in flight, then `local`'s outbox).
  */
+/**
+ * At most `rate` messages a second on average, with bursts of up to `burst` (sync/budget.py);
+ * times in seconds. The bucket starts full; `take` spends a token if there is one.
+ */
+class TokenBucket {
+  constructor(rate, burst) {
+    this.rate = rate;
+    this.burst = burst;
+    this.tokens = burst;
+    this.last = -Infinity;
+  }
+
+  #refill(now) {
+    if (this.last === -Infinity) this.last = now;
+    if (now > this.last) {
+      this.tokens = Math.min(this.burst, this.tokens + (now - this.last) * this.rate);
+      this.last = now;
+    }
+  }
+
+  take(now) {
+    this.#refill(now);
+    if (this.tokens < 1) return false;
+    this.tokens -= 1;
+    return true;
+  }
+
+  readyAt(now) {
+    this.#refill(now);
+    const missing = 1 - this.tokens;
+    return missing <= 0 ? now : now + missing / this.rate;
+  }
+}
+
+/**
+ * The bucket a replica paces its pushes by within the hub's push budget `[rate, burst]`: a
+ * tenth slower and half the burst (sync/budget.py `pace`); null for no budget or one no
+ * bucket can hold.
+ * @param {unknown} budget
+ * @returns {TokenBucket | null}
+ */
+function pacerFor(budget) {
+  if (!Array.isArray(budget) || budget.length !== 2) return null;
+  const rate = Number(budget[0]) * 0.9;
+  const burst = Math.max(1, Number(budget[1]) / 2);
+  if (!(rate > 0 && rate < Infinity && burst >= 1 && burst < Infinity)) return null;
+  return new TokenBucket(rate, burst);
+}
+
+/** Milliseconds on a monotonic clock where there is one. */
+function monotonicMs() {
+  return globalThis.performance?.now?.() ?? Date.now();
+}
+
 export class ReplicaSession {
   #maxFrame = MAX_FRAME;
 
@@ -1412,6 +1466,12 @@ export class ReplicaSession {
     this.landed = [];
     /** @type {any} */
     this.welcome = null;
+    /** Pushes are paced within the hub's push budget (`welcome.limits.push`), once welcomed. */
+    /** @type {TokenBucket | null} */
+    this.pacer = null;
+    /** When `nextPush(now)` held a push back to stay within the budget: when to call it again. */
+    /** @type {number | null} */
+    this.pacedUntil = null;
     this.catchingUp = false;
     /** @type {Conversation | null} */
     this.beforeCatchUp = null;
@@ -1487,11 +1547,20 @@ export class ReplicaSession {
    * too large to push throws when it is made (`local.recordLimit`); a record that still
    * outgrows a push here (made before the session measured `local`, or re-targeted by a
    * rebase) is taken out of `local` and reported `too_large`. A push of several records is
-   * filled to 1 MiB at most; a larger record goes alone, up to `maxFrame`.
+   * filled to 1 MiB at most; a larger record goes alone, up to `maxFrame`. Given `now`
+   * (milliseconds, any monotonic clock), pushes are paced within the hub's budget: one that
+   * would go over it is held back (`pacedUntil` says until when) and the records made
+   * meanwhile go out together.
+   * @param {number | null} [now]
    * @returns {{frame: string | null, conflicts: Conflict[]}}
    */
-  nextPush() {
+  nextPush(now = null) {
+    this.pacedUntil = null;
     if (!this.ready || this.inflight !== null || this.local.unsaved().length === 0) {
+      return { frame: null, conflicts: [] };
+    }
+    if (this.pacer !== null && now !== null && !this.pacer.take(now / 1000)) {
+      this.pacedUntil = this.pacer.readyAt(now / 1000) * 1000;
       return { frame: null, conflicts: [] };
     }
     const records = this.local.unsaved();
@@ -1612,6 +1681,7 @@ export class ReplicaSession {
   #onWelcome(welcome) {
     if (this.welcome !== null) throw new ProtocolError('unexpected', 'a second welcome');
     this.welcome = welcome;
+    this.pacer = pacerFor(welcome.limits?.push);
     this.draftsFresh = true;
     this.seq = Math.max(this.seq, welcome.acked);
     const batch = this.inflight;
@@ -2208,6 +2278,8 @@ export class Replica {
     this.maxBackoff = options.maxBackoff ?? 5000;
     this.random = options.random ?? Math.random;
     this.setTimer = options.setTimeout ?? ((fn, ms) => setTimeout(fn, ms));
+    /** @type {any} */
+    this.paceTimer = null;
     this.clearTimer = options.clearTimeout ?? ((handle) => clearTimeout(handle));
     const keepalive = options.keepalive === undefined ? 10_000 : options.keepalive;
     const inRange = typeof keepalive === 'number' && keepalive >= 100 && keepalive < Infinity;
@@ -2467,9 +2539,17 @@ export class Replica {
   #pump() {
     const ws = this.ws;
     if (ws === null || ws.readyState !== 1) return;
-    const { frame, conflicts } = this.session.nextPush();
+    const { frame, conflicts } = this.session.nextPush(monotonicMs());
     this.#events(conflicts);
-    if (frame !== null) ws.send(frame);
+    if (frame !== null) {
+      ws.send(frame);
+    } else if (this.session.pacedUntil !== null && this.paceTimer === null) {
+      // Within the hub's budget: push what gathered meanwhile once a token is there.
+      this.paceTimer = this.setTimer(() => {
+        this.paceTimer = null;
+        this.#pump();
+      }, Math.max(0, this.session.pacedUntil - monotonicMs()));
+    }
   }
 
   #ended(code, closeCode, reason) {
@@ -2478,6 +2558,10 @@ export class Replica {
     if (this.refreshTimer !== null) {
       this.clearTimer(this.refreshTimer);
       this.refreshTimer = null;
+    }
+    if (this.paceTimer !== null) {
+      this.clearTimer(this.paceTimer);
+      this.paceTimer = null;
     }
     this.failure = reason || `closed ${closeCode ?? ''}`.trim();
     this.#events(this.session.disconnected(this.failure));

@@ -657,3 +657,39 @@ test('a placed batch whose ack is lost, with nothing made on top, leaves local e
   );
   assert.ok(session.local.equals(session.confirmed));
 });
+
+test('pushes are paced within the budget the welcome gives: held back, then sent together', () => {
+  const session = new ReplicaSession('w');
+  session.hello();
+  // Budget [20/s, burst 4]: the replica paces itself at 18/s with a burst of 2.
+  const limits = { push: [20, 4] };
+  session.receive({ type: 'welcome', lineage: LINEAGE, revision: 0, acked: 0, limits });
+  session.receive({ type: 'records', from: 0, records: [], origin: null });
+  assert.ok(session.ready);
+  const pushed = [];
+  const ackAll = () => {
+    const { seq, records } = session.inflight;
+    const from = session.confirmed.revision;
+    session.receive({ type: 'ack', seq, from, revision: from + records.length });
+  };
+  for (let k = 0; k < 2; k += 1) {
+    session.local.push(Message.user(`m${k}`));
+    const { frame } = session.nextPush(0);
+    assert.notEqual(frame, null); // within the burst
+    pushed.push(JSON.parse(frame).records.length);
+    ackAll();
+  }
+  session.local.push(Message.user('m2'));
+  assert.equal(session.nextPush(0).frame, null); // over it: held back
+  assert.ok(Math.abs(session.pacedUntil - 1000 / 18) < 1e-6);
+  session.local.push(Message.user('m3'));
+  session.local.push(Message.user('m4'));
+  const { frame } = session.nextPush(session.pacedUntil);
+  assert.notEqual(frame, null);
+  assert.equal(JSON.parse(frame).records.length, 3); // what gathered goes in one push
+  assert.equal(session.pacedUntil, null);
+  // Without a clock (`nextPush()`) nothing is paced, as before.
+  ackAll();
+  session.local.push(Message.user('m5'));
+  assert.notEqual(session.nextPush().frame, null);
+});
