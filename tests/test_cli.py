@@ -134,6 +134,20 @@ def test_unreachable_hub_is_one_line(capsys: pytest.CaptureFixture[str]) -> None
     assert time.monotonic() - started < 5 * SCALE
 
 
+@pytest.mark.parametrize("command", [["tail", "c1", "--once"], ["send", "c1", "hi"]])
+def test_unreachable_hub_is_named_as_typed(
+    capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    """The error names the URL the user typed, not the health check's address behind it."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    code, _, err = run(capsys, *command, "--url", f"ws://127.0.0.1:{port}")
+    assert code == 1
+    assert f"cannot reach the hub at ws://127.0.0.1:{port}:" in err
+    assert "healthz" not in err and "http://" not in err
+
+
 # ---------------------------------------------------------------------- rendering
 
 
