@@ -433,6 +433,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--turns", type=_positive, default=3, help="agent turns (default 3)")
     demo.add_argument("--fast", action="store_true", help="no pauses between steps")
+    demo.add_argument(
+        "--serve",
+        action="store_true",
+        help="serve the hub on 127.0.0.1:--port, print the viewer's address of the demo and "
+        "keep serving after it until Ctrl-C",
+    )
+    demo.add_argument(
+        "--port",
+        type=_port,
+        default=DEFAULT_PORT,
+        help=f"with --serve: the port (default {DEFAULT_PORT}; 0 for any free one)",
+    )
     return parser
 
 
@@ -869,7 +881,28 @@ async def cmd_demo(args: argparse.Namespace) -> int:
 
     db = args.db if args.db is not None else _env("DB", DEFAULT_DB)
     try:
-        return await run_demo(db, turns=args.turns, fast=args.fast, out=sys.stdout)
+        if not args.serve:
+            return await run_demo(db, turns=args.turns, fast=args.fast, out=sys.stdout)
+        # Serving: Ctrl-C (or SIGTERM) during the turns abandons the demo (130); after the
+        # check it stops the hub, and the exit code is the check's.
+        stop, after, scope = anyio.Event(), anyio.Event(), anyio.CancelScope()
+
+        def on_signal() -> None:
+            stop.set()
+            if not after.is_set():
+                scope.cancel()
+
+        with on_signals(("SIGINT", "SIGTERM"), on_signal), scope:
+            return await run_demo(
+                db,
+                turns=args.turns,
+                fast=args.fast,
+                out=sys.stdout,
+                serve=args.port,
+                until=stop,
+                after=after,
+            )
+        return 130
     except DemoError as exc:
         raise CliError(exc.message, 2 if exc.reason == "bad_setting" else 1) from exc
 
