@@ -419,6 +419,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="the hub's frame limit in bytes (default 16 MiB)",
     )
 
+    back = commands.add_parser(
+        "backup",
+        help="copy a SQLite store to a new file while its hub runs",
+        description="Copy the SQLite store --db to FILE with SQLite's online backup API, while "
+        "a hub may be serving it: one consistent copy holding every record the hub had "
+        "acknowledged when the backup began. FILE must not exist. For PostgreSQL, see "
+        "docs/deploy.md (pg_dump).",
+    )
+    back.add_argument("file", metavar="FILE", help="the backup file to make")
+    back.add_argument("--db", required=True, help="the store's SQLite file")
+
+    rest = commands.add_parser(
+        "restore",
+        help="make a new SQLite store from a backup, every conversation under a fresh lineage",
+        description="Make the new SQLite store --db from the backup FILE. Every conversation "
+        "gets a fresh lineage, so a replica that saw revisions past the backup rereads the "
+        "log instead of diverging (its edits not in the backup are replayed). --db must not "
+        "exist: restore never overwrites a store; then run `convsync serve --db` on it.",
+    )
+    rest.add_argument("file", metavar="FILE", help="the backup file")
+    rest.add_argument("--db", required=True, help="the new store's SQLite file")
+
     demo = commands.add_parser(
         "demo",
         help="run a hub, an agent worker and a UI, and check they agree",
@@ -872,6 +894,35 @@ async def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------- backup
+
+
+async def cmd_backup(args: argparse.Namespace) -> int:
+    """Back the SQLite store up to a new file (off the event loop: it is one long copy)."""
+    from server.store.backup import backup
+
+    await _copy_store(backup, args.db, args.file)
+    return 0
+
+
+async def cmd_restore(args: argparse.Namespace) -> int:
+    """Make a new SQLite store from a backup, every conversation under a fresh lineage."""
+    from server.store.backup import restore
+
+    await _copy_store(restore, args.file, args.db)
+    return 0
+
+
+async def _copy_store(copy: Callable[..., object], source: str, target: str) -> None:
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    try:
+        await anyio.to_thread.run_sync(lambda: copy(source, target, say=say))
+    except UsageError as exc:
+        raise CliError(exc.message, 1) from exc
+
+
 # ---------------------------------------------------------------------- demo
 
 
@@ -915,6 +966,8 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
     "export": cmd_export,
     "import": cmd_import,
     "demo": cmd_demo,
+    "backup": cmd_backup,
+    "restore": cmd_restore,
 }
 
 
