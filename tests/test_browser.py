@@ -19,6 +19,7 @@ from client import connect
 from client.demo import SCRIPT
 from client.replica import Replica
 from server import Hub, MemoryStore, SqliteStore
+from server.auth import Key, KeyRing, mint_token
 from sync import (
     Assistant,
     Author,
@@ -532,3 +533,45 @@ async def test_a_draft_from_a_python_worker_streams_into_the_page_with_presence(
         shown = await page.locator(f'[data-entry-id="{final_id}"] .text').text_content()
         assert shown == text
         assert await page_state(page) == json.loads(encode(py.conversation.state()))
+
+
+async def test_a_status_the_worker_clears_leaves_the_page(hub: Hub, pages: Pages) -> None:
+    """`set_status(None)` takes the worker's status out of the page (it used to stay)."""
+    async with connect(hub.url, "status.1", client="agent") as py:
+        py.conversation.push(Message.user("work on it"))
+        await py.flush()
+        page = await pages.open(page_url(hub, "/c/status.1"))
+        await page.wait_for_selector("#app[data-connection-state=connected]")
+        await py.set_status("generating")
+        await page.wait_for_selector('[data-presence-client="agent"] .status')
+        await py.set_status(None)
+        await page.wait_for_selector('[data-presence-client="agent"] .status', state="detached")
+        assert await page.locator('[data-presence-client="agent"]').count() == 1
+
+
+async def test_a_second_tab_of_one_person_is_shown_as_that_person(pages: Pages) -> None:
+    """With tokens, two tabs of one principal are one person in the list ("you" in both),
+    beside another principal's replica."""
+    secret = b"s3cret-for-browser-tests-0123456789"
+    config = hub_config()
+    keys = KeyRing.of(Key.secret(secret))
+    async with Hub(MemoryStore(), host="127.0.0.1", port=0, config=config, keys=keys) as hub:
+        alice = mint_token(secret, "alice", ["read", "write", "presence"], ["*"], 300)
+        bob = mint_token(secret, "bob", ["read", "write", "presence"], ["*"], 300)
+        async with connect(hub.url, "tabs.1", client="bob-worker", token=bob) as py:
+            py.conversation.push(Message.user("hello"))
+            await py.flush()
+            first = await pages.open(page_url(hub, f"/c/tabs.1#token={alice}"))
+            second = await pages.open(page_url(hub, f"/c/tabs.1#token={alice}"))
+            for page in (first, second):
+                await page.wait_for_selector("#app[data-connection-state=connected]")
+                await page.wait_for_function(
+                    "() => document.querySelectorAll('.presence li').length === 2"
+                    " && globalThis.convsyncView.replica.presence.size === 3"
+                )
+                who = await page.eval_on_selector_all(
+                    ".presence li", "items => items.map(i => i.dataset.presenceWho).sort()"
+                )
+                assert who == ["principal:alice", "principal:bob"]
+                mine = page.locator('[data-presence-who="principal:alice"]')
+                assert (await mine.text_content() or "").startswith("you")

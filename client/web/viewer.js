@@ -267,22 +267,35 @@ class ConversationView {
   }
 
   renderPresence() {
+    // One item per person: with tokens, the connections of one principal (a second tab, a
+    // phone) are that person; without them (`anonymous`), each client id is its own.
     /** @type {Map<string, any[]>} */
-    const byClient = new Map();
+    const byWho = new Map();
     for (const item of this.replica.presence.values()) {
-      const client = String(item.client ?? item.principal ?? item.connection);
-      if (!byClient.has(client)) byClient.set(client, []);
-      byClient.get(client).push(item);
+      const principal = typeof item.principal === 'string' ? item.principal : 'anonymous';
+      const who =
+        principal !== 'anonymous'
+          ? `principal:${principal}`
+          : `client:${String(item.client ?? item.connection)}`;
+      if (!byWho.has(who)) byWho.set(who, []);
+      byWho.get(who).push(item);
     }
     const items = [];
-    for (const [client, connections] of byClient) {
+    for (const [who, connections] of byWho) {
       const first = connections[0];
+      const client = String(first.client ?? first.connection);
       const status = connections.map((c) => c.status).find((s) => typeof s === 'string') ?? '';
-      const label = client === this.replica.client ? 'you' : String(first.name ?? client);
+      const mine = connections.some((c) => c.client === this.replica.client);
+      const fallback = who.startsWith('principal:') ? who.slice('principal:'.length) : client;
+      const label = mine ? 'you' : String(first.name ?? fallback);
       items.push(
         h(
           'li',
-          { 'data-presence-client': client, title: String(first.kind ?? '') },
+          {
+            'data-presence-client': client,
+            'data-presence-who': who,
+            title: String(first.kind ?? ''),
+          },
           h('span', { class: 'dot' }),
           label,
           status ? h('span', { class: 'status' }, status) : null,
