@@ -575,3 +575,32 @@ async def test_a_second_tab_of_one_person_is_shown_as_that_person(pages: Pages) 
                 assert who == ["principal:alice", "principal:bob"]
                 mine = page.locator('[data-presence-who="principal:alice"]')
                 assert (await mine.text_content() or "").startswith("you")
+
+
+async def test_message_text_renders_safe_markdown(hub: Hub, pages: Pages) -> None:
+    """Code, emphasis, lists and http(s) links render; a `<script>` stays text and runs
+    nothing, a `javascript:` link is no link; every text block follows its text's direction."""
+    text = (
+        "**Done** with `make test`:\n- one\n- two\n"
+        "<script>alert(1)</script> [bad](javascript:alert(2)) [docs](https://example.com/d)\n"
+        "```\n<b>not bold</b>\n```\n\u05e9\u05dc\u05d5\u05dd"
+    )
+    async with connect(hub.url, "md.1", client="py") as py:
+        entry_id = py.conversation.push(Message.assistant(text, stop=Stop("stop")))
+        await py.flush()
+        page = await pages.open(page_url(hub, "/c/md.1"))
+        block = page.locator(f'[data-entry-id="{entry_id}"] .text')
+        await block.wait_for()
+        assert await block.get_attribute("dir") == "auto"
+        assert await block.locator("strong").text_content() == "Done"
+        assert await block.locator("code").first.text_content() == "make test"
+        assert await block.locator("ul > li").all_text_contents() == ["one", "two"]
+        assert await block.locator("pre").text_content() == "<b>not bold</b>"
+        assert await block.locator("b, script").count() == 0
+        links = block.locator("a")
+        assert await links.count() == 1
+        assert await links.get_attribute("href") == "https://example.com/d"
+        assert "noopener" in (await links.get_attribute("rel") or "")
+        shown = await block.text_content() or ""
+        assert "<script>alert(1)</script>" in shown and "[bad](javascript:alert(2))" in shown
+        assert pages.dialogs == []

@@ -8,6 +8,7 @@
 // `textContent` (or an attribute value): never as markup.
 
 import { Author, Message, SummaryFeed, connect, isStopMarker, madeMs } from './convsync.js';
+import { markdown } from './markdown.js';
 
 const WINDOW = 150; // entries drawn at first
 const STEP = 200; // more when the reader scrolls to the top
@@ -46,6 +47,17 @@ function h(tag, attrs = {}, ...children) {
     element.append(typeof child === 'string' ? document.createTextNode(child) : child);
   }
   return element;
+}
+
+/**
+ * A message's text drawn as safe markdown (`markdown.js`: a fixed set of elements, text nodes
+ * only, links to http(s) only), in a `.text` block whose direction follows its text.
+ * @param {string} text
+ */
+function richText(text) {
+  const draw = (node) =>
+    typeof node === 'string' ? node : h(node.tag, node.attrs ?? {}, ...node.children.map(draw));
+  return h('div', { class: 'text', dir: 'auto' }, ...markdown(text).map(draw));
 }
 
 function timeOf(ms) {
@@ -373,7 +385,7 @@ function drawEntry(entry, pending, results, turn) {
     ),
   );
   if (message.role === 'system') {
-    element.append(h('div', { class: 'text' }, message.content));
+    element.append(richText(message.content));
     return element;
   }
   for (const part of message.content) element.append(drawPart(part, results));
@@ -391,7 +403,7 @@ function drawEntry(entry, pending, results, turn) {
 function drawPart(part, results) {
   switch (part.type) {
     case 'text':
-      return h('div', { class: 'text' }, part.text);
+      return richText(part.text);
     case 'reasoning':
       return h(
         'details',
