@@ -26,8 +26,10 @@ function takeToken() {
   return token;
 }
 
-const token = takeToken();
-const getToken = token === null ? undefined : () => token;
+// The token in use: replaced when the address gets a new `#token=` (`hashchange`), or when
+// the page asks for one after the hub refused it, so the page outlives one token's TTL.
+let token = takeToken();
+const getToken = () => token;
 const hubUrl = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}`;
 
 // ---------------------------------------------------------------- DOM helpers (text only)
@@ -104,7 +106,8 @@ class ConversationView {
       this.schedule();
     });
     this.replica.on('refused', (error) => {
-      this.notice.textContent = `refused: ${error.code} ${error.detail ?? ''}`;
+      this.notice.replaceChildren(`refused: ${error.code} ${error.detail ?? ''}`);
+      if (error.code === 'unauthorized') this.notice.append(tokenPrompt());
       this.notice.hidden = false;
     });
     root.dataset.connectionState = this.replica.state;
@@ -139,6 +142,7 @@ class ConversationView {
     this.send = h('button', { type: 'submit', 'data-action': 'send' }, 'Send');
     this.stop = h('button', { type: 'button', 'data-action': 'stop', class: 'stop' }, 'Stop');
     const form = h('form', { class: 'composer' }, this.input, this.send, this.stop);
+    this.composer = form;
     form.addEventListener('submit', (event) => {
       event.preventDefault();
       this.sendMessage();
@@ -167,9 +171,15 @@ class ConversationView {
     document.title = `${this.id} · convsync`;
   }
 
+  /** Whether this connection may write (the scopes `welcome` gave; none listed: no auth). */
+  get canWrite() {
+    const scopes = this.replica.session.welcome?.scopes;
+    return !Array.isArray(scopes) || scopes.includes('write');
+  }
+
   sendMessage() {
     const text = this.input.value;
-    if (text.trim() === '') return;
+    if (text.trim() === '' || !this.canWrite) return;
     this.replica.conversation.push({ message: Message.user(text), author: Author.user() });
     this.input.value = '';
     this.follow = true;
@@ -193,6 +203,8 @@ class ConversationView {
   }
 
   render() {
+    // A read-only token gets no composer and no Stop: the hub would refuse what they send.
+    this.composer.hidden = !this.canWrite;
     const scroller = this.scroller;
     const atBottom =
       this.follow ||
@@ -606,10 +618,45 @@ function idOfPath(at) {
 }
 
 const id = path.startsWith('/c/') && path.length > 3 ? idOfPath(path) : null;
-if (id !== null) {
-  // Exposed for tests and for the curious: the replica behind the page.
-  globalThis.convsyncView = new ConversationView(root, id);
-} else {
-  // The list, also for a `/c/` address that names no conversation (it stayed blank).
-  globalThis.convsyncView = new ListView(root);
+
+/** The page's view, made anew when a new token comes after the hub refused the old one. */
+function open() {
+  // Exposed for tests and for the curious: the replica (or feed) behind the page. The list
+  // serves also a `/c/` address that names no conversation (it stayed blank).
+  globalThis.convsyncView = id !== null ? new ConversationView(root, id) : new ListView(root);
 }
+
+/** Use `fresh` from now on: a connection the hub refused starts again with it; a live one
+ * sends it at its next refresh (the replica asks `getToken`). */
+function useToken(fresh) {
+  token = fresh;
+  const connection = globalThis.convsyncView.replica ?? globalThis.convsyncView.feed;
+  if (connection.state === 'closed') {
+    connection.close();
+    open();
+  }
+}
+
+/** A field to paste a new token into, shown when the hub refused the page's token. */
+function tokenPrompt() {
+  const input = h('input', {
+    type: 'password',
+    name: 'token',
+    autocomplete: 'off',
+    placeholder: 'paste a new token',
+    'aria-label': 'new token',
+  });
+  const form = h('form', { class: 'token-prompt' }, input, h('button', { type: 'submit' }, 'Use'));
+  form.addEventListener('submit', (event) => {
+    event.preventDefault();
+    const value = /** @type {HTMLInputElement} */ (input).value.trim();
+    if (value !== '') useToken(value);
+  });
+  return form;
+}
+
+window.addEventListener('hashchange', () => {
+  const fresh = takeToken();
+  if (fresh !== null) useToken(fresh);
+});
+open();
