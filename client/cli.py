@@ -419,6 +419,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="the hub's frame limit in bytes (default 16 MiB)",
     )
 
+    back = commands.add_parser(
+        "backup",
+        help="copy a SQLite store to a new file while its hub runs",
+        description="Copy the SQLite store --db to FILE with SQLite's online backup API, while "
+        "a hub may be serving it: one consistent copy holding every record the hub had "
+        "acknowledged when the backup began. FILE must not exist. For PostgreSQL, see "
+        "docs/deploy.md (pg_dump).",
+    )
+    back.add_argument("file", metavar="FILE", help="the backup file to make")
+    back.add_argument("--db", required=True, help="the store's SQLite file")
+
+    rest = commands.add_parser(
+        "restore",
+        help="make a new SQLite store from a backup, every conversation under a fresh lineage",
+        description="Make the new SQLite store --db from the backup FILE. Every conversation "
+        "gets a fresh lineage, so a replica that saw revisions past the backup rereads the "
+        "log instead of diverging (its edits not in the backup are replayed). --db must not "
+        "exist: restore never overwrites a store; then run `convsync serve --db` on it.",
+    )
+    rest.add_argument("file", metavar="FILE", help="the backup file")
+    rest.add_argument("--db", required=True, help="the new store's SQLite file")
+
     demo = commands.add_parser(
         "demo",
         help="run a hub, an agent worker and a UI, and check they agree",
@@ -433,6 +455,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--turns", type=_positive, default=3, help="agent turns (default 3)")
     demo.add_argument("--fast", action="store_true", help="no pauses between steps")
+    demo.add_argument(
+        "--serve",
+        action="store_true",
+        help="serve the hub on 127.0.0.1:--port, print the viewer's address of the demo and "
+        "keep serving after it until Ctrl-C",
+    )
+    demo.add_argument(
+        "--port",
+        type=_port,
+        default=DEFAULT_PORT,
+        help=f"with --serve: the port (default {DEFAULT_PORT}; 0 for any free one)",
+    )
     return parser
 
 
@@ -860,6 +894,35 @@ async def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------- backup
+
+
+async def cmd_backup(args: argparse.Namespace) -> int:
+    """Back the SQLite store up to a new file (off the event loop: it is one long copy)."""
+    from server.store.backup import backup
+
+    await _copy_store(backup, args.db, args.file)
+    return 0
+
+
+async def cmd_restore(args: argparse.Namespace) -> int:
+    """Make a new SQLite store from a backup, every conversation under a fresh lineage."""
+    from server.store.backup import restore
+
+    await _copy_store(restore, args.file, args.db)
+    return 0
+
+
+async def _copy_store(copy: Callable[..., object], source: str, target: str) -> None:
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    try:
+        await anyio.to_thread.run_sync(lambda: copy(source, target, say=say))
+    except UsageError as exc:
+        raise CliError(exc.message, 1) from exc
+
+
 # ---------------------------------------------------------------------- demo
 
 
@@ -869,7 +932,28 @@ async def cmd_demo(args: argparse.Namespace) -> int:
 
     db = args.db if args.db is not None else _env("DB", DEFAULT_DB)
     try:
-        return await run_demo(db, turns=args.turns, fast=args.fast, out=sys.stdout)
+        if not args.serve:
+            return await run_demo(db, turns=args.turns, fast=args.fast, out=sys.stdout)
+        # Serving: Ctrl-C (or SIGTERM) during the turns abandons the demo (130); after the
+        # check it stops the hub, and the exit code is the check's.
+        stop, after, scope = anyio.Event(), anyio.Event(), anyio.CancelScope()
+
+        def on_signal() -> None:
+            stop.set()
+            if not after.is_set():
+                scope.cancel()
+
+        with on_signals(("SIGINT", "SIGTERM"), on_signal), scope:
+            return await run_demo(
+                db,
+                turns=args.turns,
+                fast=args.fast,
+                out=sys.stdout,
+                serve=args.port,
+                until=stop,
+                after=after,
+            )
+        return 130
     except DemoError as exc:
         raise CliError(exc.message, 2 if exc.reason == "bad_setting" else 1) from exc
 
@@ -882,6 +966,8 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
     "export": cmd_export,
     "import": cmd_import,
     "demo": cmd_demo,
+    "backup": cmd_backup,
+    "restore": cmd_restore,
 }
 
 

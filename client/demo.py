@@ -243,16 +243,35 @@ async def _ui(
                 say("ui   ", line)
 
 
-async def run_demo(db: str, *, turns: int = 3, fast: bool = False, out: TextIO) -> int:
-    """Run the demo on store `db`, printing to `out`; 0 when both replicas equal the hub."""
+async def run_demo(
+    db: str,
+    *,
+    turns: int = 3,
+    fast: bool = False,
+    out: TextIO,
+    serve: int | None = None,
+    until: anyio.Event | None = None,
+    after: anyio.Event | None = None,
+) -> int:
+    """Run the demo on store `db`, printing to `out`; 0 when both replicas equal the hub.
+
+    With `serve` (a port; 0 for any free one), the hub listens there on 127.0.0.1, the
+    viewer's address of the conversation is printed first, and once the check is printed
+    the hub keeps serving until `until` is set (`after` is set when that wait begins), so a
+    browser can watch the demo and look at it afterwards.
+    """
     wait = _wait()
     say = _Printer(out)
     conversation_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(2).hex()}"
     interject_turn = 1 if turns > 1 else 0
     stop_turn = turns - 1 if turns >= 3 else -1
-    async with Hub(store=open_store(db), port=0, config=HubConfig.from_env()) as hub:
+    port = 0 if serve is None else serve
+    config = HubConfig.from_env()
+    async with Hub(store=open_store(db), host="127.0.0.1", port=port, config=config) as hub:
         say("hub  ", f"serving {hub.url} on store {db}")
         say("hub  ", f"conversation {conversation_id}")
+        if serve is not None:
+            say("hub  ", f"open http://127.0.0.1:{hub.port}/c/{conversation_id} in a browser")
         async with (
             connect(hub.url, conversation_id, client="demo-worker") as worker,
             connect(hub.url, conversation_id, client="demo-ui") as ui,
@@ -293,6 +312,11 @@ async def run_demo(db: str, *, turns: int = 3, fast: bool = False, out: TextIO) 
                 say("hub  ", describe_entry(ref.index, ref.entry))
             worker_ok = worker.conversation == hub_state
             ui_ok = ui.conversation == hub_state
-    print(f"check: worker == hub: {worker_ok}", file=out)
-    print(f"check: ui == hub: {ui_ok}", file=out, flush=True)
+            print(f"check: worker == hub: {worker_ok}", file=out)
+            print(f"check: ui == hub: {ui_ok}", file=out, flush=True)
+            if serve is not None:
+                say("hub  ", f"still serving http://127.0.0.1:{hub.port}/ (Ctrl-C stops it)")
+                if after is not None:
+                    after.set()
+                await (until or anyio.Event()).wait()
     return 0 if worker_ok and ui_ok else 1

@@ -64,10 +64,15 @@ _opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never 
 
 
 def _get(
-    url: str, timeout: float, token: str | None = None, ssl: _ssl.SSLContext | None = None
+    url: str,
+    timeout: float,
+    token: str | None = None,
+    ssl: _ssl.SSLContext | None = None,
+    shown: str | None = None,
 ) -> tuple[int, bytes]:
     """Status and body of a GET (blocking; an HTTP error status is an answer, not a raise),
-    with `Authorization: Bearer <token>` when a token is given, and `ssl` for `https://`."""
+    with `Authorization: Bearer <token>` when a token is given, and `ssl` for `https://`.
+    An error names the hub as `shown` (the URL the user gave), else as `url`."""
     request = urllib.request.Request(url)
     if token is not None:
         request.add_header("Authorization", f"Bearer {token}")
@@ -85,7 +90,8 @@ def _get(
             exc.close()
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise HubError("unreachable", f"cannot reach the hub at {url}: {reason}") from exc
+        where = shown or url
+        raise HubError("unreachable", f"cannot reach the hub at {where}: {reason}") from exc
 
 
 async def _get_async(
@@ -93,8 +99,9 @@ async def _get_async(
     request_timeout: float,
     token: str | None = None,
     ssl: _ssl.SSLContext | None = None,
+    shown: str | None = None,
 ) -> tuple[int, bytes]:
-    return await anyio.to_thread.run_sync(_get, url, request_timeout, token, ssl)
+    return await anyio.to_thread.run_sync(_get, url, request_timeout, token, ssl, shown)
 
 
 async def check_hub(
@@ -106,7 +113,7 @@ async def check_hub(
     Raises:
         HubError: `unreachable`, or `bad_status` when something else answers there.
     """
-    status, _ = await _get_async(http_url(url) + "/healthz", request_timeout, None, ssl)
+    status, _ = await _get_async(http_url(url) + "/healthz", request_timeout, None, ssl, url)
     if status != 200:
         raise HubError(
             "bad_status", f"{url} does not look like a convsync hub (healthz answered {status})"

@@ -526,7 +526,9 @@ class Replica:
     def _stop_refused(self, refused: Refused) -> None:
         """The hub refused us for good: stop, and let every waiter raise it."""
         self._refused = refused
-        log.warning("replica %s refused by the hub: %s", self.client, refused)
+        # Info, not a warning: every waiter raises it, so the caller reports it (a CLI that
+        # also saw this line printed the refusal twice).
+        log.info("replica %s refused by the hub: %s", self.client, refused)
         reason = f"refused: {refused.code}: {refused.detail}"
         self._failure = reason
         # Stopping for good is a change of state even after failed attempts: say it once.

@@ -58,6 +58,7 @@ __all__ = [
     "describe_presence",
     "exists",
     "one_line",
+    "printable",
     "render",
     "screen",
     "tail",
@@ -65,6 +66,14 @@ __all__ = [
 
 _SPACE = re.compile(r"\s+")
 _WIDE = 200  # the longest line printed to something that is not a terminal
+# C0 and C1 control characters and DEL: model or tool text holding ESC sequences would
+# otherwise reach the terminal (clear the screen, set colours or the window's title).
+_CONTROLS = dict.fromkeys([*range(0x20), 0x7F, *range(0x80, 0xA0)], None) | {0x09: " "}
+
+
+def printable(line: str) -> str:
+    """`line` without C0/C1 control characters (a tab becomes a space): safe to print."""
+    return line.translate(_CONTROLS)
 
 
 def one_line(text: str, limit: int = 120) -> str:
@@ -455,7 +464,7 @@ async def tail(replica: Replica, out: TextIO, *, once: bool, tty: bool) -> None:
 
 
 def _print(out: TextIO, lines: Sequence[str]) -> None:
-    for line in lines:
+    for line in map(printable, lines):
         print(line if len(line) <= _WIDE else line[: _WIDE - 1] + "…", file=out)
     out.flush()
 
@@ -506,9 +515,10 @@ def screen(
             body[0] = (f"… {above + 1} lines above", _STYLES["above"])
     view = Styled(no_wrap=True, overflow="ellipsis", end="")
     head = (_title(replica, status), _STYLES["title"])
-    for at, (line, style) in enumerate([head, *body, *live]):
+    for at, (raw, style) in enumerate([head, *body, *live]):
         if at:
             view.append("\n")
+        line = printable(raw)
         # Cut here, by characters: rich then only measures lines that fit (or hold wide
         # characters, which it cuts by cells); measuring every long line costs it more.
         view.append(line if len(line) <= width else line[: max(width - 1, 1)] + "…", style)

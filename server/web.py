@@ -80,6 +80,7 @@ STATIC_DIR: Final = Path(__file__).resolve().parent.parent / "client" / "web"
 STATIC: Final[dict[str, tuple[str, str]]] = {
     "/static/convsync.js": ("convsync.js", "text/javascript; charset=utf-8"),
     "/static/viewer.js": ("viewer.js", "text/javascript; charset=utf-8"),
+    "/static/markdown.js": ("markdown.js", "text/javascript; charset=utf-8"),
     "/static/viewer.css": ("viewer.css", "text/css; charset=utf-8"),
     "/static/icon.svg": ("icon.svg", "image/svg+xml"),
 }

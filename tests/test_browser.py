@@ -19,6 +19,7 @@ from client import connect
 from client.demo import SCRIPT
 from client.replica import Replica
 from server import Hub, MemoryStore, SqliteStore
+from server.auth import Key, KeyRing, mint_token
 from sync import (
     Assistant,
     Author,
@@ -532,3 +533,128 @@ async def test_a_draft_from_a_python_worker_streams_into_the_page_with_presence(
         shown = await page.locator(f'[data-entry-id="{final_id}"] .text').text_content()
         assert shown == text
         assert await page_state(page) == json.loads(encode(py.conversation.state()))
+
+
+async def test_a_status_the_worker_clears_leaves_the_page(hub: Hub, pages: Pages) -> None:
+    """`set_status(None)` takes the worker's status out of the page (it used to stay)."""
+    async with connect(hub.url, "status.1", client="agent") as py:
+        py.conversation.push(Message.user("work on it"))
+        await py.flush()
+        page = await pages.open(page_url(hub, "/c/status.1"))
+        await page.wait_for_selector("#app[data-connection-state=connected]")
+        await py.set_status("generating")
+        await page.wait_for_selector('[data-presence-client="agent"] .status')
+        await py.set_status(None)
+        await page.wait_for_selector('[data-presence-client="agent"] .status', state="detached")
+        assert await page.locator('[data-presence-client="agent"]').count() == 1
+
+
+SECRET = b"s3cret-for-browser-tests-0123456789"
+
+
+def page_token(sub: str, scope: str = "read write presence", secret: bytes = SECRET) -> str:
+    """A token for the auth hub of `auth_hub`."""
+    return mint_token(secret, sub, scope.split(), ["*"], 300)
+
+
+def auth_hub() -> Hub:
+    """A hub that checks tokens signed with `SECRET` (use as `async with`)."""
+    keys = KeyRing.of(Key.secret(SECRET))
+    return Hub(MemoryStore(), host="127.0.0.1", port=0, config=hub_config(), keys=keys)
+
+
+async def test_a_second_tab_of_one_person_is_shown_as_that_person(pages: Pages) -> None:
+    """With tokens, two tabs of one principal are one person in the list ("you" in both),
+    beside another principal's replica."""
+    async with auth_hub() as hub:
+        alice, bob = page_token("alice"), page_token("bob")
+        async with connect(hub.url, "tabs.1", client="bob-worker", token=bob) as py:
+            py.conversation.push(Message.user("hello"))
+            await py.flush()
+            first = await pages.open(page_url(hub, f"/c/tabs.1#token={alice}"))
+            second = await pages.open(page_url(hub, f"/c/tabs.1#token={alice}"))
+            for page in (first, second):
+                await page.wait_for_selector("#app[data-connection-state=connected]")
+                await page.wait_for_function(
+                    "() => document.querySelectorAll('.presence li').length === 2"
+                    " && globalThis.convsyncView.replica.presence.size === 3"
+                )
+                who = await page.eval_on_selector_all(
+                    ".presence li", "items => items.map(i => i.dataset.presenceWho).sort()"
+                )
+                assert who == ["principal:alice", "principal:bob"]
+                mine = page.locator('[data-presence-who="principal:alice"]')
+                assert (await mine.text_content() or "").startswith("you")
+
+
+async def test_message_text_renders_safe_markdown(hub: Hub, pages: Pages) -> None:
+    """Code, emphasis, lists and http(s) links render; a `<script>` stays text and runs
+    nothing, a `javascript:` link is no link; every text block follows its text's direction."""
+    text = (
+        "**Done** with `make test`:\n- one\n- two\n"
+        "<script>alert(1)</script> [bad](javascript:alert(2)) [docs](https://example.com/d)\n"
+        "```\n<b>not bold</b>\n```\n\u05e9\u05dc\u05d5\u05dd"
+    )
+    async with connect(hub.url, "md.1", client="py") as py:
+        entry_id = py.conversation.push(Message.assistant(text, stop=Stop("stop")))
+        await py.flush()
+        page = await pages.open(page_url(hub, "/c/md.1"))
+        block = page.locator(f'[data-entry-id="{entry_id}"] .text')
+        await block.wait_for()
+        assert await block.get_attribute("dir") == "auto"
+        assert await block.locator("strong").text_content() == "Done"
+        assert await block.locator("code").first.text_content() == "make test"
+        assert await block.locator("ul > li").all_text_contents() == ["one", "two"]
+        assert await block.locator("pre").text_content() == "<b>not bold</b>"
+        assert await block.locator("b, script").count() == 0
+        links = block.locator("a")
+        assert await links.count() == 1
+        assert await links.get_attribute("href") == "https://example.com/d"
+        assert "noopener" in (await links.get_attribute("rel") or "")
+        shown = await block.text_content() or ""
+        assert "<script>alert(1)</script>" in shown and "[bad](javascript:alert(2))" in shown
+        assert pages.dialogs == []
+
+
+async def test_a_read_only_token_gets_no_composer_and_no_stop(pages: Pages) -> None:
+    """A token without `write` shows the conversation with no composer and no Stop (the hub
+    would refuse both); a token with it gets them."""
+    async with auth_hub() as hub:
+        async with connect(hub.url, "ro.1", client="py", token=page_token("py")) as py:
+            py.conversation.push(Message.user("read me"))
+            await py.flush()
+        reader = await pages.open(page_url(hub, f"/c/ro.1#token={page_token('r', 'read')}"))
+        writer = await pages.open(page_url(hub, f"/c/ro.1#token={page_token('w')}"))
+        for page in (reader, writer):
+            await page.wait_for_selector("#app[data-connection-state=connected]")
+            await page.wait_for_selector(".text")
+        assert not await reader.locator("form.composer").is_visible()
+        assert not await reader.locator("[data-action=stop]").is_visible()
+        assert await writer.locator("form.composer").is_visible()
+        assert await writer.locator("[data-action=stop]").is_visible()
+
+
+async def test_a_refused_token_is_asked_for_again_and_a_new_one_in_the_address_is_used(
+    pages: Pages,
+) -> None:
+    """A token the hub refuses shows the refusal and a field for a new one; a token pasted
+    there, or put in the address (`#token=`, as a token service renewing it would), connects
+    the same page without a reload."""
+    async with auth_hub() as hub:
+        async with connect(hub.url, "renew.1", client="py", token=page_token("py")) as py:
+            py.conversation.push(Message.user("still here"))
+            await py.flush()
+        forged = page_token("eve", secret=b"not-the-hubs-secret-0123456789abcd")
+        page = await pages.open(page_url(hub, f"/c/renew.1#token={forged}"))
+        await page.wait_for_selector(".notice .token-prompt")
+        assert "unauthorized" in (await page.locator(".notice").text_content() or "")
+        await page.fill(".token-prompt input", page_token("alice"))
+        await page.click(".token-prompt button")
+        await page.wait_for_selector("#app[data-connection-state=connected]")
+        await page.wait_for_selector(".text")
+        second = await pages.open(page_url(hub, f"/c/renew.1#token={forged}"))
+        await second.wait_for_selector(".notice .token-prompt")
+        await second.evaluate("t => { location.hash = 'token=' + t; }", page_token("bob"))
+        await second.wait_for_selector("#app[data-connection-state=connected]")
+        assert second.url == page_url(hub, "/c/renew.1")  # the token left the address bar
+        assert await second.locator(".text").first.text_content() == "still here"

@@ -18,6 +18,7 @@ from test_transfer import a_turn, an_authored_conversation
 
 from client import connect
 from client.cli import main
+from client.http import _get
 from client.tail import Watcher, render
 from client.transfer import batches
 from sync import (
@@ -132,6 +133,20 @@ def test_unreachable_hub_is_one_line(capsys: pytest.CaptureFixture[str]) -> None
     assert "cannot reach the hub" in err
     assert len(err.splitlines()) == 1
     assert time.monotonic() - started < 5 * SCALE
+
+
+@pytest.mark.parametrize("command", [["tail", "c1", "--once"], ["send", "c1", "hi"]])
+def test_unreachable_hub_is_named_as_typed(
+    capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    """The error names the URL the user typed, not the health check's address behind it."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    code, _, err = run(capsys, *command, "--url", f"ws://127.0.0.1:{port}")
+    assert code == 1
+    assert f"cannot reach the hub at ws://127.0.0.1:{port}:" in err
+    assert "healthz" not in err and "http://" not in err
 
 
 # ---------------------------------------------------------------------- rendering
@@ -547,6 +562,26 @@ def test_demo_mirrors_the_worker_and_checks_the_hub(tmp_path: Path) -> None:
     assert any(line.startswith("ui   | … assistant is typing: It") for line in ui)
     assert "ui   | draft ended: stopped" in lines
     assert any(line.startswith("agent| stopped by the ui after") for line in lines)
+
+
+def test_demo_serve_keeps_the_hub_up_and_prints_the_viewers_address(tmp_path: Path) -> None:
+    """`demo --serve` prints the viewer's address of its conversation, runs the demo, then
+    keeps serving it (the page and the conversation's log answer) until SIGTERM: exit 0."""
+    demo = Running("demo", "--fast", "--serve", "--port", "0", "--db", str(tmp_path / "d.db"))
+    try:
+        line = demo.wait_for("in a browser")
+        address = line.split("open ", 1)[1].split(" in a browser")[0]
+        assert address.startswith("http://127.0.0.1:") and "/c/demo-" in address
+        demo.wait_for("check: ui == hub: True", within=3 * TIMEOUT)
+        demo.wait_for("still serving")
+        base, conversation_id = address.split("/c/")
+        status, page = _get(address, TIMEOUT)
+        assert status == 200 and b"<html" in page.lower()
+        status, _ = _get(f"{base}/v1/conversations/{conversation_id}", TIMEOUT)
+        assert status == 200
+    finally:
+        code, err = demo.stop()
+    assert code == 0, err
 
 
 def test_token_protected_serve_with_send_tail_export_and_import(

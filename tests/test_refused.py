@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 import anyio
 import pytest
+from cliproc import convsync
 from conftest import bound, hub_config
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.http11 import Request, Response
@@ -150,3 +151,15 @@ def test_cli_prints_the_hubs_reason_and_exits_non_zero(
     err = capsys.readouterr().err
     assert status == 1
     assert code in err and f"scripted {code}" in err
+
+
+async def test_cli_prints_a_refusal_once() -> None:
+    """The command, run as a user runs it, says the hub's refusal on one line, not twice
+    (the library raises it to the caller; it does not also warn about it)."""
+    async with ScriptedHub("forbidden").running() as hub:
+        done = await anyio.to_thread.run_sync(
+            lambda: convsync("send", "--url", hub.url, "--timeout", "3", "conv", "hello")
+        )
+    assert done.returncode == 1
+    assert done.stderr.count("scripted forbidden") == 1, done.stderr
+    assert len(done.stderr.splitlines()) == 1, done.stderr

@@ -483,3 +483,37 @@ def test_a_refusal_is_not_announced_as_reconnecting() -> None:
     assert client.tail._status(Disconnected("keepalive timed out")) == (
         "-- disconnected (keepalive timed out); reconnecting"
     )
+
+
+def test_tail_strips_control_characters_from_model_and_tool_text(url: str) -> None:
+    """Text holding terminal escapes (ESC and C1 sequences: clear screen, colours, window
+    title, bell) reaches `tail`'s output without a control character; the rest is kept."""
+    hostile = "a\x1b[2J\x1b]0;owned\x07b\x9b31mc\x7fd\x01e"
+    assert convsync("send", "hostile-1", hostile, "--url", url).returncode == 0
+    done = convsync("tail", "hostile-1", "--url", url, "--once")
+    assert done.returncode == 0, done.stderr
+    controls = [
+        ch for ch in done.stdout if (ord(ch) < 0x20 and ch != "\n") or 0x7F <= ord(ch) < 0xA0
+    ]
+    assert controls == []
+    assert "#0   user  a[2J]0;ownedb31mcde" in done.stdout
+
+
+def test_the_live_view_strips_control_characters() -> None:
+    """The terminal view draws no control character of an entry, a draft or a status."""
+    conversation = Conversation()
+    conversation.push(Message.user("x\x1b[31my\x9bz"))
+    replica = SimpleNamespace(
+        conversation=conversation,
+        conversation_id="c",
+        drafts={},
+        presence={},
+        revision=conversation.revision,
+        lineage=conversation.lineage,
+        connected=True,
+    )
+    stand_in: Any = replica
+    view = client.tail.screen(Bottom(conversation), stand_in, 10, 80, "live\x1b]0;t\x07")
+    text = view.plain
+    assert "\x1b" not in text and "\x9b" not in text and "\x07" not in text
+    assert "x[31myz" in text

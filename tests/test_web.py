@@ -50,6 +50,7 @@ async def fill(hub: Hub, conversation_id: str, *texts: str) -> None:
         ("/c/demo.1", "text/html; charset=utf-8"),
         ("/static/viewer.js", "text/javascript; charset=utf-8"),
         ("/static/convsync.js", "text/javascript; charset=utf-8"),
+        ("/static/markdown.js", "text/javascript; charset=utf-8"),
         ("/static/viewer.css", "text/css; charset=utf-8"),
     ],
 )

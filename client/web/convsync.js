@@ -2116,7 +2116,8 @@ function receiveLive(session, message) {
       for (const item of Array.isArray(message.changed) ? message.changed : []) {
         if (!isObject(item) || item.connection === undefined) continue;
         const key = String(item.connection);
-        session.presence.set(key, { ...(session.presence.get(key) ?? {}), ...item });
+        // The whole entry (a cleared status is omitted from it): replace, never merge.
+        session.presence.set(key, item);
         changed.push(key);
       }
       for (const connection of Array.isArray(message.left) ? message.left : []) {

@@ -8,6 +8,7 @@
 // `textContent` (or an attribute value): never as markup.
 
 import { Author, Message, SummaryFeed, connect, isStopMarker, madeMs } from './convsync.js';
+import { markdown } from './markdown.js';
 
 const WINDOW = 150; // entries drawn at first
 const STEP = 200; // more when the reader scrolls to the top
@@ -25,8 +26,10 @@ function takeToken() {
   return token;
 }
 
-const token = takeToken();
-const getToken = token === null ? undefined : () => token;
+// The token in use: replaced when the address gets a new `#token=` (`hashchange`), or when
+// the page asks for one after the hub refused it, so the page outlives one token's TTL.
+let token = takeToken();
+const getToken = () => token;
 const hubUrl = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}`;
 
 // ---------------------------------------------------------------- DOM helpers (text only)
@@ -46,6 +49,17 @@ function h(tag, attrs = {}, ...children) {
     element.append(typeof child === 'string' ? document.createTextNode(child) : child);
   }
   return element;
+}
+
+/**
+ * A message's text drawn as safe markdown (`markdown.js`: a fixed set of elements, text nodes
+ * only, links to http(s) only), in a `.text` block whose direction follows its text.
+ * @param {string} text
+ */
+function richText(text) {
+  const draw = (node) =>
+    typeof node === 'string' ? node : h(node.tag, node.attrs ?? {}, ...node.children.map(draw));
+  return h('div', { class: 'text', dir: 'auto' }, ...markdown(text).map(draw));
 }
 
 function timeOf(ms) {
@@ -92,7 +106,8 @@ class ConversationView {
       this.schedule();
     });
     this.replica.on('refused', (error) => {
-      this.notice.textContent = `refused: ${error.code} ${error.detail ?? ''}`;
+      this.notice.replaceChildren(`refused: ${error.code} ${error.detail ?? ''}`);
+      if (error.code === 'unauthorized') this.notice.append(tokenPrompt());
       this.notice.hidden = false;
     });
     root.dataset.connectionState = this.replica.state;
@@ -127,6 +142,7 @@ class ConversationView {
     this.send = h('button', { type: 'submit', 'data-action': 'send' }, 'Send');
     this.stop = h('button', { type: 'button', 'data-action': 'stop', class: 'stop' }, 'Stop');
     const form = h('form', { class: 'composer' }, this.input, this.send, this.stop);
+    this.composer = form;
     form.addEventListener('submit', (event) => {
       event.preventDefault();
       this.sendMessage();
@@ -155,9 +171,15 @@ class ConversationView {
     document.title = `${this.id} · convsync`;
   }
 
+  /** Whether this connection may write (the scopes `welcome` gave; none listed: no auth). */
+  get canWrite() {
+    const scopes = this.replica.session.welcome?.scopes;
+    return !Array.isArray(scopes) || scopes.includes('write');
+  }
+
   sendMessage() {
     const text = this.input.value;
-    if (text.trim() === '') return;
+    if (text.trim() === '' || !this.canWrite) return;
     this.replica.conversation.push({ message: Message.user(text), author: Author.user() });
     this.input.value = '';
     this.follow = true;
@@ -181,6 +203,8 @@ class ConversationView {
   }
 
   render() {
+    // A read-only token gets no composer and no Stop: the hub would refuse what they send.
+    this.composer.hidden = !this.canWrite;
     const scroller = this.scroller;
     const atBottom =
       this.follow ||
@@ -267,22 +291,35 @@ class ConversationView {
   }
 
   renderPresence() {
+    // One item per person: with tokens, the connections of one principal (a second tab, a
+    // phone) are that person; without them (`anonymous`), each client id is its own.
     /** @type {Map<string, any[]>} */
-    const byClient = new Map();
+    const byWho = new Map();
     for (const item of this.replica.presence.values()) {
-      const client = String(item.client ?? item.principal ?? item.connection);
-      if (!byClient.has(client)) byClient.set(client, []);
-      byClient.get(client).push(item);
+      const principal = typeof item.principal === 'string' ? item.principal : 'anonymous';
+      const who =
+        principal !== 'anonymous'
+          ? `principal:${principal}`
+          : `client:${String(item.client ?? item.connection)}`;
+      if (!byWho.has(who)) byWho.set(who, []);
+      byWho.get(who).push(item);
     }
     const items = [];
-    for (const [client, connections] of byClient) {
+    for (const [who, connections] of byWho) {
       const first = connections[0];
+      const client = String(first.client ?? first.connection);
       const status = connections.map((c) => c.status).find((s) => typeof s === 'string') ?? '';
-      const label = client === this.replica.client ? 'you' : String(first.name ?? client);
+      const mine = connections.some((c) => c.client === this.replica.client);
+      const fallback = who.startsWith('principal:') ? who.slice('principal:'.length) : client;
+      const label = mine ? 'you' : String(first.name ?? fallback);
       items.push(
         h(
           'li',
-          { 'data-presence-client': client, title: String(first.kind ?? '') },
+          {
+            'data-presence-client': client,
+            'data-presence-who': who,
+            title: String(first.kind ?? ''),
+          },
           h('span', { class: 'dot' }),
           label,
           status ? h('span', { class: 'status' }, status) : null,
@@ -360,7 +397,7 @@ function drawEntry(entry, pending, results, turn) {
     ),
   );
   if (message.role === 'system') {
-    element.append(h('div', { class: 'text' }, message.content));
+    element.append(richText(message.content));
     return element;
   }
   for (const part of message.content) element.append(drawPart(part, results));
@@ -378,7 +415,7 @@ function drawEntry(entry, pending, results, turn) {
 function drawPart(part, results) {
   switch (part.type) {
     case 'text':
-      return h('div', { class: 'text' }, part.text);
+      return richText(part.text);
     case 'reasoning':
       return h(
         'details',
@@ -581,10 +618,45 @@ function idOfPath(at) {
 }
 
 const id = path.startsWith('/c/') && path.length > 3 ? idOfPath(path) : null;
-if (id !== null) {
-  // Exposed for tests and for the curious: the replica behind the page.
-  globalThis.convsyncView = new ConversationView(root, id);
-} else {
-  // The list, also for a `/c/` address that names no conversation (it stayed blank).
-  globalThis.convsyncView = new ListView(root);
+
+/** The page's view, made anew when a new token comes after the hub refused the old one. */
+function open() {
+  // Exposed for tests and for the curious: the replica (or feed) behind the page. The list
+  // serves also a `/c/` address that names no conversation (it stayed blank).
+  globalThis.convsyncView = id !== null ? new ConversationView(root, id) : new ListView(root);
 }
+
+/** Use `fresh` from now on: a connection the hub refused starts again with it; a live one
+ * sends it at its next refresh (the replica asks `getToken`). */
+function useToken(fresh) {
+  token = fresh;
+  const connection = globalThis.convsyncView.replica ?? globalThis.convsyncView.feed;
+  if (connection.state === 'closed') {
+    connection.close();
+    open();
+  }
+}
+
+/** A field to paste a new token into, shown when the hub refused the page's token. */
+function tokenPrompt() {
+  const input = h('input', {
+    type: 'password',
+    name: 'token',
+    autocomplete: 'off',
+    placeholder: 'paste a new token',
+    'aria-label': 'new token',
+  });
+  const form = h('form', { class: 'token-prompt' }, input, h('button', { type: 'submit' }, 'Use'));
+  form.addEventListener('submit', (event) => {
+    event.preventDefault();
+    const value = /** @type {HTMLInputElement} */ (input).value.trim();
+    if (value !== '') useToken(value);
+  });
+  return form;
+}
+
+window.addEventListener('hashchange', () => {
+  const fresh = takeToken();
+  if (fresh !== null) useToken(fresh);
+});
+open();

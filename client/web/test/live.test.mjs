@@ -85,7 +85,7 @@ test('presence: a snapshot, then diffs joined, changed, left', () => {
   events = session.receive({
     type: 'presence_diff',
     joined: [{ connection: 'c2', client: 'ui' }],
-    changed: [{ connection: 'c1', status: 'running_tool' }],
+    changed: [{ ...a, status: 'running_tool' }], // the hub sends the whole entry
     left: [],
   });
   assert.deepEqual(events, [{ type: 'presence', joined: ['c2'], left: [], changed: ['c1'] }]);
@@ -93,6 +93,18 @@ test('presence: a snapshot, then diffs joined, changed, left', () => {
   assert.equal(session.presence.get('c1').client, 'agent');
   session.receive({ type: 'presence_diff', joined: [], changed: [], left: ['c2', 'nope'] });
   assert.deepEqual([...session.presence.keys()], ['c1']);
+});
+
+test('presence: a status cleared (omitted from the changed entry) is cleared here too', () => {
+  const session = live();
+  const a = { connection: 'c1', client: 'agent', kind: 'agent', status: 'generating', detail: 3 };
+  session.receive({ type: 'presence', connections: [a] });
+  // `set_status(None)` or a draft's end: the hub omits the cleared fields (omit_defaults).
+  const cleared = { connection: 'c1', client: 'agent', kind: 'agent' };
+  session.receive({ type: 'presence_diff', joined: [], changed: [cleared], left: [] });
+  assert.equal(session.presence.get('c1').status, undefined);
+  assert.equal(session.presence.get('c1').detail, undefined);
+  assert.deepEqual(session.presence.get('c1'), cleared);
 });
 
 test('without live, drafts and presence are ignored and not asked for', () => {
