@@ -409,6 +409,12 @@ export class Replica {
 
 export function connect(url: string, conversationId: string, options?: ConnectOptions): Replica;
 
+/** Calls `end` once when `ws` ends: at `close`, or at an `error` no `close` may follow. */
+export function whenEnded(
+  ws: unknown,
+  end: (closeCode: number | null, reason: string) => void,
+): void;
+
 // ---------------------------------------------------------------- the summary feed
 
 export interface SummaryRow {

@@ -2179,6 +2179,33 @@ export function backoffDelay(failures, base, max, random = Math.random) {
 }
 
 /**
+ * Call `end(closeCode, reason)` once, when `ws` ends: at its `close`, or at an `error` that
+ * no `close` may follow (Node's WebSocket on a refused connection fires `error` alone, and a
+ * shell waiting for `close` would never retry). A browser's `close` after an `error` says
+ * only 1006, so ending at the error loses nothing; the socket is closed to free it. Every
+ * socket shell (replica, feed) ends through here: one reconnect path.
+ * @param {any} ws @param {(closeCode: number | null, reason: string) => void} end
+ */
+export function whenEnded(ws, end) {
+  let ended = false;
+  const once = (closeCode, reason) => {
+    if (ended) return;
+    ended = true;
+    end(closeCode, reason);
+  };
+  ws.onclose = (event) => once(event?.code ?? null, event?.reason ?? '');
+  ws.onerror = (event) => {
+    const message = typeof event?.message === 'string' && event.message ? `: ${event.message}` : '';
+    once(null, `connection failed${message}`);
+    try {
+      ws.close();
+    } catch {
+      // not open yet, or closing already
+    }
+  };
+}
+
+/**
  * A live replica of one conversation over a websocket: the application edits `conversation`,
  * the replica pushes, applies, rebases and reconnects by itself.
  */
@@ -2388,8 +2415,7 @@ export class Replica {
         finish(null, reason);
       }
     };
-    ws.onclose = (event) => finish(event.code ?? null, event.reason ?? '');
-    ws.onerror = () => {}; // a close always follows
+    whenEnded(ws, finish);
   }
 
   /**
@@ -2445,6 +2471,7 @@ export class Replica {
         if (this.ws !== ws) return;
         ws.onmessage = () => {};
         ws.onclose = () => {};
+        ws.onerror = () => {};
         try {
           ws.close(1000, 'keepalive');
         } catch {
@@ -2677,14 +2704,13 @@ export class SummaryFeed {
         }
       }
     };
-    ws.onerror = () => {};
-    ws.onclose = (event) => {
+    whenEnded(ws, (closeCode, reason) => {
       if (this.ws !== ws) return;
       this.ws = null;
       if (this.closing) return this.#setState('closed');
-      const rule = retryRule(code, event.code ?? null, this.getToken !== null, event.reason ?? '');
-      if (rule === 'refused') return this.#setState('closed', code, event.reason ?? '');
-      this.#setState('disconnected', code, event.reason ?? '');
+      const rule = retryRule(code, closeCode, this.getToken !== null, reason);
+      if (rule === 'refused') return this.#setState('closed', code, reason);
+      this.#setState('disconnected', code, reason);
       this.failures += 1;
       const delay =
         rule === 'at_once'
@@ -2694,7 +2720,7 @@ export class SummaryFeed {
         this.timer = null;
         void this.start();
       }, delay);
-    };
+    });
   }
 
   /** Stop for good. */
