@@ -265,13 +265,20 @@ class Web:
             said_hello()
             hello = json.loads(data)
             if not isinstance(hello, dict) or hello.get("type") != "hello":
-                raise ValueError("expected a hello")
+                kind = hello.get("type") if isinstance(hello, dict) else None
+                got = f"a {kind!r} message" if isinstance(kind, str) else "no message type"
+                raise ValueError(f"the first message must be a hello (got {got})")
             prefix, after, limit = _page_args(
                 hello.get("prefix"), hello.get("after"), hello.get("limit")
             )
-        except (TimeoutError, ValueError, ConnectionClosed) as error:
+        except TimeoutError:
+            await _close_with(ws, "bad_message", "summary: no hello within 5 s")
+            return
+        except (ValueError, ConnectionClosed) as error:
             await _close_with(ws, "bad_message", f"summary: {error}")
             return
+        features = hello.get("features")
+        pings = isinstance(features, list) and "ping" in features
         token = hello.get("token")
         try:
             visible = self.grant_for(token if isinstance(token, str) else None)
@@ -283,9 +290,12 @@ class Web:
         try:
             rows, more = await self.rows(prefix, after, limit, visible)
             known = {row["id"]: row for row in rows}
-            await ws.send(json.dumps({"type": "summary", "rows": rows, "more": more}))
+            snapshot: Row = {"type": "summary", "rows": rows, "more": more}
+            if pings:
+                snapshot["features"] = ["ping"]
+            await ws.send(json.dumps(snapshot))
             async with anyio.create_task_group() as group:
-                group.start_soon(_drain, ws, group.cancel_scope)
+                group.start_soon(_listen, ws, group.cancel_scope)
                 while True:
                     await anyio.sleep(SUMMARY_INTERVAL)
                     changed = _changed(watcher, known, prefix, after, visible)
@@ -325,11 +335,28 @@ def _changed(
     return changed
 
 
-async def _drain(ws: ServerConnection, scope: anyio.CancelScope) -> None:
-    """Read (and ignore) what the reader sends; stop everything when it goes."""
+async def _listen(ws: ServerConnection, scope: anyio.CancelScope) -> None:
+    """Answer what the reader sends after its hello (`ping` → `pong`: the keepalive of a reader
+    that cannot send websocket pings, a browser); refuse anything else, a second hello
+    included; stop everything when the reader goes."""
     try:
-        async for _ in ws:
-            pass
+        async for data in ws:
+            try:
+                message = json.loads(data)
+            except ValueError:
+                message = None
+            kind = message.get("type") if isinstance(message, dict) else None
+            if kind == "ping":
+                await ws.send('{"type":"pong"}')
+                continue
+            if kind == "hello":
+                detail = "summary: a second hello (one per socket; open a new socket)"
+            elif isinstance(kind, str):
+                detail = f"summary: unknown message type {kind!r}"
+            else:
+                detail = "summary: not a JSON object with a type"
+            await _close_with(ws, "bad_message", detail)
+            return
     finally:
         scope.cancel()
 

@@ -198,3 +198,34 @@ async def test_summary_reports_a_conversation_that_changed_and_unloaded_between_
             [row] = diff["rows"]
         assert (row["id"], row["revision"]) == ("brief.1", 1)
     await ws.close()
+
+
+async def test_summary_answers_pings_and_refuses_a_second_hello(hub: Hub) -> None:
+    """A reader listing `ping` sees it in the snapshot and each `ping` gets a `pong` (the
+    feed's keepalive); a second hello is refused by name, not ignored."""
+    ws = await summary(hub, features=["ping"])
+    with anyio.fail_after(bound(10)):
+        assert json.loads(await ws.recv())["features"] == ["ping"]
+        for _ in range(2):
+            await ws.send('{"type":"ping"}')
+            assert json.loads(await ws.recv()) == {"type": "pong"}
+        await ws.send(json.dumps({"type": "hello", "token": None}))
+        error = json.loads(await ws.recv())
+        assert error["code"] == "bad_message" and "second hello" in error["detail"]
+        await ws.wait_closed()
+    assert ws.close_code == 1008
+    ws = await summary(hub)  # not listed: not offered
+    with anyio.fail_after(bound(10)):
+        assert "features" not in json.loads(await ws.recv())
+    await ws.close()
+
+
+async def test_summary_without_a_hello_is_told_what_came_instead(hub: Hub) -> None:
+    ws = await ws_connect(f"ws://127.0.0.1:{hub.port}/v1/summary", subprotocols=[SUBPROTOCOL])
+    await ws.send('{"type":"ping"}')
+    with anyio.fail_after(bound(10)):
+        error = json.loads(await ws.recv())
+        assert error["code"] == "bad_message"
+        said = "summary: the first message must be a hello (got a 'ping' message)"
+        assert error["detail"] == said
+        await ws.wait_closed()

@@ -413,7 +413,7 @@ export function connect(url: string, conversationId: string, options?: ConnectOp
 export function whenEnded(
   ws: unknown,
   end: (closeCode: number | null, reason: string) => void,
-): void;
+): (reason: string) => void;
 
 // ---------------------------------------------------------------- the summary feed
 
@@ -442,6 +442,9 @@ export class SummaryFeed {
       backoff?: number;
       maxBackoff?: number;
       random?: () => number;
+      /** Ms within which a hub that stopped answering is noticed (default 10000; null:
+       * none): `ping` messages every half of it, to a hub whose snapshot lists `ping`. */
+      keepalive?: number | null;
     },
   );
   readonly url: string;

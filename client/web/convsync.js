@@ -2178,13 +2178,29 @@ export function backoffDelay(failures, base, max, random = Math.random) {
   return random() * cap;
 }
 
+/** The `keepalive` option (ms, default 10000; null: none), checked. */
+function keepaliveOption(value) {
+  const keepalive = value === undefined ? 10_000 : value;
+  const inRange = typeof keepalive === 'number' && keepalive >= 100 && keepalive < Infinity;
+  if (keepalive !== null && !inRange) {
+    throw new UsageError(
+      'bad_option',
+      'keepalive must be null (no pings) or a number of milliseconds, at least 100 ' +
+        `(got ${keepalive})`,
+    );
+  }
+  return keepalive;
+}
+
 /**
  * Call `end(closeCode, reason)` once, when `ws` ends: at its `close`, or at an `error` that
  * no `close` may follow (Node's WebSocket on a refused connection fires `error` alone, and a
  * shell waiting for `close` would never retry). A browser's `close` after an `error` says
  * only 1006, so ending at the error loses nothing; the socket is closed to free it. Every
  * socket shell (replica, feed) ends through here: one reconnect path.
+ * Returns a function that ends it now, with a reason (a keepalive that timed out).
  * @param {any} ws @param {(closeCode: number | null, reason: string) => void} end
+ * @returns {(reason: string) => void}
  */
 export function whenEnded(ws, end) {
   let ended = false;
@@ -2194,15 +2210,19 @@ export function whenEnded(ws, end) {
     end(closeCode, reason);
   };
   ws.onclose = (event) => once(event?.code ?? null, event?.reason ?? '');
-  ws.onerror = (event) => {
-    const message = typeof event?.message === 'string' && event.message ? `: ${event.message}` : '';
-    once(null, `connection failed${message}`);
+  const giveUp = (reason) => {
+    once(null, reason);
     try {
       ws.close();
     } catch {
       // not open yet, or closing already
     }
   };
+  ws.onerror = (event) => {
+    const message = typeof event?.message === 'string' && event.message ? `: ${event.message}` : '';
+    giveUp(`connection failed${message}`);
+  };
+  return giveUp;
 }
 
 /**
@@ -2236,16 +2256,7 @@ export class Replica {
     this.random = options.random ?? Math.random;
     this.setTimer = options.setTimeout ?? ((fn, ms) => setTimeout(fn, ms));
     this.clearTimer = options.clearTimeout ?? ((handle) => clearTimeout(handle));
-    const keepalive = options.keepalive === undefined ? 10_000 : options.keepalive;
-    const inRange = typeof keepalive === 'number' && keepalive >= 100 && keepalive < Infinity;
-    if (keepalive !== null && !inRange) {
-      throw new UsageError(
-        'bad_option',
-        'keepalive must be null (no pings) or a number of milliseconds, at least 100 ' +
-          `(got ${keepalive})`,
-      );
-    }
-    this.keepalive = keepalive;
+    this.keepalive = keepaliveOption(options.keepalive);
     this.pingTimer = null; // the next ping is due
     this.pongTimer = null; // a ping waits for its answer
     /** @type {'connecting' | 'connected' | 'disconnected' | 'closed'} */
@@ -2619,6 +2630,13 @@ export class SummaryFeed {
     this.backoff = options.backoff ?? 50;
     this.maxBackoff = options.maxBackoff ?? 5000;
     this.random = options.random ?? Math.random;
+    this.keepalive = keepaliveOption(options.keepalive);
+    /** Ends the current socket now (set per socket). @type {(reason: string) => void} */
+    this.giveUp = () => {};
+    /** @type {any} */
+    this.pingTimer = null; // the next ping is due
+    /** @type {any} */
+    this.pongTimer = null; // a ping waits for its answer
     /** @type {Map<string, any>} */
     this.rows = new Map();
     this.more = false;
@@ -2688,11 +2706,14 @@ export class SummaryFeed {
     let code = null;
     ws.onopen = () => {
       const hello = { type: 'hello', token, prefix: this.prefix, after: this.after };
-      ws.send(JSON.stringify({ ...hello, limit: this.limit }));
+      const features = this.keepalive === null ? [] : ['ping'];
+      ws.send(JSON.stringify({ ...hello, limit: this.limit, features }));
     };
     ws.onmessage = (event) => {
       try {
-        this.receive(JSON.parse(String(event.data)));
+        const message = JSON.parse(String(event.data));
+        this.#heard(ws, message);
+        this.receive(message);
         this.failures = 0;
         this.#setState('connected');
       } catch (error) {
@@ -2704,9 +2725,10 @@ export class SummaryFeed {
         }
       }
     };
-    whenEnded(ws, (closeCode, reason) => {
+    this.giveUp = whenEnded(ws, (closeCode, reason) => {
       if (this.ws !== ws) return;
       this.ws = null;
+      this.#stopKeepalive();
       if (this.closing) return this.#setState('closed');
       const rule = retryRule(code, closeCode, this.getToken !== null, reason);
       if (rule === 'refused') return this.#setState('closed', code, reason);
@@ -2723,9 +2745,43 @@ export class SummaryFeed {
     });
   }
 
+  /**
+   * Keepalive, as a `Replica`'s: after a snapshot listing `ping`, ping every `keepalive / 2`;
+   * anything the hub sends answers the ping in flight; one unanswered for `keepalive / 2`
+   * gives the socket up at once (a frozen hub would not finish a closing handshake either),
+   * through the socket's one end path, so the feed reads `disconnected` and retries.
+   */
+  #heard(ws, message) {
+    if (this.keepalive === null || !isObject(message)) return;
+    const features = message.type === 'summary' ? message.features : null;
+    const offered = Array.isArray(features) && features.includes('ping');
+    if (!offered && this.pongTimer === null && this.pingTimer === null) return;
+    this.#stopKeepalive();
+    const half = this.keepalive / 2;
+    this.pingTimer = setTimeout(() => {
+      this.pingTimer = null;
+      if (this.ws !== ws || ws.readyState !== 1) return;
+      ws.send('{"type":"ping"}');
+      this.pongTimer = setTimeout(() => {
+        this.pongTimer = null;
+        if (this.ws !== ws) return;
+        ws.onmessage = () => {};
+        this.giveUp(`keepalive timed out: a ping went unanswered for ${half / 1000}s`);
+      }, half);
+    }, half);
+  }
+
+  #stopKeepalive() {
+    if (this.pingTimer !== null) clearTimeout(this.pingTimer);
+    if (this.pongTimer !== null) clearTimeout(this.pongTimer);
+    this.pingTimer = null;
+    this.pongTimer = null;
+  }
+
   /** Stop for good. */
   close() {
     this.closing = true;
+    this.#stopKeepalive();
     if (this.timer !== null) clearTimeout(this.timer);
     this.timer = null;
     if (this.ws !== null) this.ws.close(1000, '');

@@ -178,3 +178,28 @@ test('a SummaryFeed reconnects after the hub is killed -9 and comes back on its 
     await hub.stop();
   }
 });
+
+test('a SummaryFeed notices a frozen hub (SIGSTOP) within keepalive + 1 s', { skip }, async () => {
+  const hub = new HubProcess();
+  await hub.start();
+  const keepalive = 1000;
+  const feed = new SummaryFeed(hub.url, { keepalive, ...RETRY });
+  const states = [];
+  feed.on('state', (event) => states.push(event));
+  try {
+    void feed.start();
+    await stateReached(feed, 'connected', 5000);
+    await sleep(keepalive); // pings answered meanwhile: still connected
+    assert.equal(feed.state, 'connected');
+    hub.signal('SIGSTOP');
+    const frozenAt = Date.now();
+    const noticedAt = await stateReached(feed, 'disconnected', keepalive + 1000);
+    assert.ok(noticedAt - frozenAt <= (keepalive + 1000) * SCALE, `${noticedAt - frozenAt} ms`);
+    assert.match(states.at(-1).reason, /^keepalive timed out/);
+    hub.signal('SIGCONT');
+    await stateReached(feed, 'connected', 5000);
+  } finally {
+    feed.close();
+    await hub.stop();
+  }
+});
