@@ -435,6 +435,8 @@ export class SummaryFeed {
     url: string,
     options?: {
       prefix?: string;
+      /** `id` (pages by `after`; the default) or `updated` (the latest `limit` rows). */
+      order?: 'id' | 'updated';
       after?: string | null;
       limit?: number;
       getToken?: () => string | null | Promise<string | null>;
@@ -453,8 +455,21 @@ export class SummaryFeed {
   state: ConnectionState;
   on(
     type: 'rows',
-    listener: (event: { type: 'rows'; rows: SummaryRow[]; snapshot: boolean }) => void,
+    listener: (event: {
+      type: 'rows';
+      rows: SummaryRow[];
+      /** Ids that left the window. */
+      left: string[];
+      snapshot: boolean;
+    }) => void,
   ): () => void;
+  /** Another window on the same socket; its snapshot replaces the rows. */
+  window(page: {
+    prefix?: string;
+    order?: 'id' | 'updated';
+    after?: string | null;
+    limit?: number;
+  }): void;
   on(type: 'state', listener: (event: StateEvent) => void): () => void;
   /** One hub message (for tests); returns the rows it changed. */
   receive(message: unknown): SummaryRow[];

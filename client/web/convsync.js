@@ -2623,6 +2623,8 @@ export class SummaryFeed {
   constructor(url, options = {}) {
     this.url = `${url.replace(/\/+$/, '')}/v1/summary`;
     this.prefix = options.prefix ?? '';
+    /** `id` (pages by `after`) or `updated` (the latest `limit` rows). */
+    this.order = options.order ?? 'id';
     this.after = options.after ?? null;
     this.limit = options.limit ?? 100;
     this.getToken = options.getToken ?? null;
@@ -2683,10 +2685,15 @@ export class SummaryFeed {
     if (snapshot) {
       this.rows.clear();
       this.more = message.more === true;
+    } else if (typeof message.more === 'boolean') {
+      this.more = message.more;
     }
     const rows = message.rows.filter((row) => isObject(row) && isText(row.id));
     for (const row of rows) this.rows.set(row.id, row);
-    this.#emit('rows', { type: 'rows', rows, snapshot });
+    // Rows that left the window (SPEC §17): the hub sends none of them any more.
+    const left = Array.isArray(message.left) ? message.left.filter(isText) : [];
+    for (const id of left) this.rows.delete(id);
+    this.#emit('rows', { type: 'rows', rows, left, snapshot });
     return rows;
   }
 
@@ -2705,9 +2712,8 @@ export class SummaryFeed {
     this.ws = ws;
     let code = null;
     ws.onopen = () => {
-      const hello = { type: 'hello', token, prefix: this.prefix, after: this.after };
       const features = this.keepalive === null ? [] : ['ping'];
-      ws.send(JSON.stringify({ ...hello, limit: this.limit, features }));
+      ws.send(JSON.stringify({ type: 'hello', token, ...this.#page(), features }));
     };
     ws.onmessage = (event) => {
       try {
@@ -2743,6 +2749,28 @@ export class SummaryFeed {
         void this.start();
       }, delay);
     });
+  }
+
+  #page() {
+    const page = { prefix: this.prefix, order: this.order, after: this.after, limit: this.limit };
+    if (this.order !== 'id') delete page.after;
+    return page;
+  }
+
+  /**
+   * Show another window on the same socket (a `window` message; its snapshot replaces the
+   * rows). Fields not given keep their value; a reconnect asks for the new window.
+   * @param {{prefix?: string, order?: 'id' | 'updated', after?: string | null, limit?: number}} page
+   */
+  window(page) {
+    if (page.prefix !== undefined) this.prefix = page.prefix;
+    if (page.order !== undefined) this.order = page.order;
+    if (page.after !== undefined) this.after = page.after;
+    if (page.limit !== undefined) this.limit = page.limit;
+    const ws = this.ws;
+    if (ws !== null && ws.readyState === 1 && this.state === 'connected') {
+      ws.send(JSON.stringify({ type: 'window', ...this.#page() }));
+    }
   }
 
   /**
