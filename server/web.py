@@ -141,7 +141,8 @@ def row_of(room: Room) -> Row:
         last = {"id": entry.id, "role": role, "text": text}
         if entry.id is not None and is_message_id(entry.id):
             updated = made_ms(entry.id)
-    clients = sorted(set(room.core.subscribers.values()))
+    core = room.core
+    clients = sorted({c for conn, c in core.subscribers.items() if conn not in core.watching})
     return {
         "id": room.id,
         "lineage": room.lineage,

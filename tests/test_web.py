@@ -419,3 +419,36 @@ async def test_a_new_window_on_the_same_socket(hub: Hub) -> None:
         await ws.send(json.dumps({"type": "window", "limit": "2"}))
         error = json.loads(await ws.recv())
         assert error["detail"] == "summary: window: limit: a number, not a string (got '2')"
+
+
+# ---------------------------------------------------------------------- watching (SPEC §17)
+
+
+async def test_a_watcher_never_appears_in_online_nor_in_presence(hub: Hub) -> None:
+    """`presence=False` watches: the watcher reads and writes, the hub counts it, but no
+    summary row's `online` and no one's presence ever lists it."""
+    url = f"ws://127.0.0.1:{hub.port}"
+    ws = await summary(hub, prefix="watched.")
+    onlines: list[list[str]] = []
+    with anyio.fail_after(bound(20)):
+        assert json.loads(await ws.recv())["rows"] == []
+        async with connect(url, "watched.1", client="agent") as agent:
+            async with connect(url, "watched.1", client="dashboard", presence=False) as watcher:
+                assert hub.metrics.watchers == 1
+                watcher.conversation.push(Message.user("from a watcher"))
+                await watcher.flush()
+                agent.conversation.push(Message.user("from the agent"))
+                await agent.flush()
+                while True:
+                    diff = json.loads(await ws.recv())
+                    onlines += [row["online"] for row in diff["rows"]]
+                    if diff["rows"][-1]["revision"] == 2:
+                        break
+                await anyio.sleep(0.3)  # presence diffs are throttled: let them land
+                assert "dashboard" not in agent.presence and "agent" in agent.presence
+                assert "dashboard" not in watcher.presence
+        _, _, body = await get(hub, "/v1/conversations?prefix=watched.")
+        assert json.loads(body)["conversations"][0]["online"] == []
+    assert onlines and all(online == ["agent"] for online in onlines), onlines
+    assert hub.metrics.watchers == 0
+    await ws.close()

@@ -370,6 +370,9 @@ export interface ConnectOptions {
   /** Ms within which a hub that stopped answering is noticed (default 10000; null: none):
    * `ping` messages every half of it, to a hub that lists the `ping` feature. */
   keepalive?: number | null;
+  /** false: watch without joining presence; the hub shows this replica in no one's presence
+   * and in no summary row's `online` (default true). */
+  presence?: boolean;
 }
 
 export interface StateEvent {

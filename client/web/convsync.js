@@ -2257,6 +2257,11 @@ export class Replica {
     this.setTimer = options.setTimeout ?? ((fn, ms) => setTimeout(fn, ms));
     this.clearTimer = options.clearTimeout ?? ((handle) => clearTimeout(handle));
     this.keepalive = keepaliveOption(options.keepalive);
+    if (options.presence !== undefined && typeof options.presence !== 'boolean') {
+      throw new UsageError('bad_option', `presence must be true or false (got ${options.presence})`);
+    }
+    /** Watching without presence (`presence: false`): counted by the hub, shown nowhere. */
+    this.watch = options.presence === false;
     this.pingTimer = null; // the next ping is due
     this.pongTimer = null; // a ping waits for its answer
     /** @type {'connecting' | 'connected' | 'disconnected' | 'closed'} */
@@ -2394,6 +2399,7 @@ export class Replica {
       if (this.getToken !== null)
         hello.features = [...hello.features, 'auth'];
       if (this.keepalive !== null) hello.features = [...hello.features, 'ping'];
+      if (this.watch) hello.watch = true; // in no presence, not `online` (SPEC §17)
       ws.send(JSON.stringify(hello));
     };
     ws.onmessage = (message) => {

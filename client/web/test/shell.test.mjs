@@ -399,3 +399,18 @@ test('a token refused and given again by getToken is refused for good, not retri
   assert.equal(refused?.code, 'unauthorized');
   await r.ready.catch(() => {});
 });
+
+test('presence: false watches: the hello says watch; anything but a boolean is refused', async () => {
+  const { r } = replica({ presence: false });
+  await settle();
+  const ws = FakeSocket.made[0];
+  ws.open();
+  assert.equal(ws.sent[0].watch, true);
+  r.close();
+  const joined = replica();
+  await settle();
+  FakeSocket.made[0].open();
+  assert.equal('watch' in FakeSocket.made[0].sent[0], false);
+  joined.r.close();
+  assert.throws(() => replica({ presence: 'no' }), /presence must be true or false/);
+});
