@@ -35,6 +35,7 @@ from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
+from sync.conversation import Conversation
 from sync.errors import close_code_of
 from sync.ids import is_message_id, made_ms
 from sync.messages import (
@@ -74,6 +75,7 @@ SUMMARY_PATH: Final = "/v1/summary"
 SUMMARY_INTERVAL: Final = 0.25  # seconds: at most one diff per conversation per interval
 CSP: Final = "default-src 'self'; frame-ancestors 'none'"
 PREVIEW_CHARS: Final = 160
+ROW_LIST: Final = 16  # at most this many statuses and draft producers in a row: rows stay small
 DEFAULT_LIMIT: Final = 100
 MAX_LIMIT: Final = 1000
 ORDERS: Final = ("id", "updated")
@@ -143,6 +145,9 @@ def row_of(room: Room) -> Row:
             updated = made_ms(entry.id)
     core = room.core
     clients = sorted({c for conn, c in core.subscribers.items() if conn not in core.watching})
+    # Presence statuses as others see them (`drafting` while drafting, or what was set).
+    status = {e.client: e.shown for e in core.presence.entries.values() if e.shown is not None}
+    producers = sorted({draft.owner[1] for draft in core.drafts.drafts.values()})
     return {
         "id": room.id,
         "lineage": room.lineage,
@@ -152,7 +157,24 @@ def row_of(room: Room) -> Row:
         "halt": conversation.halted(),
         "last": last,
         "online": clients,
+        "status": dict(sorted(status.items())[:ROW_LIST]),
+        "drafts": {"open": len(core.drafts.drafts), "producers": producers[:ROW_LIST]},
+        "turn": _turn_of(conversation),
     }
+
+
+def _turn_of(conversation: Conversation) -> Row | None:
+    """The last turn record as `{index, state, owner}`: `running` until it ends, then how it
+    ended (`answered`, `failed`, `stopped`); `owner` is who wrote the record (its author's
+    name, else its kind)."""
+    turns = conversation.turns()
+    if not turns:
+        return None
+    aside_id, turn = max(turns, key=lambda item: item[1].index)
+    aside = conversation.aside(aside_id)
+    owner = None if aside is None else (aside.author.name or aside.author.kind)
+    state = "running" if turn.end is None else turn.end.__struct_config__.tag
+    return {"index": turn.index, "state": state, "owner": owner}
 
 
 @dataclass(frozen=True)

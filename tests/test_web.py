@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -452,3 +453,47 @@ async def test_a_watcher_never_appears_in_online_nor_in_presence(hub: Hub) -> No
     assert onlines and all(online == ["agent"] for online in onlines), onlines
     assert hub.metrics.watchers == 0
     await ws.close()
+
+
+async def test_a_row_says_drafts_statuses_and_the_turn(hub: Hub) -> None:
+    """What an operator needs without opening the conversation: open drafts and who makes
+    them, presence statuses, and the last turn's state (running, then how it ended)."""
+    from sync import TurnEnd
+
+    url = f"ws://127.0.0.1:{hub.port}"
+    ws = await summary(hub, prefix="dash.")
+    latest: dict[str, Any] = {}
+
+    async def until_row(check: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+        while not (latest and check(latest)):
+            message = json.loads(await ws.recv())
+            for row in message["rows"]:
+                latest.update(row)
+        return latest
+
+    with anyio.fail_after(bound(20)):
+        await ws.recv()
+        async with connect(url, "dash.1", client="agent", kind="agent") as agent:
+            agent.conversation.push(Message.user("do it"))
+            agent.conversation.open_turn()
+            await agent.flush()
+            row = await until_row(lambda r: r["turn"] is not None)
+            assert row["turn"] == {"index": 0, "state": "running", "owner": "rig"}
+            assert row["drafts"] == {"open": 0, "producers": []}
+            await agent.set_status("thinking")
+            await until_row(lambda r: r["status"] == {"agent": "thinking"})
+            async with agent.draft():
+                row = await until_row(lambda r: r["drafts"]["open"] == 1)
+                assert row["drafts"]["producers"] == ["agent"]
+            await agent.set_status(None)
+            agent.conversation.push(Message.assistant("done"))
+            agent.conversation.end_turn(TurnEnd.answered(agent.conversation.id(1)))
+            await agent.flush()
+            row = await until_row(lambda r: r["turn"]["state"] == "answered")
+            assert row["drafts"]["open"] == 0 and row["turn"]["index"] == 0
+    await ws.close()
+    status, _, body = await get(hub, "/v1/conversations?prefix=dash.")
+    assert status == 200
+    [listed] = json.loads(body)["conversations"]
+    assert listed["turn"] == {"index": 0, "state": "answered", "owner": "rig"}
+    assert listed["status"] == {} and listed["online"] == []

@@ -429,8 +429,14 @@ export interface SummaryRow {
   entries: number;
   halt: Halt | null;
   last: { id: string | null; role: string; text: string } | null;
-  /** Client ids with a live socket on this conversation. */
+  /** Client ids with a live socket on this conversation (watchers left out). */
   online: string[];
+  /** Presence statuses as shown (`drafting` while drafting), by client id; at most 16. */
+  status: Record<string, string>;
+  /** Open drafts, and the client ids making them (at most 16). */
+  drafts: { open: number; producers: string[] };
+  /** The last turn record: running until it ends, then how it ended; null: no turn. */
+  turn: { index: number; state: 'running' | 'answered' | 'failed' | 'stopped'; owner: string | null } | null;
 }
 
 export class SummaryFeed {
