@@ -414,3 +414,20 @@ test('presence: false watches: the hello says watch; anything but a boolean is r
   joined.r.close();
   assert.throws(() => replica({ presence: 'no' }), /presence must be true or false/);
 });
+
+test('an error that no close follows (Node, a refused port) ends the attempt once and retries', async () => {
+  const { r, timers, states } = replica();
+  await settle();
+  const ws = FakeSocket.made[0];
+  ws.readyState = 3; // refused: Node fires error alone, and close() then does nothing
+  ws.close = () => {};
+  ws.onerror({ type: 'error', message: 'connect ECONNREFUSED' });
+  ws.onerror({ type: 'error' }); // a second error ends nothing twice
+  assert.equal(r.failure, 'connection failed: connect ECONNREFUSED');
+  assert.equal(timers.pending.length, 1, 'one retry, not two');
+  timers.fire();
+  await settle();
+  assert.equal(FakeSocket.made.length, 2, 'a new attempt');
+  assert.deepEqual(states, ['disconnected']);
+  r.close();
+});
