@@ -1,6 +1,7 @@
 """convsync replicas: `connect` to a hub and edit a live copy of a conversation; read, export
 and import conversations of a hub (`fetch_conversation`, `export_conversation`,
-`import_conversation`).
+`import_conversation`); list and watch a hub's conversations (`list_conversations`,
+`summary`).
 
 The names below are imported on first use, so importing a module of this package (the
 `convsync` command's `client.cli` first of all) does not load all of them: the command gets
@@ -15,6 +16,7 @@ TYPE_CHECKING = False  # not `typing`'s: importing typing costs more than the re
 if TYPE_CHECKING:
     from sync.rebase import Conflict
 
+    from .dashboard import Listing, Window, list_conversations, summary
     from .drafting import DraftWriter
     from .http import FetchedConversation, HubError, fetch_conversation
     from .live import Draft, DraftChanged, DraftEnded, Presence, PresenceChanged
@@ -40,6 +42,10 @@ if TYPE_CHECKING:
 # Where each exported name lives (a module of this package, or an absolute one).
 _HOMES = {
     "Conflict": "sync.rebase",
+    "Listing": ".dashboard",
+    "Window": ".dashboard",
+    "list_conversations": ".dashboard",
+    "summary": ".dashboard",
     "DraftWriter": ".drafting",
     "FetchedConversation": ".http",
     "HubError": ".http",
@@ -81,6 +87,7 @@ __all__ = [
     "HubError",
     "ImportRefused",
     "Imported",
+    "Listing",
     "Presence",
     "PresenceChanged",
     "Rebased",
@@ -88,10 +95,13 @@ __all__ = [
     "ReplicaSession",
     "Reset",
     "TransferError",
+    "Window",
     "connect",
     "export_conversation",
     "fetch_conversation",
     "import_conversation",
+    "list_conversations",
+    "summary",
 ]
 
 

@@ -441,6 +441,30 @@ def build_parser() -> argparse.ArgumentParser:
     rest.add_argument("file", metavar="FILE", help="the backup file")
     rest.add_argument("--db", required=True, help="the new store's SQLite file")
 
+    listing = commands.add_parser(
+        "list",
+        help="list conversations, or watch them live",
+        description="List the hub's conversations under a prefix (a page of rows: id, "
+        "revision, entries, last update, turn, open drafts, who is online, last message): a "
+        "table on a terminal, tab-separated lines when piped. --watch keeps the window live "
+        "(on a terminal, a table redrawn as rows change; else a line per changed row, "
+        "'-\tID' when a row leaves the window, '#\tdisconnected' / '#\tconnected' as the "
+        "connection goes and comes back). Ctrl-C stops.",
+    )
+    listing.add_argument("--prefix", default="", help="only ids starting with it")
+    listing.add_argument(
+        "--order",
+        choices=("id", "updated"),
+        default="id",
+        help="by id (default; pages with --after) or the most recently updated first",
+    )
+    listing.add_argument("--after", default=None, help="the page after this id (--order id)")
+    listing.add_argument(
+        "--limit", type=_positive, default=100, help="rows in the page (1 to 1000; default 100)"
+    )
+    listing.add_argument("--watch", action="store_true", help="keep the list live")
+    _client_options(listing)
+
     demo = commands.add_parser(
         "demo",
         help="run a hub, an agent worker and a UI, and check they agree",
@@ -796,6 +820,67 @@ async def cmd_send(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------- list
+
+
+async def cmd_list(args: argparse.Namespace) -> int:
+    """Print a page of summary rows, or keep a window of them live (`--watch`)."""
+    from . import dashboard
+
+    if args.limit > 1000:
+        raise CliError("--limit: 1 to 1000", 2)
+    if args.after is not None and args.order != "id":
+        raise CliError("--after pages by id: it goes with --order id", 2)
+    url = _hub_urls(args)[0]
+    page = {"prefix": args.prefix, "order": args.order, "after": args.after, "limit": args.limit}
+    out = sys.stdout
+    if not args.watch:
+        listing = await dashboard.list_conversations(
+            url, **page, token=args.token, request_timeout=args.timeout, ssl=_tls(args)
+        )
+        if out.isatty():
+            from rich.console import Console
+
+            more = " (more follow: --after the last id)" if listing.more else ""
+            Console(file=out).print(
+                dashboard.table(listing.rows, f"{len(listing.rows)} rows{more}")
+            )
+        else:
+            for row in listing.rows:
+                print(dashboard.plain_line(row), file=out)
+        return 0
+    windows = dashboard.summary(
+        url, **page, token=args.token, connect_timeout=args.timeout, ssl=_tls(args)
+    )
+    with anyio.CancelScope() as scope, on_signals(("SIGINT", "SIGTERM"), scope.cancel):
+        if out.isatty():
+            from rich.console import Console
+            from rich.live import Live
+
+            with Live(console=Console(file=out), auto_refresh=False) as live:
+                async for window in windows:
+                    state = "" if window.connected else " — offline, reconnecting"
+                    title = f"{len(window.rows)} rows{state}"
+                    live.update(dashboard.table(list(window.rows.values()), title), refresh=True)
+        else:
+            shown: dict[str, str] = {}
+            connected = True
+            async for window in windows:
+                if window.connected != connected:
+                    connected = window.connected
+                    print(f"#\t{'connected' if connected else 'disconnected'}", file=out)
+                for gone in [i for i in shown if i not in window.rows]:
+                    del shown[gone]
+                    print(f"-\t{gone}", file=out)
+                for conversation_id, row in window.rows.items():
+                    line = dashboard.plain_line(row)
+                    if shown.get(conversation_id) != line:
+                        shown[conversation_id] = line
+                        print(line, file=out)
+                out.flush()
+    return 0
+
+
 # ---------------------------------------------------------------------- export
 
 
@@ -960,6 +1045,7 @@ async def cmd_demo(args: argparse.Namespace) -> int:
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
     "serve": cmd_serve,
+    "list": cmd_list,
     "token": cmd_token,
     "tail": cmd_tail,
     "send": cmd_send,

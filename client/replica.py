@@ -110,6 +110,8 @@ class Replica:
         keepalive: seconds within which a hub that stopped answering is noticed (pings go
             every `keepalive / 2` seconds and must be answered within as long); at least 0.1,
             or None for no pings.
+        presence: False to watch without joining (SPEC 17): the hub shows this replica in
+            no one's presence and in no summary row's `online`; it still reads and writes.
 
     Connection state: `connected` is True while the replica is welcomed and caught up. The
     events `Connected` and `Disconnected` come once per change of state: one `Disconnected`
@@ -140,6 +142,7 @@ class Replica:
         token: Token | None = None,
         ssl: ssl.SSLContext | None = None,
         keepalive: float | None = 10.0,
+        presence: bool = True,
     ) -> None:
         if kind is not None and not is_kind(kind):
             raise UsageError("bad_kind", "kind is 1 to 64 printable characters, or None")
@@ -188,6 +191,9 @@ class Replica:
         self.connects = 0
         self.session.local.on_edit(self._wake.set)
         self.session.kind = kind
+        if not isinstance(presence, bool):
+            raise UsageError("bad_option", f"presence must be True or False (got {presence!r})")
+        self.session.watch = not presence  # watch without joining presence or `online`
         self._draft_interval = draft_interval
         self._keep_every = keep_every
         self._live_wake = asyncio.Event()  # a draft op or a status may be sendable

@@ -216,6 +216,7 @@ class ReplicaSession:
         self.features = list(features)
         """What this session asks the hub for in its hello."""
         self.kind: str | None = None
+        self.watch = False  # watching without presence (SPEC 17): sent in the hello
         """What this replica is (`user`, `agent`), for presence without a token."""
         self._pacer: TokenBucket | None = None  # within the hub's push budget, once welcomed
         self.paced_until: float | None = None
@@ -307,7 +308,9 @@ class ReplicaSession:
         self._held = []  # the hub sends them again in the catch-up
         self.live.connecting()
         features = [HUB_REBASE, *self.features]
-        return Hello(self.client, self.lineage, self.revision, token, features, self.kind)
+        return Hello(
+            self.client, self.lineage, self.revision, token, features, self.kind, self.watch
+        )
 
     def next_push(self, now: float | None = None) -> tuple[bytes | None, list[Conflict]]:
         """The next push frame to send, if one may go now, and records refused locally.

@@ -270,6 +270,7 @@ class RoomCore(Generic[C]):
         self.exists = False
         self.marks: dict[str, ClientMark] = {}
         self.subscribers: dict[C, str] = {}  # connection -> its client id
+        self.watching: set[C] = set()  # subscribers that watch: in no presence, not `online`
         self._others: dict[C, list[C]] = {}  # connection -> every other subscriber (a cache)
         self.grants: dict[C, Grant] = {}  # connection -> what its token allows
         self._placing: set[C] = set()  # connections whose stale pushes the hub may place
@@ -882,7 +883,12 @@ class RoomCore(Generic[C]):
         # With auth, presence shows what the token says (kind, name), not what the hello claims.
         grant = self.grants.get(conn, ANONYMOUS)
         kind = grant.kind if self.config.auth else hello.kind
-        self.presence.join(conn, principal, client, kind, grant.name, self._now)
+        if hello.watch:  # watching is not joining (SPEC 17): counted, never shown
+            if conn not in self.watching:
+                self.watching.add(conn)
+                self.metrics.watchers += 1
+        else:
+            self.presence.join(conn, principal, client, kind, grant.name, self._now)
         actions: list[Action[C]] = []
         if "drafts" in hello.features:
             actions += [Send(conn, frame, True) for frame in self.drafts.subscribe(conn)]
@@ -892,6 +898,9 @@ class RoomCore(Generic[C]):
 
     def _live_leave(self, conn: C, now: int) -> None:
         self._hellos.pop(conn, None)
+        if conn in self.watching:
+            self.watching.discard(conn)
+            self.metrics.watchers -= 1
         self.drafts.unsubscribe(conn, now)
         self.presence.leave(conn)
 

@@ -714,9 +714,11 @@ class Hub:
                     case DraftOp():
                         assert held.room is not None
                         await held.room.draft(sub, message)
+                        self._web.touched(held.room)  # a row counts open drafts
                     case StatusUpdate():
                         assert held.room is not None
                         await held.room.status(sub, message)
+                        self._web.touched(held.room)  # a row shows statuses
                     case Ping():
                         sub.send(_PONG)  # a frozen hub sends none: that is the point
             except (ProtocolError, AuthError) as error:

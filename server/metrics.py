@@ -27,6 +27,7 @@ class Metrics:
         self.draft_deltas_relayed = 0
         self.draft_bytes_relayed = 0
         self.presence = 0
+        self.watchers = 0  # sockets watching without presence (SPEC 17)
         self._latency_counts = [0] * (len(_LATENCY_BUCKETS) + 1)
         self._latency_sum = 0.0
         self._latency_count = 0
@@ -87,6 +88,9 @@ class Metrics:
             "# HELP convsync_presence Connections listed in presence.",
             "# TYPE convsync_presence gauge",
             f"convsync_presence {self.presence}",
+            "# HELP convsync_watchers Joined connections watching without presence.",
+            "# TYPE convsync_watchers gauge",
+            f"convsync_watchers {self.watchers}",
             "# HELP convsync_append_seconds Time from a push's arrival to its durable append.",
             "# TYPE convsync_append_seconds histogram",
         ]

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 import urllib.parse
 from collections.abc import Callable
+from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -33,6 +35,7 @@ from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
+from sync.conversation import Conversation
 from sync.errors import close_code_of
 from sync.ids import is_message_id, made_ms
 from sync.messages import (
@@ -72,8 +75,12 @@ SUMMARY_PATH: Final = "/v1/summary"
 SUMMARY_INTERVAL: Final = 0.25  # seconds: at most one diff per conversation per interval
 CSP: Final = "default-src 'self'; frame-ancestors 'none'"
 PREVIEW_CHARS: Final = 160
+ROW_LIST: Final = 16  # at most this many statuses and draft producers in a row: rows stay small
 DEFAULT_LIMIT: Final = 100
 MAX_LIMIT: Final = 1000
+ORDERS: Final = ("id", "updated")
+LIST_PARAMS: Final = ("prefix", "order", "after", "limit")
+_DIGITS: Final = re.compile(r"[0-9]{1,6}")  # plain ASCII digits: not "²" nor "٣"
 
 STATIC_DIR: Final = Path(__file__).resolve().parent.parent / "client" / "web"
 # The only files served, by URL path: nothing else of the folder is reachable.
@@ -137,7 +144,11 @@ def row_of(room: Room) -> Row:
         last = {"id": entry.id, "role": role, "text": text}
         if entry.id is not None and is_message_id(entry.id):
             updated = made_ms(entry.id)
-    clients = sorted(set(room.core.subscribers.values()))
+    core = room.core
+    clients = sorted({c for conn, c in core.subscribers.items() if conn not in core.watching})
+    # Presence statuses as others see them (`drafting` while drafting, or what was set).
+    status = {e.client: e.shown for e in core.presence.entries.values() if e.shown is not None}
+    producers = sorted({draft.owner[1] for draft in core.drafts.drafts.values()})
     return {
         "id": room.id,
         "lineage": room.lineage,
@@ -147,11 +158,47 @@ def row_of(room: Room) -> Row:
         "halt": conversation.halted(),
         "last": last,
         "online": clients,
+        "status": dict(sorted(status.items())[:ROW_LIST]),
+        "drafts": {"open": len(core.drafts.drafts), "producers": producers[:ROW_LIST]},
+        "turn": _turn_of(conversation),
     }
 
 
-def _in_range(conversation_id: str, prefix: str, after: str | None) -> bool:
-    return conversation_id.startswith(prefix) and (after is None or conversation_id > after)
+def _turn_of(conversation: Conversation) -> Row | None:
+    """The last turn record as `{index, state, owner}`: `running` until it ends, then how it
+    ended (`answered`, `failed`, `stopped`); `owner` is who wrote the record (its author's
+    name, else its kind)."""
+    turns = conversation.turns()
+    if not turns:
+        return None
+    aside_id, turn = max(turns, key=lambda item: item[1].index)
+    aside = conversation.aside(aside_id)
+    owner = None if aside is None else (aside.author.name or aside.author.kind)
+    state = "running" if turn.end is None else turn.end.__struct_config__.tag
+    return {"index": turn.index, "state": state, "owner": owner}
+
+
+@dataclass(frozen=True)
+class Page:
+    """A window of the list: the conversations under `prefix`, by id after `after` (`order`
+    "id") or the most recently updated (`order` "updated"), at most `limit` of them."""
+
+    prefix: str = ""
+    order: str = "id"
+    after: str | None = None
+    limit: int = DEFAULT_LIMIT
+
+    def holds(self, conversation_id: str) -> bool:
+        """Whether `conversation_id` is in the range the window is cut from."""
+        return conversation_id.startswith(self.prefix) and (
+            self.after is None or conversation_id > self.after
+        )
+
+
+def recency(row: Row) -> tuple[int, str]:
+    """The sort key of `order: "updated"`: most recent first, then by id (never updated last)."""
+    updated = row["updated"]
+    return (-(updated if isinstance(updated, int) else -1), row["id"])
 
 
 class Web:
@@ -195,6 +242,11 @@ class Web:
         if static is not None:
             return self._file(*static)
         if path == LIST_PATH:
+            if getattr(request, "method", "GET") not in ("GET", "HEAD"):
+                body = json.dumps({"error": "method_not_allowed", "detail": "only GET"}).encode()
+                response = _response(HTTPStatus.METHOD_NOT_ALLOWED, body, "application/json")
+                response.headers["Allow"] = "GET"
+                return response
             return await self._list(query, bearer_token(request.headers.get("Authorization")))
         return None
 
@@ -206,10 +258,23 @@ class Web:
         return _response(HTTPStatus.OK, body, content_type)
 
     async def _list(self, query: str, token: str | None = None) -> Response:
-        params = urllib.parse.parse_qs(query, keep_blank_values=True)
         try:
-            prefix, after, limit = _page_args(
-                _one(params, "prefix"), _one(params, "after"), _one(params, "limit")
+            params = urllib.parse.parse_qs(
+                query, keep_blank_values=True, strict_parsing=bool(query), errors="strict"
+            )
+            unknown = sorted(set(params) - set(LIST_PARAMS))
+            if unknown:
+                known = ", ".join(LIST_PARAMS)
+                raise ValueError(f"unknown parameter {', '.join(unknown)} (known: {known})")
+            twice = sorted(name for name, values in params.items() if len(values) > 1)
+            if twice:
+                raise ValueError(f"{', '.join(twice)}: given more than once")
+            page = page_of(
+                _one(params, "prefix"),
+                _one(params, "order"),
+                _one(params, "after"),
+                _one(params, "limit"),
+                text=True,
             )
         except ValueError as error:
             body = json.dumps({"error": "bad_request", "detail": str(error)}).encode()
@@ -220,32 +285,58 @@ class Web:
             status = HTTPStatus.UNAUTHORIZED if refused.code == "unauthorized" else 403
             body = json.dumps({"error": refused.code, "detail": refused.detail}).encode()
             return _response(HTTPStatus(status), body, "application/json")
-        rows, more = await self.rows(prefix, after, limit, visible)
+        rows, more = await self.rows(page, visible)
         body = json.dumps({"conversations": rows, "more": more}, ensure_ascii=False).encode()
         return _response(HTTPStatus.OK, body, "application/json")
 
-    async def rows(
-        self, prefix: str, after: str | None, limit: int, visible: Visible
-    ) -> tuple[list[Row], bool]:
-        """One page of rows: ids by range from the store (never a pattern match), each row
-        from its room (loaded for the read when it is not); `more` when a next page exists."""
-        rows: list[Row] = []
-        cursor = after
-        while len(rows) < limit:
-            ids = await self._hub.store.list_conversations(prefix, after=cursor, limit=limit + 1)
-            for conversation_id in ids:
+    async def rows(self, page: Page, visible: Visible) -> tuple[list[Row], bool]:
+        """The rows of window `page` (in its order), and `more`: whether rows follow it."""
+        if page.order == "id":
+            ids, more = await self._ids(page, visible)
+            return [row for row in [await self._row(i) for i in ids] if row is not None], more
+        ids = [i for i in await self._all(page) if visible(i)]
+        rows = [row for row in [await self._row(i) for i in ids] if row is not None]
+        rows.sort(key=recency)
+        return rows[: page.limit], len(rows) > page.limit
+
+    async def _ids(self, page: Page, visible: Visible) -> tuple[list[str], bool]:
+        """The ids of an `order: "id"` window, by range from the store (never a pattern
+        match), and whether a next one follows."""
+        ids: list[str] = []
+        cursor = page.after
+        while True:
+            listed = await self._hub.store.list_conversations(
+                page.prefix, after=cursor, limit=page.limit + 1
+            )
+            for conversation_id in listed:
                 cursor = conversation_id
                 if not visible(conversation_id):
                     continue
-                if len(rows) == limit:
-                    return rows, True
-                room = await self._hub.room_for_read(conversation_id)
-                if room is not None:
-                    async with room.lock:
-                        rows.append(row_of(room))
-            if len(ids) <= limit:
-                return rows, False
-        return rows, True
+                if len(ids) == page.limit:
+                    return ids, True
+                ids.append(conversation_id)
+            if len(listed) <= page.limit:
+                return ids, False
+
+    async def _all(self, page: Page) -> list[str]:
+        """Every id under the window's prefix (`order: "updated"` ranks them all: the store
+        keeps no index by activity)."""
+        ids: list[str] = []
+        while True:
+            listed = await self._hub.store.list_conversations(
+                page.prefix, after=ids[-1] if ids else None, limit=MAX_LIMIT
+            )
+            ids += listed
+            if len(listed) < MAX_LIMIT:
+                return ids
+
+    async def _row(self, conversation_id: str) -> Row | None:
+        """A conversation's row from its room (loaded for the read when it is not)."""
+        room = await self._hub.room_for_read(conversation_id)
+        if room is None:
+            return None
+        async with room.lock:
+            return row_of(room)
 
     # ------------------------------------------------------------------ the summary socket
 
@@ -256,23 +347,31 @@ class Web:
     async def serve_summary(
         self, ws: ServerConnection, said_hello: Callable[[], None] = lambda: None
     ) -> None:
-        """`hello {token, prefix, after, limit}` → `summary {rows, more}` → `summary_diff
-        {rows}` for rows that changed, until the socket closes. A reconnecting reader sends
-        `hello` again and gets a fresh snapshot, which replaces what it had. `said_hello` is
-        called once a first frame came (the hub counts sockets waiting for one)."""
+        """`hello {token, prefix, order, after, limit, features}` → `summary {rows, more, order}`
+        → `summary_diff {rows, left?, more?}` as the window changes, until the socket closes.
+        Only rows of the window are ever sent: `rows` are rows that changed or entered it,
+        `left` the ids that left it. `window {prefix, order, after, limit}` replaces the
+        window (a new snapshot follows). A reconnecting reader sends `hello` again and gets a
+        fresh snapshot, which replaces what it had. `said_hello` is called once a first
+        frame came (the hub counts sockets waiting for one)."""
         try:
             with anyio.fail_after(5):
                 data = await ws.recv()
             said_hello()
             hello = json.loads(data)
             if not isinstance(hello, dict) or hello.get("type") != "hello":
-                raise ValueError("expected a hello")
-            prefix, after, limit = _page_args(
-                hello.get("prefix"), hello.get("after"), hello.get("limit")
-            )
-        except (TimeoutError, ValueError, ConnectionClosed) as error:
+                kind = hello.get("type") if isinstance(hello, dict) else None
+                got = f"a {kind!r} message" if isinstance(kind, str) else "no message type"
+                raise ValueError(f"the first message must be a hello (got {got})")
+            page = _page_in(hello)
+        except TimeoutError:
+            await _close_with(ws, "bad_message", "summary: no hello within 5 s")
+            return
+        except (ValueError, ConnectionClosed) as error:
             await _close_with(ws, "bad_message", f"summary: {error}")
             return
+        features = hello.get("features")
+        pings = isinstance(features, list) and "ping" in features
         token = hello.get("token")
         try:
             visible = self.grant_for(token if isinstance(token, str) else None)
@@ -282,16 +381,27 @@ class Web:
         watcher = _Touched()
         self._watchers.add(watcher)  # before the snapshot: no change falls between the two
         try:
-            rows, more = await self.rows(prefix, after, limit, visible)
-            known = {row["id"]: row for row in rows}
-            await ws.send(json.dumps({"type": "summary", "rows": rows, "more": more}))
             async with anyio.create_task_group() as group:
-                group.start_soon(_drain, ws, group.cancel_scope)
+                group.start_soon(_listen, ws, watcher, group.cancel_scope)
+                window = _Window(self, page, visible)
+                snapshot = await window.snapshot()
+                if pings:
+                    snapshot["features"] = ["ping"]
+                await ws.send(json.dumps(snapshot))
                 while True:
-                    await anyio.sleep(SUMMARY_INTERVAL)
-                    changed = _changed(watcher, known, prefix, after, visible)
-                    if changed:
-                        await ws.send(json.dumps({"type": "summary_diff", "rows": changed}))
+                    with anyio.move_on_after(SUMMARY_INTERVAL):
+                        await watcher.moved.wait()
+                    if watcher.pages:
+                        page = watcher.pages.pop()
+                        watcher.pages.clear()
+                        watcher.moved = anyio.Event()
+                        watcher.rooms.clear()  # the snapshot reads them fresh
+                        window = _Window(self, page, visible)
+                        await ws.send(json.dumps(await window.snapshot()))
+                        continue
+                    diff = await window.diff(watcher)
+                    if diff is not None:
+                        await ws.send(json.dumps(diff))
         except ConnectionClosed:
             return
         finally:
@@ -299,38 +409,118 @@ class Web:
 
 
 class _Touched:
-    """The rooms touched since a summary socket's last tick, by conversation id."""
+    """One summary socket's inbox: the rooms touched since its last tick, by conversation id,
+    and the windows its reader asked for since."""
 
     def __init__(self) -> None:
         self.rooms: dict[str, Room] = {}
+        self.pages: list[Page] = []
+        self.moved = anyio.Event()  # set when a page is asked for
 
 
-def _changed(
-    watcher: _Touched, known: dict[str, Row], prefix: str, after: str | None, visible: Visible
-) -> list[Row]:
-    """The rows of the rooms touched since the last tick that differ from what was sent."""
-    rooms, watcher.rooms = watcher.rooms, {}
-    changed: list[Row] = []
-    for conversation_id, room in rooms.items():
-        if not _in_range(conversation_id, prefix, after) or not visible(conversation_id):
-            continue
-        if room.lock.locked():
-            watcher.rooms.setdefault(conversation_id, room)  # an append under way: next tick
-            continue
-        if not room.exists:
-            continue
-        row = row_of(room)
-        if known.get(conversation_id) != row:
-            known[conversation_id] = row
-            changed.append(row)
-    return changed
+class _Window:
+    """What one summary socket shows: the rows of one window, kept to the window.
+
+    `order: "id"`: a row changes in place; a new conversation inside the window's id range
+    (or a gone one) moves its edge, so the ids are read again from the store and the rows
+    that enter and leave are sent. `order: "updated"`: only a touched room can change its
+    rank, so the window is the best `limit` of its rows and the touched ones; a row whose
+    activity went back (a rewrite) could let an untouched one in, so then it is ranked
+    again from all the rows."""
+
+    def __init__(self, web: Web, page: Page, visible: Visible) -> None:
+        self._web = web
+        self.page = page
+        self._visible = visible
+        self.known: dict[str, Row] = {}
+        self.more = False
+
+    async def snapshot(self) -> Row:
+        rows, self.more = await self._web.rows(self.page, self._visible)
+        self.known = {row["id"]: row for row in rows}
+        return {"type": "summary", "order": self.page.order, "rows": rows, "more": self.more}
+
+    async def diff(self, watcher: _Touched) -> Row | None:
+        """The `summary_diff` for the rooms touched since the last tick, or None."""
+        page, known = self.page, self.known
+        rooms, watcher.rooms = watcher.rooms, {}
+        fresh: dict[str, Row] = {}
+        again = False  # the window's members must be read again
+        more = self.more
+        for conversation_id, room in rooms.items():
+            if not page.holds(conversation_id) or not self._visible(conversation_id):
+                continue
+            if room.lock.locked():
+                watcher.rooms.setdefault(conversation_id, room)  # an append under way: next tick
+                continue
+            inside = conversation_id in known
+            if not room.exists:
+                again = again or inside
+                continue
+            row = row_of(room)
+            if page.order == "id":
+                if inside:
+                    fresh[conversation_id] = row
+                elif len(known) < page.limit or conversation_id < max(known):
+                    again = True
+                else:
+                    more = True
+            else:
+                if inside and recency(row) > recency(known[conversation_id]):
+                    again = True  # it went back: an untouched row may now rank above it
+                fresh[conversation_id] = row
+        if again:
+            rows, more = await self._web.rows(page, self._visible)
+            members = {row["id"]: row for row in rows}
+        elif page.order == "updated":
+            pool = {**known, **fresh}
+            ranked = sorted(pool.values(), key=recency)
+            members = {row["id"]: row for row in ranked[: page.limit]}
+            more = more or len(pool) > page.limit
+        else:
+            members = {**known, **fresh}
+        left = [conversation_id for conversation_id in known if conversation_id not in members]
+        sent = [row for i, row in members.items() if known.get(i) != row]
+        self.known = members
+        message: Row = {"type": "summary_diff", "rows": sent}
+        if left:
+            message["left"] = left
+        if more != self.more:
+            message["more"] = self.more = more
+        return message if sent or len(message) > 2 else None
 
 
-async def _drain(ws: ServerConnection, scope: anyio.CancelScope) -> None:
-    """Read (and ignore) what the reader sends; stop everything when it goes."""
+async def _listen(ws: ServerConnection, watcher: _Touched, scope: anyio.CancelScope) -> None:
+    """Answer what the reader sends after its hello (`ping` → `pong`: the keepalive of a reader
+    that cannot send websocket pings, a browser; `window`: a new window, for the serving
+    loop); refuse anything else, a second hello included; stop everything when the reader
+    goes."""
     try:
-        async for _ in ws:
-            pass
+        async for data in ws:
+            try:
+                message = json.loads(data)
+            except ValueError:
+                message = None
+            kind = message.get("type") if isinstance(message, dict) else None
+            if kind == "ping":
+                await ws.send('{"type":"pong"}')
+                continue
+            if kind == "window":
+                try:
+                    watcher.pages.append(_page_in(message))
+                except ValueError as error:
+                    await _close_with(ws, "bad_message", f"summary: window: {error}")
+                    return
+                watcher.moved.set()
+                continue
+            if kind == "hello":
+                detail = "summary: a second hello (one per socket; open a new socket)"
+            elif isinstance(kind, str):
+                detail = f"summary: unknown message type {kind!r}"
+            else:
+                detail = "summary: not a JSON object with a type"
+            await _close_with(ws, "bad_message", detail)
+            return
     finally:
         scope.cancel()
 
@@ -351,23 +541,41 @@ def _one(params: dict[str, list[str]], name: str) -> str | None:
     return values[-1] if values else None
 
 
-def _page_args(prefix: object, after: object, limit: object) -> tuple[str, str | None, int]:
-    """Check `prefix`, `after` and `limit` (query text or JSON values); raises ValueError."""
+def _page_in(message: dict[str, Any]) -> Page:
+    """The window of a `hello` or `window` message (JSON values); raises ValueError."""
+    return page_of(
+        message.get("prefix"), message.get("order"), message.get("after"), message.get("limit")
+    )
+
+
+def page_of(
+    prefix: object, order: object, after: object, limit: object, *, text: bool = False
+) -> Page:
+    """Check a window's arguments: query text (`text`) or JSON values; raises ValueError
+    naming what is wrong. A number in a query is plain ASCII digits; in JSON, a number."""
     if prefix is None:
         prefix = ""
     if not isinstance(prefix, str) or (prefix and not is_conversation_id(prefix)):
         raise ValueError("prefix: not the start of a conversation id")
+    if order is None:
+        order = "id"
+    if order not in ORDERS:
+        raise ValueError(f"order: 'id' or 'updated' (got {order!r})")
     if after is not None and (not isinstance(after, str) or not is_conversation_id(after)):
         raise ValueError("after: not a conversation id")
+    if after is not None and order != "id":
+        raise ValueError("after: pages by id only (order 'id'); 'updated' is the latest rows")
     if limit is None:
         limit = DEFAULT_LIMIT
-    if isinstance(limit, str):
-        if not limit.isdigit():
-            raise ValueError("limit: not a whole number")
+    if text and isinstance(limit, str):
+        if not _DIGITS.fullmatch(limit):
+            raise ValueError(f"limit: a whole number in ASCII digits 0-9 (got {limit!r})")
         limit = int(limit)
+    if isinstance(limit, str):
+        raise ValueError(f"limit: a number, not a string (got {limit!r})")
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIMIT:
-        raise ValueError(f"limit: 1 to {MAX_LIMIT}")
-    return prefix, after, limit
+        raise ValueError(f"limit: 1 to {MAX_LIMIT} (got {limit!r})")
+    return Page(prefix, order, after, limit)
 
 
 def _response(status: HTTPStatus, body: bytes, content_type: str) -> Response:

@@ -120,6 +120,9 @@ class Hello(msgspec.Struct, frozen=True, tag_field="type", tag="hello", omit_def
     uses only what both list."""
     kind: str | None = None
     """What this replica is (`user`, `agent`, ...), shown in presence when there is no token."""
+    watch: bool = False
+    """Watching, not joining (SPEC 17): the hub counts it in metrics but shows it in no one's
+    presence and in no summary row's `online`; it still reads everything."""
 
 
 class PushBatch(msgspec.Struct, frozen=True, tag_field="type", tag="push"):

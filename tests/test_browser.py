@@ -352,6 +352,41 @@ async def test_the_list_shows_a_new_conversation_without_a_reload(hub: Hub, page
     assert page.url.endswith("/c/list.new")
 
 
+async def test_the_list_pages_sorts_searches_and_names_a_refused_prefix(
+    hub: Hub, pages: Pages
+) -> None:
+    """The list page as a dashboard (SPEC 17): 50 rows a page by id with a next page, the
+    latest activity first when sorted so, a search over the shown rows, a refused prefix
+    named instead of "No conversations yet"."""
+    for n in range(52):
+        async with connect(hub.url, f"dash.{n:02}", client="py") as py:
+            py.conversation.push(Message.user(f"text {n}"))
+            await py.flush()
+    page = await pages.open(page_url(hub, "/?prefix=dash."))
+    rows = page.locator("[data-conversation-id]")
+    await page.wait_for_selector('[data-conversation-id="dash.49"]')
+    assert await rows.count() == 50
+    assert await page.locator('[data-conversation-id="dash.50"]').count() == 0
+    await page.click("button[data-action=next]")
+    await page.wait_for_selector('[data-conversation-id="dash.51"]')
+    await page.wait_for_selector('[data-conversation-id="dash.00"]', state="detached")
+    assert await rows.count() == 2
+    await page.click("button[data-action=previous]")
+    await page.wait_for_selector('[data-conversation-id="dash.00"]')
+    await page.select_option("select[name=order]", "updated")
+    await page.wait_for_selector('[data-conversation-id="dash.51"]')
+    assert await rows.first.get_attribute("data-conversation-id") == "dash.51"
+    await page.fill("input[name=search]", "text 7")
+    await page.wait_for_selector('[data-conversation-id="dash.51"]', state="detached")
+    assert await rows.count() == 1  # "text 7" of the 50 latest: dash.07 only
+    page = await pages.open(page_url(hub, "/?prefix=no%20spaces"))
+    problem = page.locator(".problem")
+    await problem.wait_for()
+    assert "refused this list" in (await problem.text_content() or "")
+    assert await page.locator(".empty:not(.problem)").is_hidden()
+    assert pages.errors == []
+
+
 MARKUP = "<img src=x onerror=alert(1)>"
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -199,3 +200,301 @@ async def test_summary_reports_a_conversation_that_changed_and_unloaded_between_
             [row] = diff["rows"]
         assert (row["id"], row["revision"]) == ("brief.1", 1)
     await ws.close()
+
+
+async def test_summary_answers_pings_and_refuses_a_second_hello(hub: Hub) -> None:
+    """A reader listing `ping` sees it in the snapshot and each `ping` gets a `pong` (the
+    feed's keepalive); a second hello is refused by name, not ignored."""
+    ws = await summary(hub, features=["ping"])
+    with anyio.fail_after(bound(10)):
+        assert json.loads(await ws.recv())["features"] == ["ping"]
+        for _ in range(2):
+            await ws.send('{"type":"ping"}')
+            assert json.loads(await ws.recv()) == {"type": "pong"}
+        await ws.send(json.dumps({"type": "hello", "token": None}))
+        error = json.loads(await ws.recv())
+        assert error["code"] == "bad_message" and "second hello" in error["detail"]
+        await ws.wait_closed()
+    assert ws.close_code == 1008
+    ws = await summary(hub)  # not listed: not offered
+    with anyio.fail_after(bound(10)):
+        assert "features" not in json.loads(await ws.recv())
+    await ws.close()
+
+
+async def test_summary_without_a_hello_is_told_what_came_instead(hub: Hub) -> None:
+    ws = await ws_connect(f"ws://127.0.0.1:{hub.port}/v1/summary", subprotocols=[SUBPROTOCOL])
+    await ws.send('{"type":"ping"}')
+    with anyio.fail_after(bound(10)):
+        error = json.loads(await ws.recv())
+        assert error["code"] == "bad_message"
+        said = "summary: the first message must be a hello (got a 'ping' message)"
+        assert error["detail"] == said
+        await ws.wait_closed()
+
+
+# ---------------------------------------------------------------------- windows (SPEC §17)
+
+
+@pytest.mark.parametrize(
+    ("query", "says"),
+    [
+        ("limit=%D9%A3", "limit: a whole number in ASCII digits 0-9 (got '٣')"),
+        ("limit=%C2%B2", "limit: a whole number in ASCII digits 0-9 (got '²')"),
+        ("limit=", "limit: a whole number in ASCII digits"),
+        ("limit=1e3", "limit: a whole number in ASCII digits"),
+        ("sort=id&offset=3", "unknown parameter offset, sort (known: prefix, order, after, limit)"),
+        ("page=2", "unknown parameter page"),
+        ("limit=1&limit=2", "limit: given more than once"),
+        ("order=newest", "order: 'id' or 'updated' (got 'newest')"),
+        ("order=updated&after=a", "after: pages by id only"),
+    ],
+)
+async def test_list_names_what_is_wrong(hub: Hub, query: str, says: str) -> None:
+    status, _, body = await get(hub, f"/v1/conversations?{query}")
+    assert status == 400
+    answer = json.loads(body)
+    assert answer["error"] == "bad_request" and answer["detail"].startswith(says), answer
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH"])
+async def test_list_answers_other_methods_405(hub: Hub, method: str) -> None:
+    await fill(hub, "m.1", "not for a POST")
+
+    def send() -> tuple[int, str | None, bytes]:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{hub.port}/v1/conversations", method=method
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=bound(10)) as response:
+                return response.status, response.headers.get("Allow"), response.read()
+        except urllib.error.HTTPError as error:
+            return error.code, error.headers.get("Allow"), error.read()
+
+    status, allow, body = await anyio.to_thread.run_sync(send)
+    assert (status, allow) == (405, "GET")
+    assert b"m.1" not in body
+
+
+@pytest.mark.parametrize(
+    ("hello", "says"),
+    [
+        ({"limit": "5"}, "limit: a number, not a string (got '5')"),
+        ({"limit": True}, "limit: 1 to 1000 (got True)"),
+        ({"order": "recent"}, "order: 'id' or 'updated' (got 'recent')"),
+    ],
+)
+async def test_summary_hello_is_strict(hub: Hub, hello: dict[str, Any], says: str) -> None:
+    ws = await summary(hub, **hello)
+    with anyio.fail_after(bound(10)):
+        error = json.loads(await ws.recv())
+        assert error["code"] == "bad_message" and error["detail"] == f"summary: {says}"
+        await ws.wait_closed()
+
+
+async def test_list_pages_by_updated(hub: Hub) -> None:
+    for n in range(4):
+        await fill(hub, f"u.{n}", f"message {n}")
+    await fill(hub, "u.0", "again")  # u.0 is now the latest
+    _, _, body = await get(hub, "/v1/conversations?prefix=u.&order=updated&limit=2")
+    page = json.loads(body)
+    assert [row["id"] for row in page["conversations"]] == ["u.0", "u.3"] and page["more"]
+
+
+class Watched:
+    """What a summary reader holds: the rows of its window, checked against it on every
+    message."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, dict[str, Any]] = {}
+        self.more = False
+        self.entered: list[str] = []
+        self.left: list[str] = []
+
+    def take(self, message: dict[str, Any]) -> None:
+        if message["type"] == "summary":
+            self.rows = {row["id"]: row for row in message["rows"]}
+            self.more = message["more"]
+            return
+        assert message["type"] == "summary_diff", message
+        for row in message["rows"]:
+            if row["id"] not in self.rows:
+                self.entered.append(row["id"])
+            self.rows[row["id"]] = row
+        for conversation_id in message.get("left", []):
+            self.left.append(conversation_id)
+            del self.rows[conversation_id]
+        self.more = message.get("more", self.more)
+
+
+async def test_an_id_window_sends_no_row_outside_it_under_activity(hub: Hub) -> None:
+    """A window of 5 by id, with every conversation of the prefix busy for a few seconds: no
+    row of the rest is ever sent; a conversation created inside the window enters it and the
+    last one leaves; one created past it only says `more`."""
+    ids = [f"w.{n:02}" for n in range(12)]
+    for conversation_id in ids:
+        await fill(hub, conversation_id, "start")
+    ws = await summary(hub, prefix="w.", limit=5)
+    seen = Watched()
+    sent: set[str] = set()
+    arrived = anyio.Event()
+    url = f"ws://127.0.0.1:{hub.port}"
+
+    async def busy(conversation_id: str) -> None:
+        async with connect(url, conversation_id, client=f"busy-{conversation_id}") as py:
+            for n in range(8):
+                py.conversation.push(Message.user(f"busy {n}"))
+                await py.flush()
+                await anyio.sleep(0.25)
+
+    async def read() -> None:
+        while True:
+            message = json.loads(await ws.recv())
+            seen.take(message)
+            sent.update(row["id"] for row in message["rows"])
+            if "w.01a" in seen.rows:
+                arrived.set()
+            window = sorted(seen.rows)
+            assert len(window) <= 5, window
+            assert window == sorted(window)[:5]
+
+    with anyio.fail_after(bound(30)):
+        seen.take(json.loads(await ws.recv()))
+        assert sorted(seen.rows) == ids[:5] and seen.more is True
+        async with anyio.create_task_group() as group:
+            group.start_soon(read)
+            async with anyio.create_task_group() as writers:
+                for conversation_id in ids:
+                    writers.start_soon(busy, conversation_id)
+            await fill(hub, "w.01a", "new, inside the window")
+            await arrived.wait()
+            group.cancel_scope.cancel()
+    assert sent <= {*ids[:5], "w.01a"}, sorted(sent - {*ids[:5], "w.01a"})
+    assert sorted(seen.rows) == ["w.00", "w.01", "w.01a", "w.02", "w.03"]
+    assert seen.left == ["w.04"] and seen.entered == ["w.01a"]
+    assert all(seen.rows[i]["revision"] == 9 for i in ["w.00", "w.01", "w.02", "w.03"])
+    await ws.close()
+
+
+async def test_an_updated_window_holds_the_latest_rows_as_they_move(hub: Hub) -> None:
+    """`order: "updated"`, limit 3: the three latest; a push to an old one brings it in and
+    the oldest of the window leaves; rows outside are never sent."""
+    for n in range(6):
+        await fill(hub, f"r.{n}", f"message {n}")
+    ws = await summary(hub, prefix="r.", order="updated", limit=3)
+    seen = Watched()
+    with anyio.fail_after(bound(20)):
+        snapshot = json.loads(await ws.recv())
+        assert snapshot["order"] == "updated"
+        assert [row["id"] for row in snapshot["rows"]] == ["r.5", "r.4", "r.3"]
+        seen.take(snapshot)
+        await fill(hub, "r.0", "back to the top")
+        while "r.0" not in seen.rows:
+            message = json.loads(await ws.recv())
+            assert all(row["id"] in {"r.5", "r.4", "r.3", "r.0"} for row in message["rows"])
+            seen.take(message)
+        assert seen.left == ["r.3"] and set(seen.rows) == {"r.0", "r.5", "r.4"}
+        await fill(hub, "r.4", "again")
+        await fill(hub, "r.1", "and one more")
+        while "r.1" not in seen.rows:
+            message = json.loads(await ws.recv())
+            assert all(row["id"] in {"r.5", "r.4", "r.0", "r.1"} for row in message["rows"])
+            seen.take(message)
+        assert seen.left == ["r.3", "r.5"] and set(seen.rows) == {"r.0", "r.4", "r.1"}
+    await ws.close()
+
+
+async def test_a_new_window_on_the_same_socket(hub: Hub) -> None:
+    for n in range(4):
+        await fill(hub, f"nw.{n}", "x")
+    ws = await summary(hub, prefix="nw.", limit=2)
+    with anyio.fail_after(bound(10)):
+        assert [r["id"] for r in json.loads(await ws.recv())["rows"]] == ["nw.0", "nw.1"]
+        await ws.send(json.dumps({"type": "window", "prefix": "nw.", "after": "nw.1"}))
+        second = json.loads(await ws.recv())
+        assert second["type"] == "summary"
+        assert [r["id"] for r in second["rows"]] == ["nw.2", "nw.3"]
+        await fill(hub, "nw.0", "outside the new window")
+        await fill(hub, "nw.3", "inside")
+        diff = json.loads(await ws.recv())
+        assert [r["id"] for r in diff["rows"]] == ["nw.3"]
+        await ws.send(json.dumps({"type": "window", "limit": "2"}))
+        error = json.loads(await ws.recv())
+        assert error["detail"] == "summary: window: limit: a number, not a string (got '2')"
+
+
+# ---------------------------------------------------------------------- watching (SPEC §17)
+
+
+async def test_a_watcher_never_appears_in_online_nor_in_presence(hub: Hub) -> None:
+    """`presence=False` watches: the watcher reads and writes, the hub counts it, but no
+    summary row's `online` and no one's presence ever lists it."""
+    url = f"ws://127.0.0.1:{hub.port}"
+    ws = await summary(hub, prefix="watched.")
+    onlines: list[list[str]] = []
+    with anyio.fail_after(bound(20)):
+        assert json.loads(await ws.recv())["rows"] == []
+        async with connect(url, "watched.1", client="agent") as agent:
+            async with connect(url, "watched.1", client="dashboard", presence=False) as watcher:
+                assert hub.metrics.watchers == 1
+                watcher.conversation.push(Message.user("from a watcher"))
+                await watcher.flush()
+                agent.conversation.push(Message.user("from the agent"))
+                await agent.flush()
+                while True:
+                    diff = json.loads(await ws.recv())
+                    onlines += [row["online"] for row in diff["rows"]]
+                    if diff["rows"][-1]["revision"] == 2:
+                        break
+                await anyio.sleep(0.3)  # presence diffs are throttled: let them land
+                assert "dashboard" not in agent.presence and "agent" in agent.presence
+                assert "dashboard" not in watcher.presence
+        _, _, body = await get(hub, "/v1/conversations?prefix=watched.")
+        assert json.loads(body)["conversations"][0]["online"] == []
+    assert onlines and all(online == ["agent"] for online in onlines), onlines
+    assert hub.metrics.watchers == 0
+    await ws.close()
+
+
+async def test_a_row_says_drafts_statuses_and_the_turn(hub: Hub) -> None:
+    """What an operator needs without opening the conversation: open drafts and who makes
+    them, presence statuses, and the last turn's state (running, then how it ended)."""
+    from sync import TurnEnd
+
+    url = f"ws://127.0.0.1:{hub.port}"
+    ws = await summary(hub, prefix="dash.")
+    latest: dict[str, Any] = {}
+
+    async def until_row(check: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+        while not (latest and check(latest)):
+            message = json.loads(await ws.recv())
+            for row in message["rows"]:
+                latest.update(row)
+        return latest
+
+    with anyio.fail_after(bound(20)):
+        await ws.recv()
+        async with connect(url, "dash.1", client="agent", kind="agent") as agent:
+            agent.conversation.push(Message.user("do it"))
+            agent.conversation.open_turn()
+            await agent.flush()
+            row = await until_row(lambda r: r["turn"] is not None)
+            assert row["turn"] == {"index": 0, "state": "running", "owner": "rig"}
+            assert row["drafts"] == {"open": 0, "producers": []}
+            await agent.set_status("thinking")
+            await until_row(lambda r: r["status"] == {"agent": "thinking"})
+            async with agent.draft():
+                row = await until_row(lambda r: r["drafts"]["open"] == 1)
+                assert row["drafts"]["producers"] == ["agent"]
+            await agent.set_status(None)
+            agent.conversation.push(Message.assistant("done"))
+            agent.conversation.end_turn(TurnEnd.answered(agent.conversation.id(1)))
+            await agent.flush()
+            row = await until_row(lambda r: r["turn"]["state"] == "answered")
+            assert row["drafts"]["open"] == 0 and row["turn"]["index"] == 0
+    await ws.close()
+    status, _, body = await get(hub, "/v1/conversations?prefix=dash.")
+    assert status == 200
+    [listed] = json.loads(body)["conversations"]
+    assert listed["turn"] == {"index": 0, "state": "answered", "owner": "rig"}
+    assert listed["status"] == {} and listed["online"] == []

@@ -373,6 +373,9 @@ export interface ConnectOptions {
   /** Ms within which a hub that stopped answering is noticed (default 10000; null: none):
    * `ping` messages every half of it, to a hub that lists the `ping` feature. */
   keepalive?: number | null;
+  /** false: watch without joining presence; the hub shows this replica in no one's presence
+   * and in no summary row's `online` (default true). */
+  presence?: boolean;
 }
 
 export interface StateEvent {
@@ -412,6 +415,12 @@ export class Replica {
 
 export function connect(url: string, conversationId: string, options?: ConnectOptions): Replica;
 
+/** Calls `end` once when `ws` ends: at `close`, or at an `error` no `close` may follow. */
+export function whenEnded(
+  ws: unknown,
+  end: (closeCode: number | null, reason: string) => void,
+): (reason: string) => void;
+
 // ---------------------------------------------------------------- the summary feed
 
 export interface SummaryRow {
@@ -423,8 +432,14 @@ export interface SummaryRow {
   entries: number;
   halt: Halt | null;
   last: { id: string | null; role: string; text: string } | null;
-  /** Client ids with a live socket on this conversation. */
+  /** Client ids with a live socket on this conversation (watchers left out). */
   online: string[];
+  /** Presence statuses as shown (`drafting` while drafting), by client id; at most 16. */
+  status: Record<string, string>;
+  /** Open drafts, and the client ids making them (at most 16). */
+  drafts: { open: number; producers: string[] };
+  /** The last turn record: running until it ends, then how it ended; null: no turn. */
+  turn: { index: number; state: 'running' | 'answered' | 'failed' | 'stopped'; owner: string | null } | null;
 }
 
 export class SummaryFeed {
@@ -432,6 +447,8 @@ export class SummaryFeed {
     url: string,
     options?: {
       prefix?: string;
+      /** `id` (pages by `after`; the default) or `updated` (the latest `limit` rows). */
+      order?: 'id' | 'updated';
       after?: string | null;
       limit?: number;
       getToken?: () => string | null | Promise<string | null>;
@@ -439,6 +456,9 @@ export class SummaryFeed {
       backoff?: number;
       maxBackoff?: number;
       random?: () => number;
+      /** Ms within which a hub that stopped answering is noticed (default 10000; null:
+       * none): `ping` messages every half of it, to a hub whose snapshot lists `ping`. */
+      keepalive?: number | null;
     },
   );
   readonly url: string;
@@ -447,8 +467,21 @@ export class SummaryFeed {
   state: ConnectionState;
   on(
     type: 'rows',
-    listener: (event: { type: 'rows'; rows: SummaryRow[]; snapshot: boolean }) => void,
+    listener: (event: {
+      type: 'rows';
+      rows: SummaryRow[];
+      /** Ids that left the window. */
+      left: string[];
+      snapshot: boolean;
+    }) => void,
   ): () => void;
+  /** Another window on the same socket; its snapshot replaces the rows. */
+  window(page: {
+    prefix?: string;
+    order?: 'id' | 'updated';
+    after?: string | null;
+    limit?: number;
+  }): void;
   on(type: 'state', listener: (event: StateEvent) => void): () => void;
   /** One hub message (for tests); returns the rows it changed. */
   receive(message: unknown): SummaryRow[];

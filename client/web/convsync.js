@@ -2249,6 +2249,53 @@ export function backoffDelay(failures, base, max, random = Math.random) {
   return random() * cap;
 }
 
+/** The `keepalive` option (ms, default 10000; null: none), checked. */
+function keepaliveOption(value) {
+  const keepalive = value === undefined ? 10_000 : value;
+  const inRange = typeof keepalive === 'number' && keepalive >= 100 && keepalive < Infinity;
+  if (keepalive !== null && !inRange) {
+    throw new UsageError(
+      'bad_option',
+      'keepalive must be null (no pings) or a number of milliseconds, at least 100 ' +
+        `(got ${keepalive})`,
+    );
+  }
+  return keepalive;
+}
+
+/**
+ * Call `end(closeCode, reason)` once, when `ws` ends: at its `close`, or at an `error` that
+ * no `close` may follow (Node's WebSocket on a refused connection fires `error` alone, and a
+ * shell waiting for `close` would never retry). A browser's `close` after an `error` says
+ * only 1006, so ending at the error loses nothing; the socket is closed to free it. Every
+ * socket shell (replica, feed) ends through here: one reconnect path.
+ * Returns a function that ends it now, with a reason (a keepalive that timed out).
+ * @param {any} ws @param {(closeCode: number | null, reason: string) => void} end
+ * @returns {(reason: string) => void}
+ */
+export function whenEnded(ws, end) {
+  let ended = false;
+  const once = (closeCode, reason) => {
+    if (ended) return;
+    ended = true;
+    end(closeCode, reason);
+  };
+  ws.onclose = (event) => once(event?.code ?? null, event?.reason ?? '');
+  const giveUp = (reason) => {
+    once(null, reason);
+    try {
+      ws.close();
+    } catch {
+      // not open yet, or closing already
+    }
+  };
+  ws.onerror = (event) => {
+    const message = typeof event?.message === 'string' && event.message ? `: ${event.message}` : '';
+    giveUp(`connection failed${message}`);
+  };
+  return giveUp;
+}
+
 /**
  * A live replica of one conversation over a websocket: the application edits `conversation`,
  * the replica pushes, applies, rebases and reconnects by itself.
@@ -2282,16 +2329,12 @@ export class Replica {
     /** @type {any} */
     this.paceTimer = null;
     this.clearTimer = options.clearTimeout ?? ((handle) => clearTimeout(handle));
-    const keepalive = options.keepalive === undefined ? 10_000 : options.keepalive;
-    const inRange = typeof keepalive === 'number' && keepalive >= 100 && keepalive < Infinity;
-    if (keepalive !== null && !inRange) {
-      throw new UsageError(
-        'bad_option',
-        'keepalive must be null (no pings) or a number of milliseconds, at least 100 ' +
-          `(got ${keepalive})`,
-      );
+    this.keepalive = keepaliveOption(options.keepalive);
+    if (options.presence !== undefined && typeof options.presence !== 'boolean') {
+      throw new UsageError('bad_option', `presence must be true or false (got ${options.presence})`);
     }
-    this.keepalive = keepalive;
+    /** Watching without presence (`presence: false`): counted by the hub, shown nowhere. */
+    this.watch = options.presence === false;
     this.pingTimer = null; // the next ping is due
     this.pongTimer = null; // a ping waits for its answer
     /** @type {'connecting' | 'connected' | 'disconnected' | 'closed'} */
@@ -2429,6 +2472,7 @@ export class Replica {
       if (this.getToken !== null)
         hello.features = [...hello.features, 'auth'];
       if (this.keepalive !== null) hello.features = [...hello.features, 'ping'];
+      if (this.watch) hello.watch = true; // in no presence, not `online` (SPEC §17)
       ws.send(JSON.stringify(hello));
     };
     ws.onmessage = (message) => {
@@ -2461,8 +2505,7 @@ export class Replica {
         finish(null, reason);
       }
     };
-    ws.onclose = (event) => finish(event.code ?? null, event.reason ?? '');
-    ws.onerror = () => {}; // a close always follows
+    whenEnded(ws, finish);
   }
 
   /**
@@ -2518,6 +2561,7 @@ export class Replica {
         if (this.ws !== ws) return;
         ws.onmessage = () => {};
         ws.onclose = () => {};
+        ws.onerror = () => {};
         try {
           ws.close(1000, 'keepalive');
         } catch {
@@ -2670,6 +2714,8 @@ export class SummaryFeed {
   constructor(url, options = {}) {
     this.url = `${url.replace(/\/+$/, '')}/v1/summary`;
     this.prefix = options.prefix ?? '';
+    /** `id` (pages by `after`) or `updated` (the latest `limit` rows). */
+    this.order = options.order ?? 'id';
     this.after = options.after ?? null;
     this.limit = options.limit ?? 100;
     this.getToken = options.getToken ?? null;
@@ -2677,6 +2723,13 @@ export class SummaryFeed {
     this.backoff = options.backoff ?? 50;
     this.maxBackoff = options.maxBackoff ?? 5000;
     this.random = options.random ?? Math.random;
+    this.keepalive = keepaliveOption(options.keepalive);
+    /** Ends the current socket now (set per socket). @type {(reason: string) => void} */
+    this.giveUp = () => {};
+    /** @type {any} */
+    this.pingTimer = null; // the next ping is due
+    /** @type {any} */
+    this.pongTimer = null; // a ping waits for its answer
     /** @type {Map<string, any>} */
     this.rows = new Map();
     this.more = false;
@@ -2723,10 +2776,15 @@ export class SummaryFeed {
     if (snapshot) {
       this.rows.clear();
       this.more = message.more === true;
+    } else if (typeof message.more === 'boolean') {
+      this.more = message.more;
     }
     const rows = message.rows.filter((row) => isObject(row) && isText(row.id));
     for (const row of rows) this.rows.set(row.id, row);
-    this.#emit('rows', { type: 'rows', rows, snapshot });
+    // Rows that left the window (SPEC §17): the hub sends none of them any more.
+    const left = Array.isArray(message.left) ? message.left.filter(isText) : [];
+    for (const id of left) this.rows.delete(id);
+    this.#emit('rows', { type: 'rows', rows, left, snapshot });
     return rows;
   }
 
@@ -2745,12 +2803,14 @@ export class SummaryFeed {
     this.ws = ws;
     let code = null;
     ws.onopen = () => {
-      const hello = { type: 'hello', token, prefix: this.prefix, after: this.after };
-      ws.send(JSON.stringify({ ...hello, limit: this.limit }));
+      const features = this.keepalive === null ? [] : ['ping'];
+      ws.send(JSON.stringify({ type: 'hello', token, ...this.#page(), features }));
     };
     ws.onmessage = (event) => {
       try {
-        this.receive(JSON.parse(String(event.data)));
+        const message = JSON.parse(String(event.data));
+        this.#heard(ws, message);
+        this.receive(message);
         this.failures = 0;
         this.#setState('connected');
       } catch (error) {
@@ -2762,14 +2822,14 @@ export class SummaryFeed {
         }
       }
     };
-    ws.onerror = () => {};
-    ws.onclose = (event) => {
+    this.giveUp = whenEnded(ws, (closeCode, reason) => {
       if (this.ws !== ws) return;
       this.ws = null;
+      this.#stopKeepalive();
       if (this.closing) return this.#setState('closed');
-      const rule = retryRule(code, event.code ?? null, this.getToken !== null, event.reason ?? '');
-      if (rule === 'refused') return this.#setState('closed', code, event.reason ?? '');
-      this.#setState('disconnected', code, event.reason ?? '');
+      const rule = retryRule(code, closeCode, this.getToken !== null, reason);
+      if (rule === 'refused') return this.#setState('closed', code, reason);
+      this.#setState('disconnected', code, reason);
       this.failures += 1;
       const delay =
         rule === 'at_once'
@@ -2779,12 +2839,68 @@ export class SummaryFeed {
         this.timer = null;
         void this.start();
       }, delay);
-    };
+    });
+  }
+
+  #page() {
+    const page = { prefix: this.prefix, order: this.order, after: this.after, limit: this.limit };
+    if (this.order !== 'id') delete page.after;
+    return page;
+  }
+
+  /**
+   * Show another window on the same socket (a `window` message; its snapshot replaces the
+   * rows). Fields not given keep their value; a reconnect asks for the new window.
+   * @param {{prefix?: string, order?: 'id' | 'updated', after?: string | null, limit?: number}} page
+   */
+  window(page) {
+    if (page.prefix !== undefined) this.prefix = page.prefix;
+    if (page.order !== undefined) this.order = page.order;
+    if (page.after !== undefined) this.after = page.after;
+    if (page.limit !== undefined) this.limit = page.limit;
+    const ws = this.ws;
+    if (ws !== null && ws.readyState === 1 && this.state === 'connected') {
+      ws.send(JSON.stringify({ type: 'window', ...this.#page() }));
+    }
+  }
+
+  /**
+   * Keepalive, as a `Replica`'s: after a snapshot listing `ping`, ping every `keepalive / 2`;
+   * anything the hub sends answers the ping in flight; one unanswered for `keepalive / 2`
+   * gives the socket up at once (a frozen hub would not finish a closing handshake either),
+   * through the socket's one end path, so the feed reads `disconnected` and retries.
+   */
+  #heard(ws, message) {
+    if (this.keepalive === null || !isObject(message)) return;
+    const features = message.type === 'summary' ? message.features : null;
+    const offered = Array.isArray(features) && features.includes('ping');
+    if (!offered && this.pongTimer === null && this.pingTimer === null) return;
+    this.#stopKeepalive();
+    const half = this.keepalive / 2;
+    this.pingTimer = setTimeout(() => {
+      this.pingTimer = null;
+      if (this.ws !== ws || ws.readyState !== 1) return;
+      ws.send('{"type":"ping"}');
+      this.pongTimer = setTimeout(() => {
+        this.pongTimer = null;
+        if (this.ws !== ws) return;
+        ws.onmessage = () => {};
+        this.giveUp(`keepalive timed out: a ping went unanswered for ${half / 1000}s`);
+      }, half);
+    }, half);
+  }
+
+  #stopKeepalive() {
+    if (this.pingTimer !== null) clearTimeout(this.pingTimer);
+    if (this.pongTimer !== null) clearTimeout(this.pongTimer);
+    this.pingTimer = null;
+    this.pongTimer = null;
   }
 
   /** Stop for good. */
   close() {
     this.closing = true;
+    this.#stopKeepalive();
     if (this.timer !== null) clearTimeout(this.timer);
     this.timer = null;
     if (this.ws !== null) this.ws.close(1000, '');

@@ -503,23 +503,46 @@ function fillDraft(element, draft) {
 
 // ---------------------------------------------------------------- the list page
 
+const PAGE_SIZE = 50;
+
+/**
+ * The list page, an operator's dashboard (SPEC §17): a window of the summary feed (by id,
+ * paged with `after`; or the latest activity), filtered by prefix on the hub and searched
+ * here; rows keep their place while the pointer is over the list (new activity is
+ * highlighted instead), and "offline" replaces who is online while the feed is disconnected.
+ */
 class ListView {
   /** @param {HTMLElement} root */
   constructor(root) {
     this.root = root;
     const params = new URLSearchParams(location.search);
+    this.order = params.get('order') === 'updated' ? 'updated' : 'id';
+    /** `after` of each page before this one (id order): Previous pops it. */
+    this.pages = [];
     this.feed = new SummaryFeed(hubUrl, {
       prefix: params.get('prefix') ?? '',
+      order: this.order,
       getToken,
-      limit: 500,
+      limit: PAGE_SIZE,
     });
+    /** @type {Map<string, number>} the revision each row was last drawn at */
+    this.drawn = new Map();
+    /** @type {string[] | null} the order frozen while the pointer is over the list */
+    this.frozen = null;
+    this.search = '';
     this.list = h('ol', { class: 'conversations' });
+    this.list.addEventListener('pointerenter', () => {
+      this.frozen = this.ordered().map((row) => row.id);
+    });
+    this.list.addEventListener('pointerleave', () => {
+      this.frozen = null;
+      this.schedule();
+    });
     this.empty = h('p', { class: 'empty' }, 'No conversations yet.');
-    this.more = h(
-      'p',
-      { class: 'empty', hidden: '' },
-      'More conversations exist than are shown: narrow the list with ?prefix= in the address.',
-    );
+    this.more = h('button', { type: 'button', 'data-action': 'next', hidden: '' }, 'Next page');
+    this.back = h('button', { type: 'button', 'data-action': 'previous', hidden: '' }, 'Previous');
+    this.more.addEventListener('click', () => this.next());
+    this.back.addEventListener('click', () => this.previous());
     this.stateLabel = h('span', { class: 'state' }, 'connecting');
     const open = /** @type {HTMLInputElement} */ (
       h('input', {
@@ -535,21 +558,80 @@ class ListView {
       event.preventDefault();
       if (open.value && open.checkValidity()) navigate(`/c/${encodeURIComponent(open.value)}`);
     });
+    const prefix = /** @type {HTMLInputElement} */ (
+      h('input', {
+        name: 'prefix',
+        placeholder: 'prefix',
+        'aria-label': 'only ids starting with',
+        value: this.feed.prefix,
+      })
+    );
+    const sort = /** @type {HTMLSelectElement} */ (
+      h(
+        'select',
+        { name: 'order', 'aria-label': 'sort' },
+        h('option', { value: 'id' }, 'by id'),
+        h('option', { value: 'updated' }, 'latest activity'),
+      )
+    );
+    sort.value = this.order;
+    const search = /** @type {HTMLInputElement} */ (
+      h('input', { name: 'search', type: 'search', placeholder: 'search', 'aria-label': 'search' })
+    );
+    const controls = h('form', { class: 'open controls' }, prefix, sort, search);
+    controls.addEventListener('submit', (event) => event.preventDefault());
+    prefix.addEventListener('change', () => this.show({ prefix: prefix.value.trim() }));
+    sort.addEventListener('change', () => {
+      this.order = sort.value === 'updated' ? 'updated' : 'id';
+      this.show({ order: this.order });
+    });
+    search.addEventListener('input', () => {
+      this.search = search.value.trim().toLowerCase();
+      this.schedule();
+    });
+    this.problem = h('p', { class: 'empty problem', hidden: '' });
     root.replaceChildren(
       h('header', { class: 'bar' }, h('h1', {}, 'Conversations'), this.stateLabel),
       form,
+      controls,
+      this.problem,
       this.empty,
-      h('div', { class: 'scroller' }, this.list, this.more),
+      h('div', { class: 'scroller' }, this.list, h('p', { class: 'pages' }, this.back, this.more)),
     );
     document.title = 'convsync';
     this.scheduled = false;
     this.feed.on('rows', () => this.schedule());
     this.feed.on('state', (event) => {
       root.dataset.connectionState = event.state;
-      this.stateLabel.textContent = event.state;
+      this.stateLabel.textContent = event.state === 'disconnected' ? 'offline' : event.state;
+      // A refused window (a bad prefix, a token without read) is named, not shown as empty.
+      const refused = event.state === 'closed' && event.code !== null;
+      this.problem.hidden = !refused;
+      if (refused) this.problem.textContent = `The hub refused this list: ${event.reason || event.code}`;
+      this.schedule();
     });
     root.dataset.connectionState = 'connecting';
     void this.feed.start();
+  }
+
+  /** A new window (prefix or order): back to the first page. */
+  show(page) {
+    this.pages = [];
+    this.frozen = null;
+    this.feed.window({ ...page, after: null });
+    if (this.feed.state === 'closed') void this.feed.start(); // refused before: try this one
+  }
+
+  next() {
+    const ids = [...this.feed.rows.keys()].sort();
+    if (this.order !== 'id' || ids.length === 0) return;
+    this.pages.push(this.feed.after);
+    this.feed.window({ after: ids[ids.length - 1] });
+  }
+
+  previous() {
+    if (this.pages.length === 0) return;
+    this.feed.window({ after: this.pages.pop() ?? null });
   }
 
   schedule() {
@@ -561,21 +643,61 @@ class ListView {
     });
   }
 
+  /** The window's rows in the chosen order. */
+  ordered() {
+    const rows = [...this.feed.rows.values()];
+    if (this.order === 'updated') {
+      return rows.sort((a, b) => (b.updated ?? 0) - (a.updated ?? 0) || (a.id < b.id ? -1 : 1));
+    }
+    return rows.sort((a, b) => (a.id < b.id ? -1 : 1));
+  }
+
   render() {
-    const rows = [...this.feed.rows.values()].sort(
-      (a, b) => (b.updated ?? 0) - (a.updated ?? 0) || (a.id < b.id ? -1 : 1),
-    );
-    this.empty.hidden = rows.length > 0;
-    this.list.replaceChildren(...rows.map(drawRow));
-    this.more.hidden = !this.feed.more;
+    let rows = this.ordered();
+    if (this.frozen !== null) {
+      // Rows keep their place under the pointer; one that entered goes at the end.
+      const place = new Map(this.frozen.map((id, at) => [id, at]));
+      rows.sort((a, b) => (place.get(a.id) ?? Infinity) - (place.get(b.id) ?? Infinity));
+    }
+    if (this.search) {
+      const q = this.search;
+      rows = rows.filter(
+        (row) => row.id.toLowerCase().includes(q) || (row.last?.text ?? '').toLowerCase().includes(q),
+      );
+    }
+    const offline = this.feed.state !== 'connected';
+    this.root.classList.toggle('offline', offline);
+    this.empty.hidden = rows.length > 0 || !this.problem.hidden;
+    this.empty.textContent = this.search ? 'No conversation matches.' : 'No conversations yet.';
+    const elements = rows.map((row) => {
+      const changed = this.drawn.has(row.id) && this.drawn.get(row.id) !== row.revision;
+      this.drawn.set(row.id, row.revision);
+      const element = drawRow(row, offline);
+      if (changed) element.classList.add('changed');
+      return element;
+    });
+    this.list.replaceChildren(...elements);
+    this.more.hidden = !(this.feed.more && this.order === 'id');
+    this.back.hidden = this.pages.length === 0;
   }
 }
 
-function drawRow(row) {
+function drawRow(row, offline = false) {
   const href = `/c/${encodeURIComponent(row.id)}`;
   const link = h('a', { href, class: 'title' }, row.id);
   link.addEventListener('click', (event) => carryToken(event, href));
   const last = row.last === null ? '' : `${row.last.role}: ${row.last.text}`;
+  const turn = row.turn ? ` · turn ${row.turn.index} ${row.turn.state}` : '';
+  const drafts = row.drafts?.open ? ` · ${row.drafts.open} drafting` : '';
+  let online = '';
+  if (offline) online = h('span', { class: 'offline' }, ' · offline');
+  else if (row.online.length) {
+    const who = row.online.map((client) => {
+      const status = row.status?.[client];
+      return status ? `${client} (${status})` : client;
+    });
+    online = h('span', { class: 'online' }, ` · online: ${who.join(', ')}`);
+  }
   return h(
     'li',
     { 'data-conversation-id': row.id, 'data-revision': String(row.revision) },
@@ -586,9 +708,9 @@ function drawRow(row) {
       { class: 'row-meta' },
       `rev ${row.revision} · ${row.entries} messages`,
       row.halt ? ` · ${row.halt}` : '',
-      row.online.length
-        ? h('span', { class: 'online' }, ` · online: ${row.online.join(', ')}`)
-        : '',
+      turn,
+      drafts,
+      online,
     ),
   );
 }

@@ -186,3 +186,22 @@ test('a summary feed closed while it waits for its token opens no socket', async
   assert.equal(made, 0);
   assert.equal(feed.state, 'closed');
 });
+
+test('the summary feed: rows that leave the window go, `more` follows, a new window is asked', () => {
+  const sent = [];
+  const feed = new SummaryFeed('ws://x', { WebSocket: function () {}, order: 'updated', limit: 2 });
+  feed.receive({ type: 'summary', order: 'updated', rows: [{ id: 'a' }, { id: 'b' }], more: false });
+  const seen = [];
+  feed.on('rows', (event) => seen.push(event));
+  feed.receive({ type: 'summary_diff', rows: [{ id: 'c' }], left: ['a'], more: true });
+  assert.deepEqual([...feed.rows.keys()].sort(), ['b', 'c']);
+  assert.equal(feed.more, true);
+  assert.deepEqual(seen[0].left, ['a']);
+  feed.receive({ type: 'summary_diff', rows: [{ id: 'b', revision: 2 }] });
+  assert.equal(feed.more, true, 'a diff without `more` keeps it');
+  feed.ws = { readyState: 1, send: (data) => sent.push(JSON.parse(data)) };
+  feed.state = 'connected';
+  feed.window({ order: 'id', after: 'b', limit: 5 });
+  assert.deepEqual(sent, [{ type: 'window', prefix: '', order: 'id', after: 'b', limit: 5 }]);
+  feed.ws = null;
+});

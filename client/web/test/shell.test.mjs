@@ -399,3 +399,35 @@ test('a token refused and given again by getToken is refused for good, not retri
   assert.equal(refused?.code, 'unauthorized');
   await r.ready.catch(() => {});
 });
+
+test('presence: false watches: the hello says watch; anything but a boolean is refused', async () => {
+  const { r } = replica({ presence: false });
+  await settle();
+  const ws = FakeSocket.made[0];
+  ws.open();
+  assert.equal(ws.sent[0].watch, true);
+  r.close();
+  const joined = replica();
+  await settle();
+  FakeSocket.made[0].open();
+  assert.equal('watch' in FakeSocket.made[0].sent[0], false);
+  joined.r.close();
+  assert.throws(() => replica({ presence: 'no' }), /presence must be true or false/);
+});
+
+test('an error that no close follows (Node, a refused port) ends the attempt once and retries', async () => {
+  const { r, timers, states } = replica();
+  await settle();
+  const ws = FakeSocket.made[0];
+  ws.readyState = 3; // refused: Node fires error alone, and close() then does nothing
+  ws.close = () => {};
+  ws.onerror({ type: 'error', message: 'connect ECONNREFUSED' });
+  ws.onerror({ type: 'error' }); // a second error ends nothing twice
+  assert.equal(r.failure, 'connection failed: connect ECONNREFUSED');
+  assert.equal(timers.pending.length, 1, 'one retry, not two');
+  timers.fire();
+  await settle();
+  assert.equal(FakeSocket.made.length, 2, 'a new attempt');
+  assert.deepEqual(states, ['disconnected']);
+  r.close();
+});
