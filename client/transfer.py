@@ -32,6 +32,7 @@ from msgspec.inspect import ListType, StructType, Type, UnionType, type_info
 
 from sync import (
     AsideChange,
+    Assistant,
     ChangeRecord,
     Conversation,
     ConversationState,
@@ -139,8 +140,8 @@ def _plural(count: int, word: str, words: str | None = None) -> str:
 
 def snapshot_leaves_out(conversation: Conversation) -> list[str]:
     """What a snapshot v1 of `conversation` would not hold, in words (empty when it would lose
-    nothing): entry ids, authors and source ids, asides other than the pins (turn records,
-    notes, others by kind), the halt and the retired ids."""
+    nothing): entry ids, authors and source ids, the replies' token usage, asides other than
+    the pins (turn records, notes, others by kind), the halt and the retired ids."""
     state = conversation.state()
     left_out: list[str] = []
     if state.entries:
@@ -151,6 +152,11 @@ def snapshot_leaves_out(conversation: Conversation) -> list[str]:
     sourced = sum(entry.source_id is not None for entry in state.entries)
     if sourced:
         left_out.append(f"the source ids of {_plural(sourced, 'entry', 'entries')}")
+    used = sum(
+        isinstance(e.message, Assistant) and e.message.usage is not None for e in state.entries
+    )
+    if used:
+        left_out.append(f"the token usage of {_plural(used, 'reply', 'replies')}")
     kinds = Counter(saved.kind for saved in state.asides if saved.kind != PINS_KIND)
     for kind, count in kinds.items():
         if kind == TURN_KIND:
