@@ -91,7 +91,7 @@ def anthropic_client(provider: FakeProvider) -> Any:
 
 ANTHROPIC_CASES = {
     "text": anthropic_stream(
-        [{"type": "text", "text": "Hello there, how are you today?"}], usage=USAGE, pause=0.01
+        [{"type": "text", "text": "Hello there, how are you today?"}], usage=USAGE, pause=0.025
     ),
     "thinking": anthropic_stream(
         [
@@ -104,14 +104,14 @@ ANTHROPIC_CASES = {
             {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {"city": "Paris"}},
         ],
         stop_reason="tool_use",
-        pause=0.01,
+        pause=0.025,
     ),
     "redacted": anthropic_stream(
         [
             {"type": "redacted_thinking", "data": "ZW5jcnlwdGVk"},
             {"type": "text", "text": "Here is my answer, in a few words."},
         ],
-        pause=0.01,
+        pause=0.025,
     ),
     "two calls": anthropic_stream(
         [
@@ -125,15 +125,15 @@ ANTHROPIC_CASES = {
             },
         ],
         stop_reason="tool_use",
-        pause=0.01,
+        pause=0.025,
     ),
     "refusal": anthropic_stream(
-        [{"type": "text", "text": "I can't help with that one."}], stop_reason="refusal", pause=0.01
+        [{"type": "text", "text": "I can't help with that one."}], stop_reason="refusal", pause=0.025
     ),
     "max tokens": anthropic_stream(
         [{"type": "text", "text": "This answer was cut off at the"}],
         stop_reason="max_tokens",
-        pause=0.01,
+        pause=0.025,
     ),
 }
 
@@ -294,23 +294,23 @@ async def test_a_stop_closes_the_sdk_stream_and_keeps_the_partial(
 # ---------------------------------------------------------------------- OpenAI Chat
 
 CHAT_CASES = {
-    "text": chat_stream("Hello from the chat model, word by word.", pause=0.01),
+    "text": chat_stream("Hello from the chat model, word by word.", pause=0.025),
     "one call": chat_stream(
         "Let me look that up for you.",
         calls=[("call_1", "weather", {"city": "Paris"})],
         finish="tool_calls",
-        pause=0.01,
+        pause=0.025,
     ),
     "two calls": chat_stream(
         "Looking both of them up right now.",
         calls=[("call_1", "weather", {"city": "Paris"}), ("call_2", "time", {"tz": "CET"})],
         finish="tool_calls",
-        pause=0.01,
+        pause=0.025,
     ),
     "refusal": chat_stream(
-        "Well, let me say this plainly.", refusal="I can't help with that.", pause=0.01
+        "Well, let me say this plainly.", refusal="I can't help with that.", pause=0.025
     ),
-    "max tokens": chat_stream("This answer was cut off at the", finish="length", pause=0.01),
+    "max tokens": chat_stream("This answer was cut off at the", finish="length", pause=0.025),
 }
 
 
@@ -439,7 +439,7 @@ def _call(n: int, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
 
 RESPONSES_CASES = {
     "text": responses_stream(
-        [_message("Hello from the responses model, piece by piece.")], pause=0.01
+        [_message("Hello from the responses model, piece by piece.")], pause=0.025
     ),
     "reasoning and calls": responses_stream(
         [
@@ -448,16 +448,16 @@ RESPONSES_CASES = {
             _call(1, "weather", {"city": "Paris"}),
             _call(2, "weather", {"city": "Rome"}),
         ],
-        pause=0.01,
+        pause=0.025,
     ),
     "refusal": responses_stream(
-        [_message("I can't help with that request.", "refusal")], pause=0.01
+        [_message("I can't help with that request.", "refusal")], pause=0.025
     ),
     "incomplete": responses_stream(
         [_message("This answer was cut off at the")],
         status="incomplete",
         incomplete="max_output_tokens",
-        pause=0.01,
+        pause=0.025,
     ),
 }
 
