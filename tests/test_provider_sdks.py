@@ -128,7 +128,9 @@ ANTHROPIC_CASES = {
         pause=0.025,
     ),
     "refusal": anthropic_stream(
-        [{"type": "text", "text": "I can't help with that one."}], stop_reason="refusal", pause=0.025
+        [{"type": "text", "text": "I can't help with that one."}],
+        stop_reason="refusal",
+        pause=0.025,
     ),
     "max tokens": anthropic_stream(
         [{"type": "text", "text": "This answer was cut off at the"}],
