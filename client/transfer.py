@@ -44,6 +44,7 @@ from sync import (
     decode,
     encode,
 )
+from sync.compact import PIN_KIND
 from sync.entries import PINS_KIND, TURN_KIND
 from sync.frames import MAX_FRAME, RECORD_SLACK, fill_budget, runs
 from sync.snapshot import ConversationSnapshot
@@ -124,6 +125,8 @@ class Imported(NamedTuple):
 
 # ---------------------------------------------------------------------- export
 
+PIN_KINDS = (PINS_KIND, PIN_KIND)  # a snapshot keeps pins in its mask
+
 
 def encode_conversation(conversation: Conversation, format: ExportFormat = "state") -> bytes:
     """`conversation` as its whole state or as a snapshot v1 document (JSON, no newline)."""
@@ -157,7 +160,7 @@ def snapshot_leaves_out(conversation: Conversation) -> list[str]:
     )
     if used:
         left_out.append(f"the token usage of {_plural(used, 'reply', 'replies')}")
-    kinds = Counter(saved.kind for saved in state.asides if saved.kind != PINS_KIND)
+    kinds = Counter(saved.kind for saved in state.asides if saved.kind not in PIN_KINDS)
     for kind, count in kinds.items():
         if kind == TURN_KIND:
             left_out.append(_plural(count, "turn record"))

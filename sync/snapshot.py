@@ -88,12 +88,12 @@ class ConversationSnapshot(msgspec.Struct, frozen=True):
 
     @classmethod
     def from_conversation(cls, conversation: Conversation) -> ConversationSnapshot:
-        """The messages of `conversation`, pinned as its latest `"pins"` aside says, each
+        """The messages of `conversation`, pinned as its `rig.pin` asides and its latest old
+        `"pins"` aside say, each
         reply without its token `usage`."""
-        pins: set[Any] = set()
-        for _, aside in conversation.asides():
-            if aside.kind == PINS_KIND and isinstance(aside.value, list):
-                pins = set(aside.value)
+        from .compact import pinned  # compact imports what this module does; read late
+
+        pins: set[Any] = pinned(conversation)
         entries = conversation.entries()
         messages = [_without_usage(message) for message in conversation.messages()]
         return cls.new(messages, [ref.id in pins for ref in entries])
