@@ -11,14 +11,17 @@ or with an exception, aborts it. When the hub ends the draft (a user stopped the
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import AsyncIterable, Iterable
 from types import TracebackType
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import anyio
 
-from sync import Author, Entry
+from sync import Assistant, Author, Entry, Stop
 from sync.ids import default_minter
 from sync.messages import AnyMessage
+from sync.providers.streams import Format, StreamFold, stream_fold
 
 if TYPE_CHECKING:
     from .replica import Replica
@@ -45,6 +48,7 @@ class DraftWriter:
         self._ended = anyio.Event()
         self._scopes: list[anyio.CancelScope] = []
         self._opened = False
+        self._fold: StreamFold | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -82,6 +86,40 @@ class DraftWriter:
     @property
     def text(self) -> str:
         return self.text_of("text")
+
+    async def stream(
+        self, events: AsyncIterable[Any] | Iterable[Any], *, format: Format
+    ) -> Assistant:
+        """Fold a provider's stream into this draft: text, reasoning and tool-call arguments
+        are appended as they come; returns the final `Assistant` (content, stop, origin,
+        usage), to `commit`. `events` is the SDK's stream (or any iterable of its events or
+        their dicts), of `format` (`"anthropic"`, `"openai_chat"`, `"openai_responses"`).
+
+        When the hub ends the draft meanwhile (a stop), the SDK stream is closed at once and
+        what it said so far comes back as a reply under `Stop("aborted", <the status>)`.
+
+        Raises:
+            StreamError: the provider reported an error, or the stream ended early.
+        """
+        fold = self._fold = stream_fold(format)
+        with self.cancel_on_end() as scope:
+            try:
+                if isinstance(events, AsyncIterable):
+                    async for event in events:
+                        for append in fold.feed(event):
+                            self.append(append.text, append.part, append.name)
+                else:
+                    for event in events:
+                        for append in fold.feed(event):
+                            self.append(append.text, append.part, append.name)
+                        await anyio.lowlevel.checkpoint()
+            finally:
+                if not fold.done:
+                    with anyio.CancelScope(shield=True):
+                        await _close(events)
+        if scope.cancelled_caught and not fold.done:
+            return fold.partial(Stop("aborted", self.status))
+        return fold.final()
 
     async def commit(self, message: AnyMessage) -> str:
         """Push `message` as an entry with this draft's id (the replica sends it like any
@@ -123,6 +161,13 @@ class DraftWriter:
         self._scopes.append(scope)
         return scope
 
+    def _fold_partial(self, stop: Stop) -> Assistant | None:
+        """What the last `stream` said before it failed, under `stop`; None if nothing."""
+        if self._fold is None:
+            return None
+        partial = self._fold.partial(stop)
+        return partial if partial.content else None
+
     def _end(self, status: str) -> None:
         if self.status is not None:
             return
@@ -131,3 +176,12 @@ class DraftWriter:
         if status != "committed":
             for scope in self._scopes:
                 scope.cancel()
+
+
+async def _close(events: object) -> None:
+    """Close an SDK stream (its HTTP response goes with it); sync or async `close`."""
+    close = getattr(events, "aclose", None) or getattr(events, "close", None)
+    if callable(close):
+        closed = close()
+        if inspect.isawaitable(closed):
+            await closed

@@ -27,16 +27,16 @@ import ssl
 import time
 import urllib.parse
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 import anyio
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
-from sync import Author, Conversation
+from sync import Assistant, Author, Conversation, Stop
 from sync.errors import (
     ConvsyncError,
     ProtocolError,
@@ -59,6 +59,7 @@ from sync.protocol import (
     is_conversation_id,
     is_kind,
 )
+from sync.providers.streams import Format
 
 from .drafting import DraftWriter
 from .live import FEATURES, Draft, DraftChanged, DraftEnded, Presence
@@ -255,6 +256,31 @@ class Replica:
             conversation = self.conversation
             after = conversation.id(len(conversation) - 1) if len(conversation) else None
         return DraftWriter(self, after, author)
+
+    async def answer(
+        self,
+        events: AsyncIterable[Any] | Iterable[Any],
+        *,
+        format: Format,
+        author: Author | None = None,
+    ) -> Assistant:
+        """Stream a model call's events into a draft and commit the reply (SPEC §11): the
+        common case of `draft()` + `d.stream(...)` + `d.commit(...)`. Returns the message
+        committed. A stop while it streams closes the SDK stream and commits what was said
+        under `Stop("aborted", "stopped")`; an error from the provider commits the partial
+        reply under `Stop("error", ...)` and raises.
+        """
+        async with self.draft(author=author) as d:
+            try:
+                message = await d.stream(events, format=format)
+            except Exception as exc:
+                partial = d._fold_partial(Stop("error", type(exc).__name__))
+                if partial is not None:
+                    await d.commit(partial)
+                raise
+            if d.status is None or d.status == "stopped":
+                await d.commit(message)
+            return message
 
     async def set_status(self, status: str | None, detail: object = None) -> None:
         """Set this replica's presence status (at most 64 characters; `detail` at most 1 KiB

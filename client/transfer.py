@@ -32,6 +32,7 @@ from msgspec.inspect import ListType, StructType, Type, UnionType, type_info
 
 from sync import (
     AsideChange,
+    Assistant,
     ChangeRecord,
     Conversation,
     ConversationState,
@@ -43,6 +44,7 @@ from sync import (
     decode,
     encode,
 )
+from sync.compact import PIN_KIND
 from sync.entries import PINS_KIND, TURN_KIND
 from sync.frames import MAX_FRAME, RECORD_SLACK, fill_budget, runs
 from sync.snapshot import ConversationSnapshot
@@ -123,6 +125,8 @@ class Imported(NamedTuple):
 
 # ---------------------------------------------------------------------- export
 
+PIN_KINDS = (PINS_KIND, PIN_KIND)  # a snapshot keeps pins in its mask
+
 
 def encode_conversation(conversation: Conversation, format: ExportFormat = "state") -> bytes:
     """`conversation` as its whole state or as a snapshot v1 document (JSON, no newline)."""
@@ -139,8 +143,8 @@ def _plural(count: int, word: str, words: str | None = None) -> str:
 
 def snapshot_leaves_out(conversation: Conversation) -> list[str]:
     """What a snapshot v1 of `conversation` would not hold, in words (empty when it would lose
-    nothing): entry ids, authors and source ids, asides other than the pins (turn records,
-    notes, others by kind), the halt and the retired ids."""
+    nothing): entry ids, authors and source ids, the replies' token usage, asides other than
+    the pins (turn records, notes, others by kind), the halt and the retired ids."""
     state = conversation.state()
     left_out: list[str] = []
     if state.entries:
@@ -151,7 +155,12 @@ def snapshot_leaves_out(conversation: Conversation) -> list[str]:
     sourced = sum(entry.source_id is not None for entry in state.entries)
     if sourced:
         left_out.append(f"the source ids of {_plural(sourced, 'entry', 'entries')}")
-    kinds = Counter(saved.kind for saved in state.asides if saved.kind != PINS_KIND)
+    used = sum(
+        isinstance(e.message, Assistant) and e.message.usage is not None for e in state.entries
+    )
+    if used:
+        left_out.append(f"the token usage of {_plural(used, 'reply', 'replies')}")
+    kinds = Counter(saved.kind for saved in state.asides if saved.kind not in PIN_KINDS)
     for kind, count in kinds.items():
         if kind == TURN_KIND:
             left_out.append(_plural(count, "turn record"))

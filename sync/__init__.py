@@ -55,6 +55,7 @@ from .messages import (
     Text,
     ToolCall,
     ToolResult,
+    Usage,
     User,
 )
 
@@ -102,6 +103,7 @@ __all__ = [
     "ToolResult",
     "TurnEnd",
     "TurnRecord",
+    "Usage",
     "UsageError",
     "User",
     "Via",

@@ -34,6 +34,7 @@ __all__ = [
     "Text",
     "ToolCall",
     "ToolResult",
+    "Usage",
     "User",
     "UserPart",
 ]
@@ -66,13 +67,20 @@ class Document(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="doc
 
 
 class ToolCall(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="tool_call"):
+    """A call the model makes. `provider_data` is opaque data the provider that made the call
+    needs back when the call is replayed to it (the OpenAI Responses `function_call` item's
+    id); it is sent to no other provider."""
+
     id: str
     name: str
     arguments: dict[str, Any] = msgspec.field(default_factory=dict)
+    provider_data: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if is_tracked(self.arguments):  # flat arguments are untracked by CPython already
             untrack_tree(self.arguments)
+        if self.provider_data is not None:
+            untrack_tree(self.provider_data)
 
 
 ResultPart = Text | Json | Image
@@ -89,8 +97,25 @@ class ToolResult(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="t
 
 
 class Reasoning(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="reasoning"):
+    """A model's reasoning. Every field but `text` is opaque, kept verbatim for the provider
+    named in the reply's `Origin` and sent back to that provider only:
+
+    - `signature`: what vouches for the text (Anthropic `thinking.signature`);
+    - `data`: the encrypted body of redacted reasoning (Anthropic `redacted_thinking.data`;
+      `redacted` is then true and `text` is empty);
+    - `provider_data`: anything else the provider needs replayed (OpenAI Responses: the
+      reasoning item's `id` and `encrypted_content`).
+    """
+
     text: str
     redacted: bool = False
+    signature: str | None = None
+    data: str | None = None
+    provider_data: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.provider_data is not None:
+            untrack_tree(self.provider_data)
 
 
 UserPart = Text | ToolResult | Image | Document
@@ -106,6 +131,18 @@ class Stop(msgspec.Struct, frozen=True, gc=False):
     def is_failure(self) -> bool:
         """True for `error` and `aborted`: the reply was cut short and answers nothing."""
         return self.reason == "error" or self.reason == "aborted"
+
+
+class Usage(msgspec.Struct, frozen=True, gc=False):
+    """Tokens a reply cost, as its provider counted them; `None` where the provider did not
+    say. `input_tokens` counts every prompt token, cached ones included (so the counts of
+    two providers add up the same way); `reasoning_tokens` are part of `output_tokens`."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    reasoning_tokens: int | None = None
 
 
 class Origin(msgspec.Struct, frozen=True, gc=False):
@@ -167,6 +204,7 @@ class Assistant(Message, frozen=True, tag="assistant"):
     content: list[AssistantPart]
     stop: Stop | None = None
     origin: Origin | None = None
+    usage: Usage | None = None
 
     def __post_init__(self) -> None:
         _settle(self)

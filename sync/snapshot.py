@@ -1,7 +1,10 @@
 """`ConversationSnapshot` v1: the portable export of a conversation's messages and pins.
 
 A snapshot holds only what rebuilds the history: the messages and a parallel pin mask. Ids,
-authors and asides other than the pins are not part of it.
+authors and asides other than the pins are not part of it, and neither is a reply's token
+`usage` (telemetry, the caller's concern: `from_conversation` leaves it out). What a provider
+needs replayed (reasoning signatures, redacted data, `provider_data`) rebuilds the history, so
+it stays.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from .conversation import Conversation
 from .entries import PINS_KIND, Aside, Author
 from .errors import SnapshotError
 from .ids import IdMinter
-from .messages import AnyMessage
+from .messages import AnyMessage, Assistant
 
 __all__ = ["VERSION", "ConversationSnapshot"]
 
@@ -85,13 +88,15 @@ class ConversationSnapshot(msgspec.Struct, frozen=True):
 
     @classmethod
     def from_conversation(cls, conversation: Conversation) -> ConversationSnapshot:
-        """The messages of `conversation`, pinned as its latest `"pins"` aside says."""
-        pins: set[Any] = set()
-        for _, aside in conversation.asides():
-            if aside.kind == PINS_KIND and isinstance(aside.value, list):
-                pins = set(aside.value)
+        """The messages of `conversation`, pinned as its `rig.pin` asides and its latest old
+        `"pins"` aside say, each
+        reply without its token `usage`."""
+        from .compact import pinned  # compact imports what this module does; read late
+
+        pins: set[Any] = pinned(conversation)
         entries = conversation.entries()
-        return cls.new(conversation.messages(), [ref.id in pins for ref in entries])
+        messages = [_without_usage(message) for message in conversation.messages()]
+        return cls.new(messages, [ref.id in pins for ref in entries])
 
     def to_conversation(self, *, ids: IdMinter | None = None) -> Conversation:
         """A new conversation of these messages (one push record), with a `"pins"` aside naming
@@ -101,6 +106,12 @@ class ConversationSnapshot(msgspec.Struct, frozen=True):
         if pinned:
             conversation.add_aside(Aside(PINS_KIND, None, Author.rig(), pinned))
         return conversation
+
+
+def _without_usage(message: AnyMessage) -> AnyMessage:
+    if isinstance(message, Assistant) and message.usage is not None:
+        return msgspec.structs.replace(message, usage=None)
+    return message
 
 
 def _version_of(data: bytes | str) -> int | None:

@@ -43,10 +43,13 @@ from sync import (
     Entry,
     IdMinter,
     Message,
+    Origin,
+    Reasoning,
     Stop,
     Text,
     ToolCall,
     TurnEnd,
+    Usage,
     encode,
     errors,
 )
@@ -229,6 +232,42 @@ def _fold_cases() -> list[Json]:
             c.push(Entry(Message.user("imported"), source_id="corpus:7"))
 
     cases.append(_fold_case("dated records and source ids", _outbox(stamped, 17)))
+
+    def provider_fields(c: Conversation) -> None:
+        c.push(Message.user("q"))
+        c.push(
+            Assistant(
+                [
+                    Reasoning("think", signature="sig=="),
+                    Reasoning("", redacted=True, data="opaque"),
+                    Reasoning("sum", provider_data={"id": "rs_1", "encrypted_content": "e"}),
+                    Text("a"),
+                    ToolCall("c1", "f", {"x": 1}, provider_data={"id": "fc_1"}),
+                ],
+                stop=Stop("tool_use"),
+                origin=Origin("anthropic", "claude", "msg_1"),
+                usage=Usage(10, 5, 3, None, 2),
+            )
+        )
+
+    cases.append(
+        _fold_case("provider fields: signatures, data, usage", _outbox(provider_fields, 18))
+    )
+    # A log written before the provider fields: the reply and its parts lack them.
+    old_reply = {
+        "role": "assistant",
+        "content": [
+            {"type": "reasoning", "text": "hmm"},
+            {"type": "tool_call", "id": "c1", "name": "f", "arguments": {}},
+        ],
+    }
+    old_entry = {"message": old_reply, "id": ids[5]}
+    cases.append(
+        _fold_case(
+            "an old log reads with the provider defaults",
+            [{"change": {"type": "push", "entries": [old_entry]}}],
+        )
+    )
 
     # Misfits: each fit rule broken once, after a valid prefix.
     head = base[:2]  # a system entry and two user entries

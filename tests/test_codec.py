@@ -19,10 +19,11 @@ from sync.protocol import decode_client_message
 
 
 def test_message_json_is_the_documented_shape() -> None:
-    """Messages encode exactly as SPEC 1.1 lists them."""
+    """Messages encode exactly as SPEC 1.1 lists them, with §11's `usage` beside `origin`."""
     assert encode(Message.user("hi")) == b'{"role":"user","content":[{"type":"text","text":"hi"}]}'
     assert encode(Message.assistant("ok")) == (
-        b'{"role":"assistant","content":[{"type":"text","text":"ok"}],"stop":null,"origin":null}'
+        b'{"role":"assistant","content":[{"type":"text","text":"ok"}],"stop":null,"origin":null,'
+        b'"usage":null}'
     )
     assert decode_message(encode(Message.system("s"))) == Message.system("s")
 

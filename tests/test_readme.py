@@ -125,3 +125,62 @@ async def test_readme_command_line_runs_as_written(hub: Hub, tmp_path: Path) -> 
     copy = (await fetch_conversation(hub.url, "support-43")).conversation
     assert decode_state((tmp_path / "chat.json").read_bytes()) == original == copy
     assert original.messages()[1].content[0].text == "line one\nline two"
+
+
+def _run_sdk_example(hub: Hub, heading_after: str, env: dict[str, str], cwd: Path) -> str:
+    code = readme_block(after=heading_after)
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=cwd,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), CONVSYNC_URL=hub.url, **env),
+        capture_output=True,
+        text=True,
+        timeout=bound(60),
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+async def test_readme_anthropic_sdk_loop_runs_against_the_fake_provider(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """The README's Anthropic worker loop runs with the real SDK against the fake provider:
+    a tool call, its result sent back, the answer printed and in the hub's log."""
+    from fakeprovider import FakeProvider, anthropic_stream
+
+    with FakeProvider().running() as provider:
+        call = {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {"city": "Paris"}}
+        provider.script(anthropic_stream([call], stop_reason="tool_use"))
+        provider.script(anthropic_stream([{"type": "text", "text": "Sunny in Paris."}]))
+        env = {"ANTHROPIC_BASE_URL": provider.url, "ANTHROPIC_API_KEY": "test-key"}
+        out = await anyio.to_thread.run_sync(
+            functools.partial(_run_sdk_example, hub, "## With the OpenAI", env, tmp_path)
+        )
+        assert "answer: Sunny in Paris." in out
+        assert provider.requests[1][1]["messages"][2]["content"][0]["tool_use_id"] == "toolu_1"
+    log = (await fetch_conversation(hub.url, "sdk-anthropic")).conversation
+    assert len(log) == 4 and log.messages()[-1].content[0].text == "Sunny in Paris."  # type: ignore[union-attr]
+
+
+async def test_readme_openai_sdk_loop_runs_against_the_fake_provider(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """The README's OpenAI Responses worker loop runs with the real SDK against the fake
+    provider, through a tool call to the answer."""
+    from fakeprovider import FakeProvider, responses_stream
+
+    call = {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "weather"}
+    call |= {"arguments": '{"city": "Paris"}', "status": "completed"}
+    said = {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed"}
+    said["content"] = [{"type": "output_text", "text": "Sunny in Paris.", "annotations": []}]
+    with FakeProvider().running() as provider:
+        provider.script(responses_stream([call]))
+        provider.script(responses_stream([said]))
+        env = {"OPENAI_BASE_URL": provider.url + "/v1", "OPENAI_API_KEY": "test-key"}
+        out = await anyio.to_thread.run_sync(
+            functools.partial(_run_sdk_example, hub, "The same loop with OpenAI", env, tmp_path)
+        )
+        assert "answer: Sunny in Paris." in out
+        assert provider.requests[1][1]["input"][-1]["call_id"] == "call_1"
+    log = (await fetch_conversation(hub.url, "sdk-openai")).conversation
+    assert len(log) == 4

@@ -26,12 +26,33 @@ export interface Origin {
   response_id: string | null;
 }
 
+export interface Usage {
+  input_tokens: number | null;
+  output_tokens: number | null;
+  cache_read_tokens: number | null;
+  cache_write_tokens: number | null;
+  reasoning_tokens: number | null;
+}
+
 export type Part =
   | { type: 'text'; text: string }
-  | { type: 'tool_call'; id: string; name: string; arguments: Record<string, unknown> }
+  | {
+      type: 'tool_call';
+      id: string;
+      name: string;
+      arguments: Record<string, unknown>;
+      provider_data: Record<string, unknown> | null;
+    }
   | { type: 'tool_result'; call_id: string; name: string; content: Part[]; is_error: boolean }
   | { type: 'json'; value: unknown }
-  | { type: 'reasoning'; text: string; redacted: boolean }
+  | {
+      type: 'reasoning';
+      text: string;
+      redacted: boolean;
+      signature: string | null;
+      data: string | null;
+      provider_data: Record<string, unknown> | null;
+    }
   | { type: 'image'; media_type: string; data: string | null; url: string | null }
   | {
       type: 'document';
@@ -44,7 +65,13 @@ export type Part =
 export type MessageValue =
   | { role: 'system'; content: string }
   | { role: 'user'; content: Part[] }
-  | { role: 'assistant'; content: Part[]; stop: Stop | null; origin: Origin | null };
+  | {
+      role: 'assistant';
+      content: Part[];
+      stop: Stop | null;
+      origin: Origin | null;
+      usage: Usage | null;
+    };
 
 export interface Entry {
   message: MessageValue;

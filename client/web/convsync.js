@@ -245,6 +245,7 @@ export const Message = Object.freeze({
     content: [{ type: 'text', text }],
     stop,
     origin: null,
+    usage: null,
   }),
   /** @param {string} callId @param {string} name @param {string} text @param {boolean} [isError] */
   toolResult: (callId, name, text, isError = false) => ({
@@ -343,13 +344,44 @@ function readMessage(message, where) {
     return message;
   }
   if (!Array.isArray(message.content)) throw malformed(`${where}: content is not a list`);
+  if (message.role !== 'assistant') return message;
+  const content = readAssistantParts(message.content);
   if (
-    message.role === 'assistant' &&
-    (message.stop === undefined || message.origin === undefined)
+    content !== message.content ||
+    message.stop === undefined ||
+    message.origin === undefined ||
+    message.usage === undefined
   ) {
-    return { ...message, stop: message.stop ?? null, origin: message.origin ?? null };
+    return {
+      ...message,
+      content,
+      stop: message.stop ?? null,
+      origin: message.origin ?? null,
+      usage: message.usage ?? null,
+    };
   }
   return message;
+}
+
+// The provider fields (§11) a log written before them lacks: null, as Python's defaults.
+const PART_DEFAULTS = {
+  reasoning: { redacted: false, signature: null, data: null, provider_data: null },
+  tool_call: { arguments: {}, provider_data: null },
+};
+
+/** @param {any[]} parts */
+function readAssistantParts(parts) {
+  let copy = null;
+  for (let at = 0; at < parts.length; at += 1) {
+    const part = parts[at];
+    const defaults = isObject(part) ? PART_DEFAULTS[part.type] : undefined;
+    if (defaults === undefined) continue;
+    if (Object.keys(defaults).every((key) => part[key] !== undefined)) continue;
+    copy ??= parts.slice();
+    copy[at] = { ...defaults, ...part };
+    for (const key of Object.keys(defaults)) copy[at][key] ??= defaults[key];
+  }
+  return copy ?? parts;
 }
 
 /** @param {any} entry @param {string} where @returns {Entry} */
