@@ -25,6 +25,9 @@ class FakeProvider:
         self.requests: list[tuple[str, dict[str, Any]]] = []
         self.scripts: list[list[dict[str, Any]]] = []
         self.closed_early = threading.Event()
+        self.partial_seen: threading.Event | None = None
+        """Set by a watching UI once it has shown part of the text: a stream waits for it at
+        its first pause after text (`watched` arms it)."""
         self._server: ThreadingHTTPServer | None = None
 
     @property
@@ -58,6 +61,13 @@ class FakeProvider:
                 try:
                     for event in events:
                         if "sleep" in event:
+                            seen = provider.partial_seen
+                            if event.get("after_text") and seen is not None:
+                                # Hold the rest until the watching UI has shown the text so
+                                # far: "the UI saw the draft grow" then holds however slowly
+                                # a loaded machine runs (bounded: a UI that never sees it
+                                # fails its own check).
+                                seen.wait(timeout=10)
                             time.sleep(event["sleep"])
                             continue
                         if "hang" in event:
@@ -141,7 +151,7 @@ def anthropic_stream(
                     }
                 )
                 if pause:
-                    events.append({"sleep": pause})
+                    events.append({"sleep": pause, "after_text": True})
         elif kind == "thinking":
             events.append(
                 {
@@ -232,7 +242,7 @@ def chat_stream(
     for piece in _pieces(text) if text else []:
         events.append(chunk({"content": piece}))
         if pause:
-            events.append({"sleep": pause})
+            events.append({"sleep": pause, "after_text": True})
     if error:
         events.append({"error": {"message": "overloaded", "type": "server_error"}})
         return events
@@ -341,7 +351,7 @@ def responses_stream(
                         delta["logprobs"] = []
                     events.append(delta)
                     if pause:
-                        events.append({"sleep": pause})
+                        events.append({"sleep": pause, "after_text": key == "text"})
                 done_type = (
                     "response.output_text.done" if key == "text" else "response.refusal.done"
                 )

@@ -7,6 +7,7 @@ and the SDK, and the fake provider checks the request's shape."""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -45,11 +46,14 @@ async def until(check: Callable[[], bool], seconds: float = 5.0) -> None:
 
 
 async def watched(
-    hub: Hub, name: str, answer: Callable[[Replica], Any]
+    hub: Hub, name: str, answer: Callable[[Replica], Any], provider: FakeProvider | None = None
 ) -> tuple[Assistant, Any, list[str], Replica]:
     """Run `answer(worker)` with a UI watching; the message committed, what `answer`
-    returned beside it, every draft text the UI saw, and the UI."""
+    returned beside it, every draft text the UI saw, and the UI. With `provider`, its stream
+    waits at its first pause after text until the UI has shown some (no race with load)."""
     seen: list[str] = []
+    if provider is not None:
+        provider.partial_seen = threading.Event()
     async with (
         connect(hub.url, name, client="worker", draft_interval=0.01) as worker,
         connect(hub.url, name, client="ui") as ui,
@@ -62,6 +66,8 @@ async def watched(
                 for draft in ui.drafts.values():
                     if not seen or seen[-1] != draft.text:
                         seen.append(draft.text)
+                    if draft.text and provider is not None and provider.partial_seen:
+                        provider.partial_seen.set()
                 await anyio.sleep(0.002)
 
         async with anyio.create_task_group() as tg:
@@ -154,7 +160,7 @@ async def test_anthropic_stream_commits_the_sdks_final_message(
             committed = await worker.answer(stream, format="anthropic")
             return committed, await stream.get_final_message()
 
-    committed, final, seen, _ = await watched(hub, f"a-{case.replace(' ', '_')}", answer)
+    committed, final, seen, _ = await watched(hub, f"a-{case.replace(' ', '_')}", answer, provider)
     assert [committed] == from_anthropic(final)
     text = "".join(block.text for block in final.content if block.type == "text")
     _grew(seen, text)
@@ -339,7 +345,7 @@ async def test_openai_chat_stream_commits_the_sdks_final_completion(
             except openai.LengthFinishReasonError as exc:  # the SDK's accumulation, refused
                 return committed, exc.completion
 
-    committed, final, seen, _ = await watched(hub, f"c-{case.replace(' ', '_')}", answer)
+    committed, final, seen, _ = await watched(hub, f"c-{case.replace(' ', '_')}", answer, provider)
     assert [committed] == from_openai_chat(final)
     _grew(seen, final.choices[0].message.content or "")
     assert committed.usage == Usage(30, 9, 20, None, 4)
@@ -488,7 +494,7 @@ async def test_openai_responses_stream_commits_the_sdks_final_response(
                 return committed, ends[-1]
             return committed, await stream.get_final_response()
 
-    committed, final, seen, _ = await watched(hub, f"r-{case.replace(' ', '_')}", answer)
+    committed, final, seen, _ = await watched(hub, f"r-{case.replace(' ', '_')}", answer, provider)
     assert [committed] == from_openai_responses(final)
     texts = [
         p.text for p in committed.content if hasattr(p, "text") and not isinstance(p, Reasoning)
