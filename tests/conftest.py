@@ -14,6 +14,8 @@ from client import Replica
 from server import Hub, HubConfig, MemoryStore
 from server.store import LogStore, PostgresStore, SqliteStore
 
+pytest_plugins = ["unretrieved"]  # the session fails on an exception no one retrieved
+
 TIMEOUT_SCALE = float(os.environ.get("CONVSYNC_TIMEOUT_SCALE", "1"))
 
 settings.register_profile(
