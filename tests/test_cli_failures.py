@@ -182,6 +182,10 @@ def test_ctrl_c_while_the_store_opens_exits_130_quietly() -> None:
             # was too short on a busy machine: the signal came during the imports, a -2 exit.)
             silent.settimeout(TIMEOUT)
             waiting, _ = silent.accept()
+            # Then into the wait for an answer: a SIGINT in the very moment the connection is
+            # made leaves asyncpg a future with an exception nobody reads ("unexpected
+            # connection_lost() call" on stderr), a race of its own (docs/design.md, issue 25).
+            time.sleep(0.5)
             assert hub.proc.poll() is None
             sent = time.monotonic()
             hub.signal(signal.SIGINT)
