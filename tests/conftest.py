@@ -1,4 +1,25 @@
-"""Shared fixtures: a hub on loopback (port 0), bounded waits, PostgreSQL and Redis servers."""
+"""Shared fixtures: a hub on loopback (port 0), bounded waits, PostgreSQL and Redis servers.
+
+Two runs of the suite at once on one machine (two clones) share only the servers, never a
+name on them, a port or a file:
+
+- PostgreSQL: one server for the session (`postgres_dsn`: `CONVSYNC_TEST_PG`, else a cluster
+  of our own on a fresh `mkdtemp` directory and a free port). Each test that stores in it
+  takes `pg_schema`, a schema named `t_` + 20 random hex digits, dropped after the test; its
+  tables, its `NOTIFY` channel (`convsync:<schema>`) and the sessions a test counts or kills
+  (matched by `LISTEN "convsync:<schema>"`) are its own. No test uses the database's public
+  schema or a fixed schema name.
+- Redis: one server (`redis_url`: `CONVSYNC_TEST_REDIS`, else a `redis-server` of our own on a
+  free port). The bus's channel and heartbeat keys are prefixed with the store's channel,
+  so with the test's schema: `convsync:<schema>:...`. No test uses a fixed key or flushes.
+- Ports: hubs and helper servers bind 127.0.0.1 port 0; a test that needs a taken port binds
+  port 0 itself and keeps it bound.
+- Files: under `tmp_path` (pytest numbers its base directories and locks them per run) or a
+  `mkdtemp` directory; nothing in a fixed /tmp path, and the working tree is the clone's own.
+
+Every task a test starts is awaited or cancelled before it ends: the `unretrieved` plugin
+loaded below fails the session when asyncio reports an exception nobody retrieved.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +34,8 @@ from hypothesis import HealthCheck, settings
 from client import Replica
 from server import Hub, HubConfig, MemoryStore
 from server.store import LogStore, PostgresStore, SqliteStore
+
+pytest_plugins = ["unretrieved"]  # the session fails on an exception no one retrieved
 
 TIMEOUT_SCALE = float(os.environ.get("CONVSYNC_TIMEOUT_SCALE", "1"))
 

@@ -6,6 +6,7 @@ import ast
 from pathlib import Path
 
 import pytest
+import sourcetree
 
 from server.limits import (
     Caps,
@@ -162,7 +163,7 @@ def test_auth_and_limits_import_no_io() -> None:
     forbidden = {"websockets", "anyio", "asyncio", "sqlite3", "socket", "os", "pathlib", "io"}
     root = Path(__file__).resolve().parent.parent / "server"
     for name in ("auth.py", "limits.py"):
-        tree = ast.parse((root / name).read_text())
+        tree = sourcetree.parse(root / name)
         imported = {
             alias.name.split(".")[0]
             for node in ast.walk(tree)

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import sourcetree
+
 ROOT = Path(__file__).resolve().parent.parent
 FORBIDDEN = (
     *("websockets", "anyio", "asyncio", "sqlite3", "socket", "server", "client"),
@@ -52,7 +54,7 @@ def _imports(module: str) -> list[str]:
     path = ROOT / (module.replace(".", "/") + ".py")
     package = module.rsplit(".", 1)[0]
     names = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(sourcetree.parse(path)):
         if isinstance(node, ast.Import):
             names += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):

@@ -15,6 +15,7 @@ from typing import Literal
 
 import anyio
 import pytest
+import sourcetree
 from conftest import bound
 
 from client import (
@@ -101,7 +102,7 @@ def free_port() -> int:
 def _imported_modules(path: Path) -> set[str]:
     """The modules a file of `client` imports, relative imports made absolute."""
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(sourcetree.parse(path)):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):

@@ -436,6 +436,7 @@ class PostgresStore(Counted):
         self._idle.set()
         self._to_notify: Pending = {}
         self._notifier: asyncio.Task[None] | None = None
+        self._giving_back: set[asyncio.Task[None]] = set()  # see `_pooled`
         self._watchers: set[_Watcher] = set()
         # Every listening connection (`watch`, `bus_listen`) and how to end its iteration:
         # `close` ends them all and closes their connections.
@@ -476,6 +477,36 @@ class PostgresStore(Counted):
         except ValueError:
             pass
         raise self._bad_url()  # outside the `except`: no context that quotes the URL
+
+    @contextlib.asynccontextmanager
+    async def _pooled(self, pool: asyncpg.Pool[asyncpg.Record]) -> AsyncIterator[_Conn]:
+        """A connection of `pool` for the block (waited for within the command timeout), given
+        back to the pool at its end.
+
+        asyncpg's own `acquire()` block gives the connection back (a reset, bounded by the
+        timeout) in a task of its own, shielded so a cancellation cannot strand it. Cancelled
+        meanwhile (`close` gives up on a notifier stuck on a dead path), the block ends but that
+        task goes on, and when the reset then times out nobody ever reads its `TimeoutError`:
+        asyncio logs "Task exception was never retrieved" when the task is freed, from inside
+        whatever runs then (docs/design.md, "The suite passes every time"). Here the giving back
+        is a task of this store's: awaited when the block is not cancelled (a failure raises as
+        before), else left to finish and its outcome read by `_gave_back`. A reset that fails
+        has asyncpg cut the connection; the pool makes a new one, and the block's work was done.
+        """
+        conn = await pool.acquire(timeout=self._command_timeout)
+        try:
+            yield conn
+        finally:
+            giving_back = asyncio.ensure_future(pool.release(conn))
+            self._giving_back.add(giving_back)  # held until done: the loop keeps weak references
+            giving_back.add_done_callback(self._gave_back)
+            await asyncio.shield(giving_back)
+
+    def _gave_back(self, task: asyncio.Task[None]) -> None:
+        """Forget a finished `_pooled` release, its outcome read (see `_pooled`)."""
+        self._giving_back.discard(task)
+        if not task.cancelled():
+            task.exception()  # read: the caller, if still there, got it from the shield
 
     async def _close_conn(self, conn: asyncpg.Connection[asyncpg.Record]) -> None:
         """Close `conn` politely within the command timeout, else cut it."""
@@ -553,7 +584,7 @@ class PostgresStore(Counted):
         try:
             pool = await self._open()
             try:
-                async with pool.acquire(timeout=self._command_timeout) as conn:
+                async with self._pooled(pool) as conn:
                     return await work(conn)
             except _DB_ERRORS as exc:
                 raise self._translate(exc) from exc
@@ -586,7 +617,7 @@ class PostgresStore(Counted):
             # A payload PostgreSQL would refuse (an id of kilobytes) must not sink the batch.
             payloads = [payload for payload in payloads if len(payload.encode()) <= _NOTIFY_MAX]
             try:
-                async with self._pool.acquire(timeout=self._command_timeout) as conn:
+                async with self._pooled(self._pool) as conn:
                     await conn.execute(
                         "SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS payload",
                         self.channel,
