@@ -21,6 +21,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import msgspec
+import pytest
 from conftest import bound, hub_config
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
@@ -147,6 +148,12 @@ async def _probe(
         raise AssertionError(f"the hub refused a connection: {status}") from status
 
 
+# A batch holds frames of several MB: when Hypothesis builds its repr (to report it) it warns
+# that the repr is large, and `filterwarnings = error` made that warning the failure shown.
+FUZZ_REPR = "ignore:Generating overly large repr:hypothesis.errors.HypothesisWarning"
+
+
+@pytest.mark.filterwarnings(FUZZ_REPR)
 @settings(
     max_examples=max(1, FRAMES // PER_EXAMPLE),
     deadline=None,
@@ -232,6 +239,7 @@ class _Lines(logging.Handler):
             self.lines.append(f"{record.name} {record.getMessage()} {record.__dict__}")
 
 
+@pytest.mark.filterwarnings(FUZZ_REPR)
 @settings(
     max_examples=max(1, FRAMES // PER_EXAMPLE),
     deadline=None,
