@@ -19,6 +19,7 @@ import msgspec
 from .changes import ChangeRecord, ConversationState
 from .entries import Author, Entry
 from .errors import DecodeError
+from .ids import Count
 
 __all__ = [
     "MAX_DETAIL",
@@ -111,8 +112,8 @@ class Hello(msgspec.Struct, frozen=True, tag_field="type", tag="hello", omit_def
     """Opens a session: who the replica is and which log state it holds."""
 
     client: str
-    lineage: int
-    revision: int
+    lineage: Count
+    revision: Count
     token: str | None = None
     features: list[str] = []
     """Optional capabilities this replica uses (`drafts`, `presence`, `auth`, ...); each side
@@ -124,9 +125,9 @@ class Hello(msgspec.Struct, frozen=True, tag_field="type", tag="hello", omit_def
 class PushBatch(msgspec.Struct, frozen=True, tag_field="type", tag="push"):
     """A batch of records made on log `lineage` at `revision`; `seq` rises per client."""
 
-    seq: int
-    lineage: int
-    revision: int
+    seq: Count
+    lineage: Count
+    revision: Count
     records: list[ChangeRecord]
 
 
@@ -240,9 +241,9 @@ class DraftOp(msgspec.Struct, frozen=True, tag_field="type", tag="draft", omit_d
     role: str = "assistant"
     after: str | None = None
     author: Author | None = None
-    epoch: int = 0
+    epoch: Count = 0
     part: str = "text"
-    offset: int = 0
+    offset: Count = 0
     text: str = ""
     name: str | None = None
 
