@@ -388,6 +388,10 @@ def verify(
         raise _unauthorized("missing token")
     if len(token) > max_bytes:
         raise _unauthorized("token too large")
+    if not token.isascii():
+        # A JWT is base64url and dots; PyJWT would raise UnicodeEncodeError (not a
+        # PyJWTError) on a lone surrogate, which escaped as a 1011 and a traceback.
+        raise _unauthorized("malformed token")
     try:
         header = jwt.get_unverified_header(token)
     except jwt.PyJWTError as exc:

@@ -256,6 +256,17 @@ def test_refresh_applies_a_downgrade_at_once() -> None:
         verify_refresh(current, expired, SECRET_RING, "support-1", now=NOW + 10)
 
 
+def test_a_token_that_is_not_ascii_is_malformed() -> None:
+    """A JWT is base64url and dots: a lone surrogate (which PyJWT cannot encode, and which
+    closed a summary feed 1011 with a traceback) or any other non-ASCII character anywhere in
+    it is refused `unauthorized`, "malformed token" (issue 27)."""
+    good = hs256(claims())
+    head, body, signature = good.split(".")
+    for token in ("\ud800", head + "\ud800." + body + "." + signature, good + "\ud800", good + "é"):
+        error = refused(token, SECRET_RING)
+        assert (error.code, error.detail) == ("unauthorized", "malformed token")
+
+
 def test_huge_token_is_refused_before_parsing() -> None:
     """A 1 MiB token is refused as too large, even one correctly signed."""
     garbage = "x" * (1 << 20)
