@@ -77,6 +77,9 @@ MAX_QUEUE = 2
 `max_size`, four times `max_frame`); past it, reading pauses until the hub takes one. Its
 default, 16, let one socket make the hub hold 16 frames of 64 MiB while a room was busy."""
 _PONG = encode_message(Pong())
+
+_SINGLE_HEADERS = ("Host", "Origin", "Authorization", "Upgrade")
+"""Headers the hub reads that a request must not repeat (HTTP 400)."""
 _ws_log = logging.getLogger("convsync.hub.websockets")
 # websockets logs request headers and frames at DEBUG: they hold tokens. Never below INFO.
 _ws_log.setLevel(logging.INFO)
@@ -519,6 +522,11 @@ class Hub:
     async def _http(self, connection: ServerConnection, request: Request) -> Response | None:
         path = request.path.split("?", 1)[0]
         headers = request.headers
+        for name in _SINGLE_HEADERS:
+            # Headers.get raises MultipleValuesError on a repeated header (a 500); which of
+            # two Hosts or Origins a proxy checked is anyone's guess, so neither is taken.
+            if len(headers.get_all(name)) > 1:
+                return connection.respond(400, f"{name} given more than once\n")
         upgrade = headers.get("Upgrade", "").lower() == "websocket"
         if path == "/healthz" and not upgrade:
             return connection.respond(200, "ok\n")  # open: load balancers probe by address

@@ -591,6 +591,26 @@ async def test_foreign_host_refused_without_auth() -> None:
         assert await log_of(hub) == before
 
 
+async def test_a_header_given_twice_is_400() -> None:
+    """Two `Host`, `Origin`, `Authorization` or `Upgrade` headers are a bad request (400),
+    over HTTP and at a websocket handshake; they were a 500 (issue 27). Nothing changes."""
+    async with Hub(MemoryStore(), port=0, config=hub_config()) as hub:
+        host = f"Host: localhost:{hub.port}\r\n"
+        own = f"Origin: http://127.0.0.1:{hub.port}\r\n"
+        upgrade = (
+            "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+            "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        )
+        for twice in (host, own, "Authorization: Bearer x\r\n", "Upgrade: websocket\r\n"):
+            for then in ("", upgrade):
+                head = f"GET /v1/conversations/{CONV} HTTP/1.1\r\n" + host + twice + twice
+                answer = await _raw_http(hub.port, head + then + "\r\n")
+                assert answer.startswith("HTTP/1.1 400"), (twice, then, answer[:60])
+        answer = await _raw_http(hub.port, f"GET /healthz HTTP/1.1\r\n{host}\r\n")
+        assert answer.startswith("HTTP/1.1 200")
+        assert await log_of(hub) == (0, [])
+
+
 async def test_metrics_token() -> None:
     """`/metrics` needs the metrics token when one is set; `/healthz` stays open."""
     async with auth_hub(metrics_token="m-token") as hub:
