@@ -45,7 +45,7 @@ from .auth import (
     verify,
     verify_refresh,
 )
-from .drafts import valid_part
+from .drafts import MAX_NAME, valid_part
 from .limits import TokenBucket
 from .presence import status_problem
 
@@ -192,6 +192,10 @@ class HubSession:
                     )
                 if op == "open" and role != "assistant":
                     raise RemoteProtocolError("bad_message", "a draft's role is assistant")
+                if message.name is not None and not 0 < len(message.name) <= MAX_NAME:
+                    raise RemoteProtocolError(
+                        "bad_message", f"a tool name is 1 to {MAX_NAME} characters"
+                    )
             case Ping():
                 if self.hello is None:
                     raise RemoteProtocolError("no_hello", "ping before hello")

@@ -68,6 +68,10 @@ def test_hello_then_push() -> None:
             "bad_message",
         ),
         ([HELLO, b'{"type":"draft","id":"msg_x","op":"open","epoch":-1}'], "bad_message"),
+        (
+            [HELLO, b'{"type":"draft","id":"msg_x","op":"append","name":"' + b"n" * 129 + b'"}'],
+            "bad_message",
+        ),
     ],
 )
 def test_bad_frames_name_their_fault(frames: list[bytes], code: str) -> None:
