@@ -747,8 +747,8 @@ class Hub:
             held.principal = grant.sub
         held.room = await self._acquire(conversation_id)
         if self.auth:
-            log.debug(
-                "%s joins %s as client %r (key %s)",
+            log.debug(  # %r: a sub or client id is never printed raw into a log line
+                "%r joins %s as client %r (key %r)",
                 grant.sub,
                 conversation_id,
                 hello.client,

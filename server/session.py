@@ -16,7 +16,6 @@ in as `now`, in seconds since the epoch.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
 import msgspec
@@ -35,6 +34,7 @@ from sync.protocol import (
     is_conversation_id,
     is_kind,
 )
+from sync.text import has_control
 
 from .auth import (
     ANONYMOUS,
@@ -58,7 +58,6 @@ __all__ = [
 ]
 
 CONVERSATION_PATH = "/v1/conversations/"
-_CLIENT_ID = re.compile(r"[^\x00-\x1f]{1,128}")
 _KNOWN_TYPES = frozenset({"hello", "push", "auth", "draft", "status"})
 
 
@@ -164,7 +163,7 @@ class HubSession:
             case Hello(client, lineage, revision, kind=kind):
                 if self.hello is not None:
                     raise RemoteProtocolError("unexpected", "hello was already received")
-                if _CLIENT_ID.fullmatch(client) is None:
+                if not 0 < len(client) <= 128 or has_control(client):
                     raise RemoteProtocolError(
                         "bad_client", "client id must be 1 to 128 printable chars"
                     )

@@ -20,6 +20,7 @@ from .changes import ChangeRecord, ConversationState
 from .entries import Author, Entry
 from .errors import DecodeError
 from .ids import Count
+from .text import has_control
 
 __all__ = [
     "MAX_DETAIL",
@@ -77,6 +78,8 @@ def status_problem(status: object, detail: object) -> str | None:
     them (the hub checks each `status` message with it, a replica each `set_status`)."""
     if status is not None and (not isinstance(status, str) or len(status) > MAX_STATUS):
         return f"status is a string of at most {MAX_STATUS} characters, or None"
+    if status is not None and has_control(status):
+        return "status holds a control character"
     if detail is not None:
         try:
             size = len(msgspec.json.encode(detail))
@@ -87,13 +90,10 @@ def status_problem(status: object, detail: object) -> str | None:
     return None
 
 
-_KIND = re.compile(r"[^\x00-\x1f]{1,64}")
-
-
 def is_kind(value: object) -> bool:
     """Whether `value` may be a hello's `kind` (shown in presence): 1 to 64 characters, no
-    control characters."""
-    return isinstance(value, str) and _KIND.fullmatch(value) is not None
+    control characters (`sync.text.has_control`)."""
+    return isinstance(value, str) and 0 < len(value) <= 64 and not has_control(value)
 
 
 def is_conversation_id(value: object) -> bool:

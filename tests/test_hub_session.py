@@ -49,6 +49,22 @@ def test_hello_then_push() -> None:
             "bad_message",
         ),
         ([b'{"type":"hello","client":"x","lineage":0,"revision":0,"kind":"a\\nb"}'], "bad_message"),
+        # Unicode line and format characters split log lines (issue 27): Cc, Cf, Zl, Zp.
+        *(
+            (
+                [b'{"type":"hello","client":"x%s","lineage":0,"revision":0}' % bad],
+                "bad_client",
+            )
+            for bad in (b"\\u0085", b"\\u2028", b"\\u2029", b"\\u202e", b"\\u007f")
+        ),
+        *(
+            (
+                [b'{"type":"hello","client":"x","lineage":0,"revision":0,"kind":"k%s"}' % bad],
+                "bad_message",
+            )
+            for bad in (b"\\u0085", b"\\u2028", b"\\u200b")
+        ),
+        ([HELLO, b'{"type":"status","status":"ok\\u2028INFO forged"}'], "bad_message"),
         ([PUSH], "no_hello"),
         ([HELLO, HELLO], "unexpected"),
         ([HELLO, PUSH.replace(b'"seq":1', b'"seq":0')], "bad_message"),
