@@ -434,6 +434,14 @@ class DraftBoard(Generic[C]):
             out += self.end(draft_id, status)
         return out
 
+    def end_produced_by(self, conn: C, status: DraftEndStatus) -> list[Out[C]]:
+        """End every draft `conn` produces (it lost the right to write)."""
+        out: list[Out[C]] = []
+        for draft in list(self.drafts.values()):
+            if draft.conn == conn and draft.hub is None:
+                out += self.end(draft.id, status, "the producer may no longer write")
+        return out
+
     def end_held(self, ids: Iterable[str], is_owner: Callable[[Owner], bool]) -> list[Out[C]]:
         """End `committed` each open draft among `ids` (entry ids a landed record made held)
         whose owner `is_owner` accepts."""
