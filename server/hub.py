@@ -40,7 +40,9 @@ import anyio
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
+from websockets.frames import Opcode
 from websockets.http11 import Request, Response
+from websockets.protocol import State
 
 from sync import Conversation
 from sync.errors import ConvsyncError, ProtocolError, UsageError, sole_exception
@@ -49,6 +51,7 @@ from sync.protocol import (
     SUBPROTOCOL,
     Auth,
     DraftOp,
+    Error,
     Hello,
     Ping,
     Pong,
@@ -78,6 +81,7 @@ MAX_QUEUE = 2
 default, 16, let one socket make the hub hold 16 frames of 64 MiB while a room was busy."""
 _PONG = encode_message(Pong())
 
+_DATA_OPCODES = (Opcode.TEXT, Opcode.BINARY, Opcode.CONT)
 _SINGLE_HEADERS = ("Host", "Origin", "Authorization", "Upgrade")
 """Headers the hub reads that a request must not repeat (HTTP 400)."""
 _ws_log = logging.getLogger("convsync.hub.websockets")
@@ -227,7 +231,7 @@ class Hub:
                     max_queue=MAX_QUEUE,
                     compression="deflate" if self.config.compression == "deflate" else None,
                     ping_interval=self.config.ping_interval,
-                    create_connection=_Connection,
+                    create_connection=_Connection.with_first_frame(self.config.max_hello_frame),
                     ssl=self._ssl,
                     logger=_ws_log,
                     start_serving=False,
@@ -773,6 +777,48 @@ class _Connection(ServerConnection):
     below the low-water mark, unless websockets' own flow control (too many frames not yet
     read by the hub) holds it paused.
     """
+
+    first_frame: int | None = None
+    """The first data frame's size limit (the hello's), set by `with_first_frame`."""
+
+    @classmethod
+    def with_first_frame(cls, limit: int) -> type[_Connection]:
+        """This class, whose sockets read a first data frame of at most `limit` bytes."""
+        return type("_HubConnection", (cls,), {"first_frame": limit})
+
+    def __init__(self, protocol: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(protocol, *args, **kwargs)
+        if self.first_frame is not None:
+            self._hold_first_frame(protocol, self.first_frame)
+
+    @staticmethod
+    def _hold_first_frame(protocol: Any, limit: int) -> None:
+        """Read the first data frame with the hello's limit and raise it to the socket's own
+        (`max_size`) once that frame is in: websockets refuses a frame by the length in its
+        header, so a 64 MiB "hello" is never buffered to be refused after (issue 27: 8
+        sockets x 60 MiB peaked at 486 MiB). The limit rises in the protocol, before the next
+        frame is parsed, so a push sent right behind the hello is read with the full limit.
+        Over it, the peer gets `error too_big`, then close 1009, as the session would say."""
+        full = protocol.max_message_size
+        protocol.max_message_size = limit
+        receive = protocol.recv_frame
+        fail = protocol.fail
+
+        def recv_frame(frame: Any) -> None:
+            receive(frame)
+            if frame.opcode in _DATA_OPCODES and frame.fin:
+                protocol.max_message_size = full
+                protocol.recv_frame = receive  # once is enough
+                protocol.fail = fail
+
+        def fail_too_big(code: int, reason: str = "") -> None:
+            if code == 1009 and protocol.state is State.OPEN:
+                detail = f"first frame over {limit} bytes"
+                protocol.send_text(encode_message(Error("too_big", detail)))
+            fail(code, reason)
+
+        protocol.recv_frame = recv_frame
+        protocol.fail = fail_too_big
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)

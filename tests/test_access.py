@@ -251,6 +251,52 @@ async def test_one_mib_token_is_refused() -> None:
         await refused_with(hub, huge, "unauthorized", 4001)
 
 
+async def _frame_header_only(url: str, length: int) -> tuple[list[dict[str, Any]], int | None]:
+    """Open a socket, write the header of a text frame of `length` bytes and 16 bytes of
+    it (never the rest); what the hub answers and its close code."""
+    answers: list[dict[str, Any]] = []
+    async with ws_connect(
+        url,
+        subprotocols=[SUBPROTOCOL],
+        ping_interval=None,
+        close_timeout=1,  # type: ignore[list-item]
+    ) as ws:
+        header = bytes([0x81, 0x80 | 127]) + length.to_bytes(8, "big") + b"\0\0\0\0"
+        ws.transport.write(header + b"x" * 16)
+        try:
+            with anyio.fail_after(bound(3)):
+                while True:
+                    answers.append(json.loads(await ws.recv()))
+        except ConnectionClosed:
+            pass
+        return answers, ws.protocol.close_rcvd.code if ws.protocol.close_rcvd else None
+
+
+async def test_a_first_frame_over_the_hello_limit_is_refused_by_its_header() -> None:
+    """A first frame announcing 60 MiB is refused `too_big`, close 1009, at once, from its
+    header: the hub never waits for (or buffers) the payload, which here never comes. Before
+    the fix the hub read up to `max_size` (4 x max_frame) first and answered only at the
+    hello deadline (issue 27). A push right behind a hello still gets the full limit."""
+    async with auth_hub(max_frame=1 << 20, hello_timeout=30) as hub:
+        await seed(hub, token())
+        started = time.monotonic()
+        for url in (f"{hub.url}/v1/conversations/{CONV}", f"{hub.url}/v1/summary"):
+            answers, code = await _frame_header_only(url, 60 << 20)
+            assert [a["code"] for a in answers] == ["too_big"] and code == 1009, (url, answers)
+        assert time.monotonic() - started < bound(3)
+        hello = {"type": "hello", "client": "w", "lineage": 0, "revision": 0, "token": token()}
+        big = json.dumps(PUSH).replace('"text": "x"', '"text": "' + "x" * (200 << 10) + '"')
+        url = f"{hub.url}/v1/conversations/{CONV}"
+        async with ws_connect(url, subprotocols=[SUBPROTOCOL], ping_interval=None) as ws:  # type: ignore[list-item]
+            await ws.send(json.dumps(hello))
+            await ws.send(big)  # right behind the hello, before any welcome
+            with anyio.fail_after(bound(5)):
+                kinds = [json.loads(await ws.recv())["type"]]
+                while kinds[-1] not in ("ack", "reject", "error"):
+                    kinds.append(json.loads(await ws.recv())["type"])
+        assert kinds[0] == "welcome" and kinds[-1] in ("ack", "reject"), kinds  # read whole
+
+
 # ---------------------------------------------------------------------- conversations, scopes
 
 
