@@ -183,6 +183,15 @@ class Hub:
         """Whether this hub checks tokens."""
         return self.keys is not None
 
+    def hold_principal(self, sub: str) -> bool:
+        """Count one more socket of `sub` against `max_per_principal` (a summary feed); False
+        when it holds that many already."""
+        return self._principals.acquire(sub)
+
+    def let_go_principal(self, sub: str) -> None:
+        """A socket counted by `hold_principal` closed."""
+        self._principals.release(sub)
+
     def _access(self) -> Access | None:
         keys = self.keys
         return None if keys is None else Access(keys, self.config.audience)
