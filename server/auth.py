@@ -32,6 +32,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 
 from sync.errors import ConvsyncError, UsageError
+from sync.text import has_control
 
 __all__ = [
     "ANONYMOUS",
@@ -74,7 +75,6 @@ _MAX_NAME = 128
 # the same with a `*` at the end (a prefix), or `*` alone.
 _PATTERN = re.compile(r"\*|[A-Za-z0-9._:-]{1,128}\*?")
 _KID = re.compile(r"[A-Za-z0-9._-]{1,64}")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 PublicKey: TypeAlias = (
     ec.EllipticCurvePublicKey | rsa.RSAPublicKey | ed25519.Ed25519PublicKey | ed448.Ed448PublicKey
@@ -388,6 +388,10 @@ def verify(
         raise _unauthorized("missing token")
     if len(token) > max_bytes:
         raise _unauthorized("token too large")
+    if not token.isascii():
+        # A JWT is base64url and dots; PyJWT would raise UnicodeEncodeError (not a
+        # PyJWTError) on a lone surrogate, which escaped as a 1011 and a traceback.
+        raise _unauthorized("malformed token")
     try:
         header = jwt.get_unverified_header(token)
     except jwt.PyJWTError as exc:
@@ -466,7 +470,7 @@ def _grant_from_claims(
     claims: dict[str, Any], kid: str | None, *, now: float, audience: str, leeway_s: float
 ) -> Grant:
     sub = claims.get("sub")
-    if not isinstance(sub, str) or not sub or len(sub) > _MAX_SUB or _CONTROL.search(sub):
+    if not isinstance(sub, str) or not sub or len(sub) > _MAX_SUB or has_control(sub):
         raise _unauthorized("token needs a sub")
     if "exp" not in claims:
         raise _unauthorized("token needs an exp")
@@ -492,7 +496,7 @@ def _grant_from_claims(
         raise _unauthorized("unknown kind")
     name = claims.get("name")
     if name is not None and (
-        not isinstance(name, str) or len(name) > _MAX_NAME or _CONTROL.search(name)
+        not isinstance(name, str) or len(name) > _MAX_NAME or has_control(name)
     ):
         raise _unauthorized("malformed name")
     return Grant(sub=sub, scopes=scopes, convs=convs, kind=kind, name=name, exp=exp, kid=kid)
@@ -556,7 +560,7 @@ def mint_token(
     issued = time.time() if now is None else now
     scope_set = set(scopes)
     conv_list = list(convs)
-    if not sub or len(sub) > _MAX_SUB or _CONTROL.search(sub):
+    if not sub or len(sub) > _MAX_SUB or has_control(sub):
         raise UsageError("bad_token", "sub must be 1-256 printable characters")
     if not scope_set <= SCOPES:
         raise UsageError("bad_token", "scopes are read, write and presence")
@@ -566,7 +570,7 @@ def mint_token(
         raise UsageError("bad_token", "ttl must be a positive number of seconds")
     if kind is not None and kind not in KINDS:
         raise UsageError("bad_token", "kind is agent, ui, dashboard or service")
-    if name is not None and (len(name) > _MAX_NAME or _CONTROL.search(name)):
+    if name is not None and (len(name) > _MAX_NAME or has_control(name)):
         raise UsageError("bad_token", "name must be at most 128 printable characters")
     claims: dict[str, Any] = {
         "sub": sub,

@@ -493,7 +493,12 @@ class RoomCore(Generic[C]):
         if conn not in self.grants:
             return []
         self.grants[conn] = grant
-        return [Send(conn, encode_message(AuthOk(grant.expires_in(now))))]
+        actions: list[Action[C]] = [Send(conn, encode_message(AuthOk(grant.expires_in(now))))]
+        if not self._may_write(conn):
+            # It lost `write`: the drafts it produces end now, for everyone (issue 27).
+            actions += live_actions(self.drafts.end_produced_by(conn, "aborted"))
+            self.presence.set_drafting(self.drafts.owners())
+        return actions
 
     def _mark_key(self, grant: Grant, client: str) -> str:
         """The store's key for a client's mark: the client id without auth (so stores and
@@ -820,6 +825,12 @@ class RoomCore(Generic[C]):
             refusal = self._open_refusal(conn, op)
             if refusal is not None:
                 return [Send(conn, encode_message(refusal))]
+        elif not self._may_write(conn):
+            # Every op, not only `open`: an append or keep from a socket without `write`
+            # (a downgrade, or a read-only socket of the same owner) would take the draft
+            # over and be broadcast (issue 27).
+            refusal = DraftEnd(op.id, "refused", "this connection may not write")
+            return [Send(conn, encode_message(refusal))]
         actions = live_actions(self.drafts.receive(conn, owner, op, now))
         self.presence.set_drafting(self.drafts.owners())
         return actions + self.tick(now)

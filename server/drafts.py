@@ -24,6 +24,8 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+import msgspec
+
 from sync.entries import Author
 from sync.ids import is_message_id
 from sync.protocol import (
@@ -41,14 +43,35 @@ from sync.text import joined
 from .metrics import Metrics
 from .mirror import BusDraft, BusEnd, BusGrow, BusOp
 
-__all__ = ["Delta", "DraftBoard", "DraftConfig", "Frame", "Out", "Owner", "valid_part"]
+__all__ = ["MAX_NAME", "Delta", "DraftBoard", "DraftConfig", "Frame", "Out", "Owner", "valid_part"]
 
 C = TypeVar("C", bound=Hashable)
 
 Owner = tuple[str, str]
 """Who produces a draft: (principal, client)."""
 
+_json = msgspec.json.Encoder()
 _FRAME_MARGIN = 1024  # room for a `drafts` message's own fields around the listed drafts
+MAX_NAME = 128
+"""The longest tool name a `call:<id>` part may carry (characters)."""
+
+
+def _meta_bytes(author: Author | None, after: str | None) -> int:
+    """The UTF-8 bytes of what a draft holds besides its parts' text: counted against its cap
+    with the text, so no field of an `open` holds memory uncounted (issue 27)."""
+    size = 0 if after is None else _encoded_bytes(after)
+    if author is not None:
+        for value in (author.name, author.request, author.title):
+            if value is not None:
+                size += _encoded_bytes(value)
+    return size
+
+
+def _encoded_bytes(text: str) -> int:
+    """The bytes `text` takes in a JSON frame (its quotes left out): its UTF-8 bytes, more
+    for what JSON escapes (a control character is six), so a draft at its cap still fits
+    one `drafts` frame."""
+    return len(_json.encode(text)) - 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +84,8 @@ class DraftConfig:
         grace: a draft whose producer's socket closed this long ago ends `timeout`.
         max_bytes: the UTF-8 bytes a draft's parts may hold together.
         max_per_owner: open drafts one (principal, client) may hold.
+        max_parts: parts one draft may hold (`text`, `reasoning` and each `call:<id>`).
+        max_per_conversation: open drafts one conversation may hold, whoever owns them.
     """
 
     interval: int = 50
@@ -68,6 +93,8 @@ class DraftConfig:
     grace: int = 10_000
     max_bytes: int = 512 * 1024
     max_per_owner: int = 8
+    max_parts: int = 64
+    max_per_conversation: int = 64
     relay: bool = False
     """Keep what changed for other hubs (`take_relay`, SPEC 9): a bus is running."""
 
@@ -129,7 +156,7 @@ class _Draft(Generic[C]):
         self.parts: dict[str, list[str]] = {}  # chunks, joined lazily
         self.lengths: dict[str, int] = {}  # code points per part
         self.names: dict[str, str] = {}
-        self.bytes = 0
+        self.bytes = _meta_bytes(op.author, op.after)  # text, names, author and after
         self.conn: C | None = conn  # the producing socket; None once it closed
         self.heard = now
         self.gone: int | None = None
@@ -235,7 +262,9 @@ class DraftBoard(Generic[C]):
         size = 0
         for draft in self.drafts.values():
             info = draft.info()
-            weight = draft.bytes * 2 + 512  # JSON escapes at most double most text
+            # From what is encoded, not from the text's bytes: escapes (`\u0000` is six bytes
+            # for one) made one `drafts` frame 52 times `max_frame` (issue 27).
+            weight = len(encode_message(info)) + 1
             if groups[-1] and size + weight > budget:
                 groups.append([])
                 size = 0
@@ -292,6 +321,14 @@ class DraftBoard(Generic[C]):
             return [Frame([conn], encode_message(DraftState(op.id, dict(draft.lengths))))]
         if not is_message_id(op.id):
             return self._answer(conn, op.id, "refused", "a draft id is a msg_ id")
+        if op.after is not None and not is_message_id(op.after):
+            return self._answer(conn, op.id, "refused", "a draft's after is a msg_ id")
+        if _meta_bytes(op.author, op.after) > self.config.max_bytes:
+            detail = f"author and after over {self.config.max_bytes} bytes"
+            return self._answer(conn, op.id, "refused", detail)
+        if len(self.drafts) >= self.config.max_per_conversation:
+            detail = f"at most {self.config.max_per_conversation} open drafts per conversation"
+            return self._answer(conn, op.id, "refused", detail)
         held = sum(1 for d in self.drafts.values() if d.owner == owner)
         if held >= self.config.max_per_owner:
             detail = f"at most {self.config.max_per_owner} open drafts per client"
@@ -315,12 +352,18 @@ class DraftBoard(Generic[C]):
         new = op.text[length - op.offset :]
         if not new:
             return []  # a resend of what the hub holds
-        size = len(new.encode())
+        size = _encoded_bytes(new)
+        name = None
+        if part not in draft.lengths:
+            if len(draft.lengths) >= self.config.max_parts:
+                return self.end(draft.id, "aborted", f"over {self.config.max_parts} parts")
+            if op.name is not None and part.startswith("call:"):
+                name = op.name
+                size += _encoded_bytes(name)  # kept for the draft's life: counted like text
         if draft.bytes + size > self.config.max_bytes:
             return self.end(draft.id, "aborted", f"over {self.config.max_bytes} bytes")
-        name = None
-        if part not in draft.lengths and op.name is not None and part.startswith("call:"):
-            name = draft.names[part] = op.name
+        if name is not None:
+            draft.names[part] = name
         draft.parts.setdefault(part, []).append(new)
         draft.lengths[part] = length + len(new)
         draft.bytes += size
@@ -389,6 +432,14 @@ class DraftBoard(Generic[C]):
         out: list[Out[C]] = []
         for draft_id in list(self.drafts):
             out += self.end(draft_id, status)
+        return out
+
+    def end_produced_by(self, conn: C, status: DraftEndStatus) -> list[Out[C]]:
+        """End every draft `conn` produces (it lost the right to write)."""
+        out: list[Out[C]] = []
+        for draft in list(self.drafts.values()):
+            if draft.conn == conn and draft.hub is None:
+                out += self.end(draft.id, status, "the producer may no longer write")
         return out
 
     def end_held(self, ids: Iterable[str], is_owner: Callable[[Owner], bool]) -> list[Out[C]]:
@@ -520,9 +571,10 @@ class DraftBoard(Generic[C]):
         name = None
         if grow.part not in draft.lengths and grow.name is not None:
             name = draft.names[grow.part] = grow.name
+            draft.bytes += _encoded_bytes(name)
         draft.parts.setdefault(grow.part, []).append(new)
         draft.lengths[grow.part] = length + len(new)
-        draft.bytes += len(new.encode())
+        draft.bytes += _encoded_bytes(new)
         draft.heard = now
         return self._relay(draft.id, grow.part, length, new, name, now)
 

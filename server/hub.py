@@ -40,7 +40,9 @@ import anyio
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
+from websockets.frames import Opcode
 from websockets.http11 import Request, Response
+from websockets.protocol import State
 
 from sync import Conversation
 from sync.errors import ConvsyncError, ProtocolError, UsageError, sole_exception
@@ -49,6 +51,7 @@ from sync.protocol import (
     SUBPROTOCOL,
     Auth,
     DraftOp,
+    Error,
     Hello,
     Ping,
     Pong,
@@ -77,6 +80,10 @@ MAX_QUEUE = 2
 `max_size`, four times `max_frame`); past it, reading pauses until the hub takes one. Its
 default, 16, let one socket make the hub hold 16 frames of 64 MiB while a room was busy."""
 _PONG = encode_message(Pong())
+
+_DATA_OPCODES = (Opcode.TEXT, Opcode.BINARY, Opcode.CONT)
+_SINGLE_HEADERS = ("Host", "Origin", "Authorization", "Upgrade")
+"""Headers the hub reads that a request must not repeat (HTTP 400)."""
 _ws_log = logging.getLogger("convsync.hub.websockets")
 # websockets logs request headers and frames at DEBUG: they hold tokens. Never below INFO.
 _ws_log.setLevel(logging.INFO)
@@ -177,6 +184,15 @@ class Hub:
         """Whether this hub checks tokens."""
         return self.keys is not None
 
+    def hold_principal(self, sub: str) -> bool:
+        """Count one more socket of `sub` against `max_per_principal` (a summary feed); False
+        when it holds that many already."""
+        return self._principals.acquire(sub)
+
+    def let_go_principal(self, sub: str) -> None:
+        """A socket counted by `hold_principal` closed."""
+        self._principals.release(sub)
+
     def _access(self) -> Access | None:
         keys = self.keys
         return None if keys is None else Access(keys, self.config.audience)
@@ -225,7 +241,7 @@ class Hub:
                     max_queue=MAX_QUEUE,
                     compression="deflate" if self.config.compression == "deflate" else None,
                     ping_interval=self.config.ping_interval,
-                    create_connection=_Connection,
+                    create_connection=_Connection.with_first_frame(self.config.max_hello_frame),
                     ssl=self._ssl,
                     logger=_ws_log,
                     start_serving=False,
@@ -520,6 +536,11 @@ class Hub:
     async def _http(self, connection: ServerConnection, request: Request) -> Response | None:
         path = request.path.split("?", 1)[0]
         headers = request.headers
+        for name in _SINGLE_HEADERS:
+            # Headers.get raises MultipleValuesError on a repeated header (a 500); which of
+            # two Hosts or Origins a proxy checked is anyone's guess, so neither is taken.
+            if len(headers.get_all(name)) > 1:
+                return connection.respond(400, f"{name} given more than once\n")
         upgrade = headers.get("Upgrade", "").lower() == "websocket"
         if path == "/healthz" and not upgrade:
             return connection.respond(200, "ok\n")  # open: load balancers probe by address
@@ -747,8 +768,8 @@ class Hub:
             held.principal = grant.sub
         held.room = await self._acquire(conversation_id)
         if self.auth:
-            log.debug(
-                "%s joins %s as client %r (key %s)",
+            log.debug(  # %r: a sub or client id is never printed raw into a log line
+                "%r joins %s as client %r (key %r)",
                 grant.sub,
                 conversation_id,
                 hello.client,
@@ -773,6 +794,48 @@ class _Connection(ServerConnection):
     below the low-water mark, unless websockets' own flow control (too many frames not yet
     read by the hub) holds it paused.
     """
+
+    first_frame: int | None = None
+    """The first data frame's size limit (the hello's), set by `with_first_frame`."""
+
+    @classmethod
+    def with_first_frame(cls, limit: int) -> type[_Connection]:
+        """This class, whose sockets read a first data frame of at most `limit` bytes."""
+        return type("_HubConnection", (cls,), {"first_frame": limit})
+
+    def __init__(self, protocol: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(protocol, *args, **kwargs)
+        if self.first_frame is not None:
+            self._hold_first_frame(protocol, self.first_frame)
+
+    @staticmethod
+    def _hold_first_frame(protocol: Any, limit: int) -> None:
+        """Read the first data frame with the hello's limit and raise it to the socket's own
+        (`max_size`) once that frame is in: websockets refuses a frame by the length in its
+        header, so a 64 MiB "hello" is never buffered to be refused after (issue 27: 8
+        sockets x 60 MiB peaked at 486 MiB). The limit rises in the protocol, before the next
+        frame is parsed, so a push sent right behind the hello is read with the full limit.
+        Over it, the peer gets `error too_big`, then close 1009, as the session would say."""
+        full = protocol.max_message_size
+        protocol.max_message_size = limit
+        receive = protocol.recv_frame
+        fail = protocol.fail
+
+        def recv_frame(frame: Any) -> None:
+            receive(frame)
+            if frame.opcode in _DATA_OPCODES and frame.fin:
+                protocol.max_message_size = full
+                protocol.recv_frame = receive  # once is enough
+                protocol.fail = fail
+
+        def fail_too_big(code: int, reason: str = "") -> None:
+            if code == 1009 and protocol.state is State.OPEN:
+                detail = f"first frame over {limit} bytes"
+                protocol.send_text(encode_message(Error("too_big", detail)))
+            fail(code, reason)
+
+        protocol.recv_frame = recv_frame
+        protocol.fail = fail_too_big
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)

@@ -18,7 +18,6 @@ in as `now`, in seconds since the epoch.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
 import msgspec
@@ -38,6 +37,7 @@ from sync.protocol import (
     is_conversation_id,
     is_kind,
 )
+from sync.text import has_control
 
 from .auth import (
     ANONYMOUS,
@@ -48,7 +48,7 @@ from .auth import (
     verify,
     verify_refresh,
 )
-from .drafts import valid_part
+from .drafts import MAX_NAME, valid_part
 from .limits import BUDGETS, Budget, TokenBucket
 from .presence import status_problem
 
@@ -61,7 +61,6 @@ __all__ = [
 ]
 
 CONVERSATION_PATH = "/v1/conversations/"
-_CLIENT_ID = re.compile(r"[^\x00-\x1f]{1,128}")
 _BUDGET_OF: dict[type, BudgetKind] = {PushBatch: "push", DraftOp: "draft", StatusUpdate: "status"}
 _KNOWN_TYPES = frozenset({"hello", "push", "auth", "draft", "status"})
 
@@ -180,7 +179,7 @@ class HubSession:
             case Hello(client, lineage, revision, kind=kind):
                 if self.hello is not None:
                     raise RemoteProtocolError("unexpected", "hello was already received")
-                if _CLIENT_ID.fullmatch(client) is None:
+                if not 0 < len(client) <= 128 or has_control(client):
                     raise RemoteProtocolError(
                         "bad_client", "client id must be 1 to 128 printable chars"
                     )
@@ -208,6 +207,10 @@ class HubSession:
                     )
                 if op == "open" and role != "assistant":
                     raise RemoteProtocolError("bad_message", "a draft's role is assistant")
+                if message.name is not None and not 0 < len(message.name) <= MAX_NAME:
+                    raise RemoteProtocolError(
+                        "bad_message", f"a tool name is 1 to {MAX_NAME} characters"
+                    )
             case Ping():
                 if self.hello is None:
                     raise RemoteProtocolError("no_hello", "ping before hello")

@@ -51,7 +51,7 @@ from sync.messages import (
     User,
 )
 
-from .auth import AuthError, bearer_token, verify
+from .auth import ANONYMOUS, AuthError, Grant, Key, bearer_token, verify
 from .session import CONVERSATION_PATH, is_conversation_id
 from .subscriber import CLOSE_DEADLINE, cut_if_open
 
@@ -213,6 +213,7 @@ class Web:
         """The hub changed `room` (or who is in it): summary sockets look at it next tick."""
         for watcher in self._watchers:
             watcher.rooms[room.id] = room
+            watcher.wake.set()
 
     # ------------------------------------------------------------------ access (the auth hook)
 
@@ -226,10 +227,25 @@ class Web:
         keys = self._hub.keys
         if keys is None:
             return lambda _conversation_id: True
+        return self._reader_grant(token).allows
+
+    def _reader_grant(self, token: str | None, sub: str | None = None) -> Grant:
+        """The grant of a reader's token, checked with the keys of now (`read` needed; the
+        same `sub` when it refreshes a feed's token)."""
+        keys = self._hub.keys
+        if keys is None:
+            return ANONYMOUS
         grant = verify(token, keys, now=time.time(), audience=self._hub.config.audience)
+        if sub is not None and grant.sub != sub:
+            raise AuthError("unauthorized", "refreshed token is for another principal")
         if not grant.can_read:
             raise AuthError("forbidden", "token lacks the read scope")
-        return grant.allows
+        return grant
+
+    def _key_of(self, grant: Grant) -> Key | None:
+        """The key of the hub's ring of now that verifies `grant`'s tokens (None: none)."""
+        keys = self._hub.keys
+        return None if keys is None else keys.key_for(grant.kid)
 
     # ------------------------------------------------------------------ HTTP
 
@@ -356,9 +372,10 @@ class Web:
         frame came (the hub counts sockets waiting for one)."""
         try:
             with anyio.fail_after(5):
-                data = await ws.recv()
+                data = await ws.recv()  # held to the first frame's cap by the hub's sockets
             said_hello()
             hello = json.loads(data)
+            del data  # only what is needed is kept for the feed's life, not the frame
             if not isinstance(hello, dict) or hello.get("type") != "hello":
                 kind = hello.get("type") if isinstance(hello, dict) else None
                 got = f"a {kind!r} message" if isinstance(kind, str) else "no message type"
@@ -373,39 +390,137 @@ class Web:
         features = hello.get("features")
         pings = isinstance(features, list) and "ping" in features
         token = hello.get("token")
+        del hello
         try:
-            visible = self.grant_for(token if isinstance(token, str) else None)
+            grant = self._reader_grant(token if isinstance(token, str) else None)
+            feed = _Feed(grant, self._key_of(grant), self._hub.config.expiry_grace)
         except AuthError as refused:
             await _close_with(ws, refused.code, refused.detail)
+            return
+        del token
+        if feed.grant is not ANONYMOUS and not self._hub.hold_principal(feed.grant.sub):
+            await _close_with(ws, "rate_limited", "too many connections for this principal")
             return
         watcher = _Touched()
         self._watchers.add(watcher)  # before the snapshot: no change falls between the two
         try:
             async with anyio.create_task_group() as group:
-                group.start_soon(_listen, ws, watcher, group.cancel_scope)
-                window = _Window(self, page, visible)
+                group.start_soon(self._listen, ws, watcher, feed, group.cancel_scope)
+                window = _Window(self, page, feed.visible)
                 snapshot = await window.snapshot()
                 if pings:
                     snapshot["features"] = ["ping"]
                 await ws.send(json.dumps(snapshot))
+                del snapshot
                 while True:
-                    with anyio.move_on_after(SUMMARY_INTERVAL):
-                        await watcher.moved.wait()
+                    # Asleep until a room is touched, a window is asked for or the token's time
+                    # is up: an idle feed costs no wake-up (1,500 polling feeds took 19% of a
+                    # hub's CPU).
+                    with anyio.move_on_after(feed.closes_at() - time.time()):
+                        await watcher.wake.wait()
+                    if time.time() >= feed.closes_at():
+                        await _close_with(ws, "unauthorized", "token expired")
+                        return
+                    if self._key_of(feed.grant) != feed.key:  # retired (or replaced) since
+                        await _close_with(ws, "unauthorized", "the token's key was retired")
+                        return
                     if watcher.pages:
                         page = watcher.pages.pop()
                         watcher.pages.clear()
-                        watcher.moved = anyio.Event()
+                        watcher.wake = anyio.Event()
                         watcher.rooms.clear()  # the snapshot reads them fresh
-                        window = _Window(self, page, visible)
+                        window = _Window(self, page, feed.visible)
                         await ws.send(json.dumps(await window.snapshot()))
                         continue
+                    await anyio.sleep(SUMMARY_INTERVAL)  # coalesce: one diff per interval
+                    watcher.wake = anyio.Event()
+                    if watcher.pages:
+                        watcher.wake.set()  # a window asked for meanwhile: next turn
+                        continue
                     diff = await window.diff(watcher)
+                    if watcher.rooms:
+                        watcher.wake.set()  # a room under an append: look again next interval
                     if diff is not None:
                         await ws.send(json.dumps(diff))
         except ConnectionClosed:
             return
         finally:
             self._watchers.discard(watcher)
+            if feed.grant is not ANONYMOUS:
+                self._hub.let_go_principal(feed.grant.sub)
+
+    async def _listen(
+        self, ws: ServerConnection, watcher: _Touched, feed: _Feed, scope: anyio.CancelScope
+    ) -> None:
+        """Answer what the reader sends after its hello (`ping` → `pong`: the keepalive of a
+        reader that cannot send websocket pings, a browser; `window`: a new window, for the
+        serving loop; `auth {token}`: the feed's token replaced, same `sub`, answered
+        `auth_ok`, or `error unauthorized` and a close); refuse anything else, a second hello
+        included; stop everything when the reader goes."""
+        try:
+            async for data in ws:
+                try:
+                    message = json.loads(data)
+                except ValueError:
+                    message = None
+                del data
+                kind = message.get("type") if isinstance(message, dict) else None
+                if kind == "ping":
+                    await ws.send('{"type":"pong"}')
+                    continue
+                if kind == "window":
+                    try:
+                        watcher.pages.append(_page_in(message))
+                    except ValueError as error:
+                        await _close_with(ws, "bad_message", f"summary: window: {error}")
+                        return
+                    watcher.wake.set()
+                    continue
+                if kind == "auth":
+                    if self._hub.keys is None:
+                        continue  # no tokens to refresh
+                    token = message.get("token")
+                    try:
+                        grant = self._reader_grant(
+                            token if isinstance(token, str) else None, feed.grant.sub
+                        )
+                    except AuthError as refused:
+                        await _close_with(ws, "unauthorized", refused.detail)
+                        return
+                    feed.grant, feed.key = grant, self._key_of(grant)
+                    expires_in = grant.expires_in(time.time())
+                    await ws.send(json.dumps({"type": "auth_ok", "expires_in": expires_in}))
+                    watcher.wake.set()  # the expiry moved: the serving loop sleeps anew
+                    continue
+                if kind == "hello":
+                    detail = "summary: a second hello (one per socket; open a new socket)"
+                elif isinstance(kind, str):
+                    detail = f"summary: unknown message type {kind!r}"
+                else:
+                    detail = "summary: not a JSON object with a type"
+                await _close_with(ws, "bad_message", detail)
+                return
+        except ConnectionClosed:
+            pass  # closed by either side (a 4001 of ours too): the feed ends
+        finally:
+            scope.cancel()
+
+
+class _Feed:
+    """What a summary socket holds of its reader: the grant of its latest token."""
+
+    def __init__(self, grant: Grant, key: Key | None, grace: float) -> None:
+        self.grant = grant
+        self.key = key  # the key that verified it: a feed is cut once the ring drops it
+        self.grace = grace
+
+    def visible(self, conversation_id: str) -> bool:
+        return self.grant.allows(conversation_id)
+
+    def closes_at(self) -> float:
+        """When the feed is closed 4001 unless refreshed (`exp` plus the grace; `inf`
+        without auth)."""
+        return self.grant.exp + self.grace
 
 
 class _Touched:
@@ -415,7 +530,7 @@ class _Touched:
     def __init__(self) -> None:
         self.rooms: dict[str, Room] = {}
         self.pages: list[Page] = []
-        self.moved = anyio.Event()  # set when a page is asked for
+        self.wake = anyio.Event()  # set when a room is touched or a window asked for
 
 
 class _Window:
@@ -488,41 +603,6 @@ class _Window:
         if more != self.more:
             message["more"] = self.more = more
         return message if sent or len(message) > 2 else None
-
-
-async def _listen(ws: ServerConnection, watcher: _Touched, scope: anyio.CancelScope) -> None:
-    """Answer what the reader sends after its hello (`ping` → `pong`: the keepalive of a reader
-    that cannot send websocket pings, a browser; `window`: a new window, for the serving
-    loop); refuse anything else, a second hello included; stop everything when the reader
-    goes."""
-    try:
-        async for data in ws:
-            try:
-                message = json.loads(data)
-            except ValueError:
-                message = None
-            kind = message.get("type") if isinstance(message, dict) else None
-            if kind == "ping":
-                await ws.send('{"type":"pong"}')
-                continue
-            if kind == "window":
-                try:
-                    watcher.pages.append(_page_in(message))
-                except ValueError as error:
-                    await _close_with(ws, "bad_message", f"summary: window: {error}")
-                    return
-                watcher.moved.set()
-                continue
-            if kind == "hello":
-                detail = "summary: a second hello (one per socket; open a new socket)"
-            elif isinstance(kind, str):
-                detail = f"summary: unknown message type {kind!r}"
-            else:
-                detail = "summary: not a JSON object with a type"
-            await _close_with(ws, "bad_message", detail)
-            return
-    finally:
-        scope.cancel()
 
 
 async def _close_with(ws: ServerConnection, code: str, detail: str) -> None:

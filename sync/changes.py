@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from .entries import Aside, Author, Entry, Halt, SavedAside
-from .ids import AsideId, MessageId
+from .ids import AsideId, Count, MessageId
 
 __all__ = [
     "AnyChange",
@@ -88,5 +88,5 @@ class ChangeRecord(msgspec.Struct, frozen=True, gc=False):
 
     change: AnyChange
     by: Author | None = None
-    at: int | None = None
+    at: Count | None = None
     via: Via | msgspec.UnsetType = msgspec.UNSET

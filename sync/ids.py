@@ -15,11 +15,15 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from typing import Annotated
+
+import msgspec
 
 __all__ = [
     "ASIDE_PREFIX",
     "MESSAGE_PREFIX",
     "AsideId",
+    "Count",
     "IdMinter",
     "MessageId",
     "are_message_ids",
@@ -35,6 +39,11 @@ MessageId = str
 
 AsideId = str
 """`"aside_"` + UUIDv7 hex."""
+
+Count = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
+"""A non-negative integer of the protocol (seq, lineage, revision, offset, index, a time in ms):
+bounded to what every store holds (a signed 64-bit column), so a larger one is a `bad_message`
+at decode, never a store fault that reads as transient."""
 
 MESSAGE_PREFIX = "msg_"
 ASIDE_PREFIX = "aside_"

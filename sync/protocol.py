@@ -20,6 +20,8 @@ from .budget import Budget
 from .changes import ChangeRecord, ConversationState
 from .entries import Author, Entry
 from .errors import DecodeError
+from .ids import Count
+from .text import has_control
 
 __all__ = [
     "MAX_DETAIL",
@@ -77,6 +79,8 @@ def status_problem(status: object, detail: object) -> str | None:
     them (the hub checks each `status` message with it, a replica each `set_status`)."""
     if status is not None and (not isinstance(status, str) or len(status) > MAX_STATUS):
         return f"status is a string of at most {MAX_STATUS} characters, or None"
+    if status is not None and has_control(status):
+        return "status holds a control character"
     if detail is not None:
         try:
             size = len(msgspec.json.encode(detail))
@@ -87,13 +91,10 @@ def status_problem(status: object, detail: object) -> str | None:
     return None
 
 
-_KIND = re.compile(r"[^\x00-\x1f]{1,64}")
-
-
 def is_kind(value: object) -> bool:
     """Whether `value` may be a hello's `kind` (shown in presence): 1 to 64 characters, no
-    control characters."""
-    return isinstance(value, str) and _KIND.fullmatch(value) is not None
+    control characters (`sync.text.has_control`)."""
+    return isinstance(value, str) and 0 < len(value) <= 64 and not has_control(value)
 
 
 def is_conversation_id(value: object) -> bool:
@@ -112,8 +113,8 @@ class Hello(msgspec.Struct, frozen=True, tag_field="type", tag="hello", omit_def
     """Opens a session: who the replica is and which log state it holds."""
 
     client: str
-    lineage: int
-    revision: int
+    lineage: Count
+    revision: Count
     token: str | None = None
     features: list[str] = []
     """Optional capabilities this replica uses (`drafts`, `presence`, `auth`, ...); each side
@@ -128,9 +129,9 @@ class Hello(msgspec.Struct, frozen=True, tag_field="type", tag="hello", omit_def
 class PushBatch(msgspec.Struct, frozen=True, tag_field="type", tag="push"):
     """A batch of records made on log `lineage` at `revision`; `seq` rises per client."""
 
-    seq: int
-    lineage: int
-    revision: int
+    seq: Count
+    lineage: Count
+    revision: Count
     records: list[ChangeRecord]
 
 
@@ -247,9 +248,9 @@ class DraftOp(msgspec.Struct, frozen=True, tag_field="type", tag="draft", omit_d
     role: str = "assistant"
     after: str | None = None
     author: Author | None = None
-    epoch: int = 0
+    epoch: Count = 0
     part: str = "text"
-    offset: int = 0
+    offset: Count = 0
     text: str = ""
     name: str | None = None
 

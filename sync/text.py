@@ -2,7 +2,21 @@
 
 from __future__ import annotations
 
-__all__ = ["joined"]
+import unicodedata
+
+__all__ = ["has_control", "joined"]
+
+_CONTROL_CATEGORIES = frozenset(("Cc", "Cf", "Zl", "Zp"))
+
+
+def has_control(text: str) -> bool:
+    """Whether `text` holds a control, format, line or paragraph separator character (Unicode
+    categories Cc, Cf, Zl, Zp: U+0085, U+2028, U+202E, ...), any of which can split or
+    disguise a log line or a rendered name. Where the docs promise "no control characters",
+    this is the check."""
+    if text.isascii():
+        return any(c < " " or c == "\x7f" for c in text)
+    return any(unicodedata.category(c) in _CONTROL_CATEGORIES for c in text)
 
 
 def joined(chunks_by_part: dict[str, list[str]], part: str) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import datetime
 import hashlib
 import hmac
@@ -249,6 +250,52 @@ async def test_one_mib_token_is_refused() -> None:
     async with auth_hub(max_frame=4 << 20, max_hello_frame=4 << 20) as hub:
         await seed(hub, token())
         await refused_with(hub, huge, "unauthorized", 4001)
+
+
+async def _frame_header_only(url: str, length: int) -> tuple[list[dict[str, Any]], int | None]:
+    """Open a socket, write the header of a text frame of `length` bytes and 16 bytes of
+    it (never the rest); what the hub answers and its close code."""
+    answers: list[dict[str, Any]] = []
+    async with ws_connect(
+        url,
+        subprotocols=[SUBPROTOCOL],
+        ping_interval=None,
+        close_timeout=1,  # type: ignore[list-item]
+    ) as ws:
+        header = bytes([0x81, 0x80 | 127]) + length.to_bytes(8, "big") + b"\0\0\0\0"
+        ws.transport.write(header + b"x" * 16)
+        try:
+            with anyio.fail_after(bound(3)):
+                while True:
+                    answers.append(json.loads(await ws.recv()))
+        except ConnectionClosed:
+            pass
+        return answers, ws.protocol.close_rcvd.code if ws.protocol.close_rcvd else None
+
+
+async def test_a_first_frame_over_the_hello_limit_is_refused_by_its_header() -> None:
+    """A first frame announcing 60 MiB is refused `too_big`, close 1009, at once, from its
+    header: the hub never waits for (or buffers) the payload, which here never comes. Before
+    the fix the hub read up to `max_size` (4 x max_frame) first and answered only at the
+    hello deadline (issue 27). A push right behind a hello still gets the full limit."""
+    async with auth_hub(max_frame=1 << 20, hello_timeout=30) as hub:
+        await seed(hub, token())
+        started = time.monotonic()
+        for url in (f"{hub.url}/v1/conversations/{CONV}", f"{hub.url}/v1/summary"):
+            answers, code = await _frame_header_only(url, 60 << 20)
+            assert [a["code"] for a in answers] == ["too_big"] and code == 1009, (url, answers)
+        assert time.monotonic() - started < bound(3)
+        hello = {"type": "hello", "client": "w", "lineage": 0, "revision": 0, "token": token()}
+        big = json.dumps(PUSH).replace('"text": "x"', '"text": "' + "x" * (200 << 10) + '"')
+        url = f"{hub.url}/v1/conversations/{CONV}"
+        async with ws_connect(url, subprotocols=[SUBPROTOCOL], ping_interval=None) as ws:  # type: ignore[list-item]
+            await ws.send(json.dumps(hello))
+            await ws.send(big)  # right behind the hello, before any welcome
+            with anyio.fail_after(bound(5)):
+                kinds = [json.loads(await ws.recv())["type"]]
+                while kinds[-1] not in ("ack", "reject", "error"):
+                    kinds.append(json.loads(await ws.recv())["type"])
+        assert kinds[0] == "welcome" and kinds[-1] in ("ack", "reject"), kinds  # read whole
 
 
 # ---------------------------------------------------------------------- conversations, scopes
@@ -610,6 +657,26 @@ async def test_foreign_host_refused_without_auth() -> None:
         assert await log_of(hub) == before
 
 
+async def test_a_header_given_twice_is_400() -> None:
+    """Two `Host`, `Origin`, `Authorization` or `Upgrade` headers are a bad request (400),
+    over HTTP and at a websocket handshake; they were a 500 (issue 27). Nothing changes."""
+    async with Hub(MemoryStore(), port=0, config=hub_config()) as hub:
+        host = f"Host: localhost:{hub.port}\r\n"
+        own = f"Origin: http://127.0.0.1:{hub.port}\r\n"
+        upgrade = (
+            "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+            "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        )
+        for twice in (host, own, "Authorization: Bearer x\r\n", "Upgrade: websocket\r\n"):
+            for then in ("", upgrade):
+                head = f"GET /v1/conversations/{CONV} HTTP/1.1\r\n" + host + twice + twice
+                answer = await _raw_http(hub.port, head + then + "\r\n")
+                assert answer.startswith("HTTP/1.1 400"), (twice, then, answer[:60])
+        answer = await _raw_http(hub.port, f"GET /healthz HTTP/1.1\r\n{host}\r\n")
+        assert answer.startswith("HTTP/1.1 200")
+        assert await log_of(hub) == (0, [])
+
+
 async def test_metrics_token() -> None:
     """`/metrics` needs the metrics token when one is set; `/healthz` stays open."""
     async with auth_hub(metrics_token="m-token") as hub:
@@ -799,3 +866,114 @@ async def test_conversation_list_and_summary_follow_the_token() -> None:
                 first = json.loads(await ws.recv())
         assert first["type"] == "summary"
         assert [row["id"] for row in first["rows"]] == ["billing-1"]
+
+
+async def _feed(hub: Hub, hello_token: str) -> Any:
+    """A summary socket, its hello sent and its snapshot read."""
+    ws = await ws_connect(
+        f"ws://127.0.0.1:{hub.port}/v1/summary",
+        subprotocols=[SUBPROTOCOL],  # type: ignore[list-item]
+        ping_interval=None,
+    )
+    await ws.send(json.dumps({"type": "hello", "token": hello_token}))
+    with anyio.fail_after(bound(5)):
+        assert json.loads(await ws.recv())["type"] == "summary"
+    return ws
+
+
+async def _closed_with(ws: Any, within: float) -> tuple[list[dict[str, Any]], int | None]:
+    """What a feed gets until the hub closes it (within `within` s), and the close code."""
+    answers: list[dict[str, Any]] = []
+    with anyio.fail_after(bound(within)), contextlib.suppress(ConnectionClosed):
+        while True:
+            answers.append(json.loads(await ws.recv()))
+    return answers, ws.protocol.close_rcvd.code if ws.protocol.close_rcvd else None
+
+
+async def test_a_summary_feed_ends_at_its_tokens_expiry_unless_refreshed() -> None:
+    """A feed is closed `unauthorized` 4001 at `exp` plus the grace (a 3 s token kept
+    receiving previews 45 s later, issue 27); an `auth` with a fresh token of the same `sub`
+    is answered `auth_ok` and keeps it open; one of another `sub` closes it."""
+    async with auth_hub(expiry_grace=0.2) as hub:
+        await seed(hub, token())
+        short = await _feed(hub, token(ttl=1))
+        answers, code = await _closed_with(short, 5)
+        assert [a.get("code") for a in answers] == ["unauthorized"] and code == 4001
+        assert answers[0]["detail"] == "token expired"
+        kept = await _feed(hub, token(ttl=1))
+        await kept.send(json.dumps({"type": "auth", "token": token(ttl=300)}))
+        with anyio.fail_after(bound(5)):
+            ok = json.loads(await kept.recv())
+        assert ok["type"] == "auth_ok" and 290 < ok["expires_in"] <= 301
+        await anyio.sleep(2.5)  # past the first token's exp plus the grace
+        await seed(hub, token())  # a change: the feed still gets it
+        with anyio.fail_after(bound(5)):
+            assert json.loads(await kept.recv())["type"] == "summary_diff"
+        await kept.send(json.dumps({"type": "auth", "token": token(sub="mallory")}))
+        answers, code = await _closed_with(kept, 5)
+        assert [a.get("code") for a in answers] == ["unauthorized"] and code == 4001
+
+
+async def test_a_summary_feed_is_cut_once_its_key_is_retired() -> None:
+    """A feed let in by a key the hub no longer trusts (`hub.keys` rotated) is closed 4001
+    before it is sent anything more; a feed of a key still in the ring goes on."""
+    new_secret = b"the-next-secret-of-at-least-32-bytes-long!"
+    async with auth_hub() as hub:
+        await seed(hub, token())
+        old = await _feed(hub, token())
+        hub.keys = KeyRing.of(Key.secret(new_secret))
+        fresh = await _feed(hub, mint_token(new_secret, "alice", ["read", "write"], ["*"], 300))
+        await seed(hub, mint_token(new_secret, "alice", ["read", "write"], ["*"], 300))
+        answers, code = await _closed_with(old, 5)
+        assert [a.get("code") for a in answers] == ["unauthorized"] and code == 4001
+        with anyio.fail_after(bound(5)):
+            assert json.loads(await fresh.recv())["type"] == "summary_diff"
+        await fresh.close()
+
+
+async def test_summary_feeds_count_toward_max_per_principal() -> None:
+    """Summary sockets count against `max_per_principal` with the principal's other sockets
+    (150 were opened against a cap of 100, issue 27): past it, `rate_limited`; one closing
+    frees its place."""
+    async with auth_hub(max_per_principal=2) as hub:
+        await seed(hub, token())
+        first, second = await _feed(hub, token()), await _feed(hub, token())
+        ws = await ws_connect(
+            f"ws://127.0.0.1:{hub.port}/v1/summary",
+            subprotocols=[SUBPROTOCOL],  # type: ignore[list-item]
+        )
+        await ws.send(json.dumps({"type": "hello", "token": token()}))
+        answers, _ = await _closed_with(ws, 5)
+        assert [a.get("code") for a in answers] == ["rate_limited"]
+        answers, _ = await attempt(hub, token(), then=[PUSH])  # a replica socket too
+        assert answers[-1].get("code") == "rate_limited"
+        await first.close()
+        await anyio.sleep(0.2)
+        third = await _feed(hub, token(sub="alice"))
+        for feed in (second, third):
+            await feed.close()
+
+
+async def test_an_idle_summary_feed_does_no_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A feed nothing changes for is asleep: it computes no diff (each one woke every 0.25 s,
+    and 1,500 idle feeds took 19% of a hub's CPU); a change wakes it."""
+    from server import web
+
+    calls = []
+    changed = web._changed
+
+    def counting(*args: Any) -> Any:
+        calls.append(1)
+        return changed(*args)
+
+    monkeypatch.setattr(web, "_changed", counting)
+    async with auth_hub() as hub:
+        await seed(hub, token())
+        feed = await _feed(hub, token())
+        await anyio.sleep(1.2)
+        assert calls == []
+        await seed(hub, token())
+        with anyio.fail_after(bound(5)):
+            assert json.loads(await feed.recv())["type"] == "summary_diff"
+        assert calls
+        await feed.close()

@@ -254,3 +254,34 @@ def test_drafts_need_write_and_presence_shows_the_token() -> None:
     room.regrant("r", grant("alice", scopes="read presence"), T)
     room.status("r", StatusUpdate("looking", None), NOW)
     assert entry.status == "looking"
+
+
+def test_a_downgrade_ends_the_connections_drafts_and_a_reader_cannot_take_one_over() -> None:
+    """After `auth` to a read-only token the connection's drafts end `aborted` for everyone
+    and its later appends are refused, not broadcast; a new read-only socket of the same
+    (sub, client) can neither append to nor take over an orphaned draft (issue 27)."""
+    features = ["drafts", "presence"]
+    room = auth_core()
+    room.join("w", Hello("agent", room.lineage, 0, features=features), NOW, grant())
+    room.join("ui", Hello("ui", room.lineage, 0, features=features), NOW, grant("bob", "read"))
+    d, e = "msg_0190a5b2c3d47e0f8a1b2c3d4e5f6071", "msg_0190a5b2c3d47e0f8a1b2c3d4e5f6072"
+    room.draft("w", DraftOp(d, "open"), NOW)
+    room.draft("w", DraftOp(d, "append", text="so far"), NOW)
+    actions = room.regrant("w", grant(scopes="read"), T)
+    assert DraftEnd(d, "aborted", "the producer may no longer write") in frames_to(actions, "ui")
+    assert d not in room.drafts
+    refused = frames_to(room.draft("w", DraftOp(d, "append", offset=6, text="!"), NOW), "ui")
+    assert refused == [] and d not in room.drafts
+    # An orphaned draft of the same owner: a read-only socket may not resume it.
+    room.regrant("w", grant(), T)
+    room.draft("w", DraftOp(e, "open"), NOW)
+    room.draft("w", DraftOp(e, "append", text="abc"), NOW)
+    room.leave("w", NOW)
+    room.join("w2", Hello("agent", room.lineage, 0, features=features), NOW, grant(scopes="read"))
+    for op in (DraftOp(e, "append", offset=3, text="x"), DraftOp(e, "keep"),
+               DraftOp(e, "open", epoch=5)):  # fmt: skip
+        actions = room.draft("w2", op, NOW)
+        assert frames_to(actions, "ui") == []
+        [end] = frames_to(actions, "w2")
+        assert end == DraftEnd(e, "refused", "this connection may not write")
+    assert room.drafts.text(e) == "abc" and room.drafts.drafts[e].conn is None

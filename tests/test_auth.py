@@ -220,6 +220,25 @@ def test_unknown_scope_or_kind_is_refused() -> None:
     assert (grant.kind, grant.name) == ("agent", "Writer")
 
 
+LINE_BREAKERS = ["\x85", "\u2028", "\u2029", "\u202e", "\u200b", "\x7f", "\n"]
+"""Cc, Zl, Zp and Cf characters: each splits or disguises a log line (issue 27)."""
+
+
+def test_a_sub_or_name_with_a_line_or_format_character_is_refused() -> None:
+    """`sub` and `name` promise no control characters: NEL, LINE and PARAGRAPH SEPARATOR,
+    a bidi override or a zero-width space (Cc, Zl, Zp, Cf) in either makes the token
+    invalid, and `mint_token` refuses them; other non-ASCII text is taken."""
+    for bad in LINE_BREAKERS:
+        assert refused(hs256(claims(sub=f"alice{bad}INFO x")), SECRET_RING).detail == (
+            "token needs a sub"
+        ), repr(bad)
+        assert refused(hs256(claims(name=f"W{bad}r")), SECRET_RING).detail == "malformed name"
+        with pytest.raises(UsageError):
+            mint_token(SECRET, f"a{bad}b", ["read"], ["*"], 60, now=NOW)
+    grant = verify(hs256(claims(sub="zoë", name="Ünïcode 写")), SECRET_RING, now=NOW)
+    assert (grant.sub, grant.name) == ("zoë", "Ünïcode 写")
+
+
 def test_sub_and_exp_are_required() -> None:
     """A token without `sub` or `exp`, or with a malformed one, is refused."""
     assert refused(hs256(claims(sub=None)), SECRET_RING).detail == "token needs a sub"
@@ -254,6 +273,17 @@ def test_refresh_applies_a_downgrade_at_once() -> None:
     expired = hs256(claims(exp=int(NOW) + 10))
     with pytest.raises(AuthError):
         verify_refresh(current, expired, SECRET_RING, "support-1", now=NOW + 10)
+
+
+def test_a_token_that_is_not_ascii_is_malformed() -> None:
+    """A JWT is base64url and dots: a lone surrogate (which PyJWT cannot encode, and which
+    closed a summary feed 1011 with a traceback) or any other non-ASCII character anywhere in
+    it is refused `unauthorized`, "malformed token" (issue 27)."""
+    good = hs256(claims())
+    head, body, signature = good.split(".")
+    for token in ("\ud800", head + "\ud800." + body + "." + signature, good + "\ud800", good + "é"):
+        error = refused(token, SECRET_RING)
+        assert (error.code, error.detail) == ("unauthorized", "malformed token")
 
 
 def test_huge_token_is_refused_before_parsing() -> None:

@@ -318,6 +318,80 @@ def test_caps_bytes_per_draft_and_drafts_per_owner() -> None:
     assert len(room.drafts.drafts) == 8
 
 
+def test_every_field_of_a_draft_counts_against_its_cap() -> None:
+    """A tool name, the author's fields and `after` count with the text against
+    `max_bytes`: 200 one-character appends with 4 MiB names, or 7 MiB author names, took a hub
+    to 858 MiB (issue 27). `after` must be a message id; parts per draft and drafts per
+    conversation are capped too."""
+    from sync import Author
+
+    room = core(max_bytes=100, max_parts=3, max_per_conversation=4)
+    join(room, "worker")
+    join(room, "ui")
+    d = _ids.message_id()
+    room.draft("worker", op(d, "open"), T0)
+    room.draft("worker", op(d, part="call:a", text="x", name="n" * 90), T0)  # 91 bytes
+    ended = frames_to(room.draft("worker", op(d, part="call:b", text="y", name="m" * 9), T0), "ui")
+    assert ended == [DraftEnd(d, "aborted", "over 100 bytes")]
+    assert d not in room.drafts
+    # The author's fields and `after` count too: an open over the cap is refused, holds nothing.
+    big = Author.agent("a" * 60, request="r" * 41)
+    e = _ids.message_id()
+    [refused] = frames_to(room.draft("worker", op(e, "open", author=big), T0), "worker")
+    assert refused == DraftEnd(e, "refused", "author and after over 100 bytes")
+    assert e not in room.drafts
+    after = _ids.message_id()
+    room.draft("worker", op(e, "open", author=Author.agent("a" * 30), after=after), T0)
+    room.draft("worker", op(e, text="t" * 30), T0)  # 30 + 36 + 30 = 96 bytes
+    ended = frames_to(room.draft("worker", op(e, offset=30, text="12345"), T0), "ui")
+    assert ended == [DraftEnd(e, "aborted", "over 100 bytes")]
+    f = _ids.message_id()
+    [refused] = frames_to(room.draft("worker", op(f, "open", after="not-an-id"), T0), "worker")
+    assert refused == DraftEnd(f, "refused", "a draft's after is a msg_ id")
+    # Parts per draft.
+    room.draft("worker", op(f, "open"), T0)
+    for part in ("text", "reasoning", "call:1"):
+        room.draft("worker", op(f, part=part, text="p"), T0)
+    ended = frames_to(room.draft("worker", op(f, part="call:2", text="p"), T0), "ui")
+    assert ended == [DraftEnd(f, "aborted", "over 3 parts")]
+    # Drafts per conversation, whoever owns them (each client stays under its own cap).
+    for n in range(4):
+        join(room, f"w{n}")
+        room.draft(f"w{n}", op(_ids.message_id(), "open"), T0)
+    join(room, "w4")
+    g = _ids.message_id()
+    [refused] = frames_to(room.draft("w4", op(g, "open"), T0), "w4")
+    assert refused == DraftEnd(g, "refused", "at most 4 open drafts per conversation")
+    assert len(room.drafts.drafts) == 4
+
+
+def test_drafts_snapshot_chunks_are_sized_from_what_is_encoded() -> None:
+    """Text that JSON escapes six times over (control characters) still makes `drafts`
+    frames within `max_frame`: chunks are sized from the encoded drafts, and a draft's cap
+    counts its text as encoded (issue 27)."""
+    config = CoreConfig(max_frame=64 * 1024, drafts=DraftConfig(max_bytes=32 * 1024))
+    room: RoomCore[str] = RoomCore("c", config)
+    room.load(None)
+    for n in range(6):
+        join(room, f"w{n}")
+        d = _ids.message_id()
+        room.draft(f"w{n}", op(d, "open"), T0)
+        room.draft(f"w{n}", op(d, text="\x01" * 5_000), T0)  # 30,000 bytes encoded
+    # The cap counts text as encoded, so one draft always fits a frame: 6,000 escaped
+    # characters are 36,000 bytes, over the cap, though 6,000 bytes of UTF-8.
+    d = _ids.message_id()
+    join(room, "w6")
+    room.draft("w6", op(d, "open"), T0)
+    ended = frames_to(room.draft("w6", op(d, text="\x01" * 6_000), T0), "w6")
+    assert ended == [DraftEnd(d, "aborted", f"over {32 * 1024} bytes")]
+    frames = [
+        a.frame for a in join(room, "ui") if isinstance(a, Send) and b'"drafts"' in a.frame[:20]
+    ]
+    assert len(frames) > 1 and all(len(frame) <= 64 * 1024 for frame in frames)
+    infos = [info for frame in frames for info in decode_hub_message(frame).drafts]  # type: ignore[union-attr]
+    assert len(infos) == 6 and all(info.parts["text"] == "\x01" * 5_000 for info in infos)
+
+
 def test_a_joining_ui_gets_open_drafts_and_presence_after_its_catch_up() -> None:
     """Welcome, catch-up, then `drafts` with the text so far, then `presence`."""
     room = core()

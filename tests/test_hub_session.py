@@ -49,11 +49,45 @@ def test_hello_then_push() -> None:
             "bad_message",
         ),
         ([b'{"type":"hello","client":"x","lineage":0,"revision":0,"kind":"a\\nb"}'], "bad_message"),
+        # Unicode line and format characters split log lines (issue 27): Cc, Cf, Zl, Zp.
+        *(
+            (
+                [b'{"type":"hello","client":"x%s","lineage":0,"revision":0}' % bad],
+                "bad_client",
+            )
+            for bad in (b"\\u0085", b"\\u2028", b"\\u2029", b"\\u202e", b"\\u007f")
+        ),
+        *(
+            (
+                [b'{"type":"hello","client":"x","lineage":0,"revision":0,"kind":"k%s"}' % bad],
+                "bad_message",
+            )
+            for bad in (b"\\u0085", b"\\u2028", b"\\u200b")
+        ),
+        ([HELLO, b'{"type":"status","status":"ok\\u2028INFO forged"}'], "bad_message"),
         ([PUSH], "no_hello"),
         ([HELLO, HELLO], "unexpected"),
         ([HELLO, PUSH.replace(b'"seq":1', b'"seq":0')], "bad_message"),
         ([HELLO, b'{"type":"push","seq":1,"lineage":0,"revision":0,"records":[]}'], "bad_message"),
         ([HELLO, b" " * 500_000], "too_big"),
+        # Every integer is bounded to a signed 64-bit column: a seq of 2**63 would be acked
+        # by the memory store and fault SQLite as if transient (issue 27).
+        ([HELLO, PUSH.replace(b'"seq":1', b'"seq":9223372036854775808')], "bad_message"),
+        ([HELLO, PUSH.replace(b'"at":null', b'"at":9223372036854775808')], "bad_message"),
+        ([HELLO, PUSH.replace(b'"revision":0', b'"revision":9223372036854775808')], "bad_message"),
+        (
+            [b'{"type":"hello","client":"x","lineage":0,"revision":9223372036854775808}'],
+            "bad_message",
+        ),
+        (
+            [HELLO, b'{"type":"draft","id":"msg_x","op":"append","offset":9223372036854775808}'],
+            "bad_message",
+        ),
+        ([HELLO, b'{"type":"draft","id":"msg_x","op":"open","epoch":-1}'], "bad_message"),
+        (
+            [HELLO, b'{"type":"draft","id":"msg_x","op":"append","name":"' + b"n" * 129 + b'"}'],
+            "bad_message",
+        ),
     ],
 )
 def test_bad_frames_name_their_fault(frames: list[bytes], code: str) -> None:

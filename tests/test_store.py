@@ -995,3 +995,46 @@ def test_open_store_picks_postgres_for_its_urls() -> None:
     assert isinstance(open_store("postgres://u@127.0.0.1:1/db"), PostgresStore)
     with pytest.raises(UsageError):
         PostgresStore("postgresql://u@127.0.0.1:1/db", schema="Bad Name")
+
+
+async def test_postgres_a_connection_left_mid_operation_is_discarded(
+    pg: Callable[..., PostgresStore],
+) -> None:
+    """A store call that fails with an operation still in progress on its connection (the
+    state asyncpg reports as "cannot switch to state 12; another operation is in progress",
+    which reached a client as `unavailable`, issue 27) never hands that connection out
+    again: the next call runs on a fresh backend and succeeds. A cancelled call's
+    connection, which asyncpg cancels cleanly on the server, is kept and works."""
+    store = pg(min_size=1, max_size=1)
+    async with store:
+        await store.append("c", L1, 0, [b"{}"])
+        pid = await store._run(lambda conn: conn.fetchval("SELECT pg_backend_pid()"))
+
+        async def overlapping(conn: Any) -> Any:
+            sleeping = asyncio.ensure_future(conn.fetchval("SELECT pg_sleep(2)"))
+            await asyncio.sleep(0.1)
+            try:
+                return await conn.fetchval("SELECT 1")  # the sleep is still running on it
+            finally:
+                sleeping.cancel()
+                with contextlib.suppress(BaseException):
+                    await sleeping
+
+        with pytest.raises(StoreError) as failed:
+            async with asyncio.timeout(TIMEOUT):
+                await store._run(overlapping)
+        assert failed.value.reason == "unavailable"
+        for _ in range(3):
+            async with asyncio.timeout(TIMEOUT):
+                assert (await store.load("c")) is not None
+                fresh = await store._run(lambda conn: conn.fetchval("SELECT pg_backend_pid()"))
+        assert fresh != pid
+        sleeping = asyncio.create_task(
+            store._run(lambda conn: conn.fetchval("SELECT pg_sleep(30)"))
+        )
+        await asyncio.sleep(0.3)
+        sleeping.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await sleeping
+        async with asyncio.timeout(TIMEOUT):
+            assert (await store.load("c")) is not None

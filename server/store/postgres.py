@@ -585,7 +585,18 @@ class PostgresStore(Counted):
             pool = await self._open()
             try:
                 async with self._pooled(pool) as conn:
-                    return await work(conn)
+                    try:
+                        return await work(conn)
+                    except asyncpg.InterfaceError:
+                        # The connection's state is not known (an operation interrupted or
+                        # still in progress on it): the pool must not hand it out again, or
+                        # the next call meets "cannot switch to state 12; another operation
+                        # is in progress" (issue 27). A terminated connection is replaced.
+                        # A timeout or a cancel needs none of this: asyncpg cancels the
+                        # statement on the server (cutting the socket instead would let a
+                        # write waiting on a lock land after its caller was told it failed).
+                        conn.terminate()
+                        raise
             except _DB_ERRORS as exc:
                 raise self._translate(exc) from exc
         finally:
