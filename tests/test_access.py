@@ -960,13 +960,13 @@ async def test_an_idle_summary_feed_does_no_work(monkeypatch: pytest.MonkeyPatch
     from server import web
 
     calls = []
-    changed = web._changed
+    diff = web._Window.diff
 
-    def counting(*args: Any) -> Any:
+    async def counting(*args: Any) -> Any:
         calls.append(1)
-        return changed(*args)
+        return await diff(*args)
 
-    monkeypatch.setattr(web, "_changed", counting)
+    monkeypatch.setattr(web._Window, "diff", counting)
     async with auth_hub() as hub:
         await seed(hub, token())
         feed = await _feed(hub, token())
