@@ -190,8 +190,16 @@ def _merged(
         if change.aside is None:
             return record
         then, held = walk.aside(change.id), local.aside(change.id)
-        if then is None or held is None or not held.saved or held == then:
-            return record  # new, removed by the log (put again), or unchanged under it
+        if held is None or not held.saved or held == then:
+            return record  # removed by the log (put again), or unchanged under it
+        if then is None:
+            # Not in its base, yet the log put one under that id since (another replica put
+            # a removed aside again too): two versions with no common one, the same only
+            # when equal.
+            if held == change.aside:
+                return record
+            detail = "the aside was put again meanwhile"
+            return Conflict(record, "edited", detail, held, change.aside)
         aside = merge_aside(then, held, change.aside)
         if aside is None:
             detail = "the aside was edited meanwhile"

@@ -55,7 +55,7 @@ from sync import (
     encode,
     errors,
 )
-from sync.changes import ConversationState, HaltChange, Push, Reset
+from sync.changes import AsideChange, ConversationState, HaltChange, Push, Reset
 from sync.codec import decode_record
 from sync.errors import ApplyError, DecodeError, ProtocolError
 from sync.merge import diff, merge_message, merge_text
@@ -707,6 +707,13 @@ def _rebase_cases() -> list[Json]:
             note_word("brown", "RED"),
             note_word("brown", "BLUE"),
         ),
+        _rebase_case(
+            "a note put again on both sides",
+            51,
+            fox,
+            lambda c: c.replay(ChangeRecord(AsideChange(_AGAIN, Aside.note("plan", "log", None)))),
+            lambda c: c.replay(ChangeRecord(AsideChange(_AGAIN, Aside.note("plan", "ours", None)))),
+        ),
     ]
     return cases
 
@@ -1021,6 +1028,8 @@ def _session_cases() -> list[Json]:
 
 
 # ---------------------------------------------------------------- merge
+
+_AGAIN = "aside_01a233b7f00c703895e666ff100aa8d8"  # an aside id both sides put
 
 FOX = "The quick brown fox jumps over the lazy dog."
 

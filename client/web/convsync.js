@@ -1600,7 +1600,12 @@ function merged(local, walk, record) {
     if (change.aside === null) return record;
     const then = walk.aside(change.id);
     const held = local.aside(change.id);
-    if (then === null || held === null || !held.saved || jsonEqual(held, then)) return record;
+    if (held === null || !held.saved || jsonEqual(held, then)) return record;
+    if (then === null) {
+      // Not in its base, yet the log put one under that id since: the same only when equal.
+      if (jsonEqual(held, change.aside)) return record;
+      return conflict(record, 'edited', 'the aside was put again meanwhile', held, change.aside);
+    }
     const aside = mergeAside(then, held, change.aside);
     if (aside === null) {
       return conflict(record, 'edited', 'the aside was edited meanwhile', held, change.aside);
