@@ -3,7 +3,9 @@
 How this works. Two people edited the same thing, each from one `base`. `diff` finds what
 each side changed, as hunks over the base's code points (`base[start:stop]` became `text`):
 the common prefix and suffix are cut off, and what is left between them is diffed with
-Myers' O(ND) algorithm, so a small edit of a large text costs little. `merge_text` then walks
+Myers' O(ND) algorithm, so a small edit of a large text costs little; then each pure
+insertion or deletion is slid to the leftmost place that gives the same text (`_leftmost`),
+so that two sides' edits at one point are found at one place. `merge_text` then walks
 the hunks of both sides in base order and groups the ones that touch:
 
 - two hunks **touch** when their base ranges overlap, or when one of them is an insertion
@@ -67,8 +69,34 @@ def diff(base: str, other: str) -> list[Hunk]:
     tail = _common_suffix(base, other, min(n, m) - head)
     a, b = base[head : n - tail], other[head : m - tail]
     if not a or not b:
-        return [Hunk(head, n - tail, b)]
-    return [Hunk(head + s, head + e, t) for s, e, t in _myers(a, b)]
+        return _leftmost(base, [Hunk(head, n - tail, b)])
+    return _leftmost(base, [Hunk(head + s, head + e, t) for s, e, t in _myers(a, b)])
+
+
+def _leftmost(base: str, hunks: list[Hunk]) -> list[Hunk]:
+    """Each pure insertion or deletion slid to the leftmost place that gives the same text,
+    short of the hunk before it (with one unchanged code point between).
+
+    The same insertion has many places when the text around it repeats it ("<a><b>" made
+    "<a><c><b>": "<c>" after "<a>", or "c><" after "<a><"); each side's diff picks by its own
+    common prefix, so two insertions at one point could land apart and interleave. Sliding
+    both to one canonical place makes them touch, as they do.
+    """
+    out: list[Hunk] = []
+    floor = 0
+    for start, stop, text in hunks:
+        if start == stop:  # an insertion: rotate it left while the code point before matches
+            while start > floor and base[start - 1] == text[-1]:
+                text = base[start - 1] + text[:-1]
+                start -= 1
+            stop = start
+        elif not text:  # a deletion: slide it left while the run stays the same
+            while start > floor and base[start - 1] == base[stop - 1]:
+                start -= 1
+                stop -= 1
+        out.append(Hunk(start, stop, text))
+        floor = stop + 1
+    return out
 
 
 def _common_prefix(a: str, b: str) -> int:

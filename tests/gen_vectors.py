@@ -1047,6 +1047,9 @@ def _merge_cases() -> Json:
         ("e\u0301te\u0301", "ete\u0301"),  # a combining mark is its own code point
         ("שלום עולם", "שלום לכם עולם"),  # RTL
         ("x" * 40 + "y" * 40, "y" * 40 + "x" * 40),
+        ("<a><b>", "<a><c><b>"),  # an insertion slid to its leftmost place
+        ("<r0.302><r0.181>", "<r0.302><r0.353><r0.181>"),
+        ("aaab", "ab"),  # a deletion slid likewise
     ]
     texts = [
         ("the issue's case", FOX, FOX.replace("brown", "RED"), FOX.replace("lazy", "SLEEPY")),
@@ -1073,6 +1076,13 @@ def _merge_cases() -> Json:
         ("mixed direction", "hello עולם world", "HELLO עולם world", "hello עולם WORLD"),
         ("empty base", "", "abc", "xyz"),
         ("everything deleted on one side", "abc", "", "abC"),
+        (
+            "insertions at one point, found apart by each side's prefix",
+            "<r0.302><r0.181>",
+            "<r0.302><r0.353><r0.181>",
+            "<r0.302><r1.205><r1.196><r0.181><r1.274>",
+        ),
+        ("insertions at two points between repeats", "<a><a>", "<a><b><a>", "<a><a><c>"),
     ]
 
     def call(arguments: dict[str, Any]) -> Any:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from sync import Aside, Assistant, Author, Entry, Image, Message, Text, ToolCall, User
@@ -192,3 +193,47 @@ def test_notes_merge_their_text() -> None:
         )
         is None
     )
+
+
+@st.composite
+def _token_edits(draw: st.DrawFn) -> tuple[str, str, str]:
+    """A text of bracketed tokens that share most of their characters, and two sides that each
+    insert tokens of their own between tokens (as people insert words between words)."""
+    made = iter(range(10**6))
+
+    def token(side: str) -> str:
+        side = draw(st.sampled_from([side, "0"]))  # look-alikes of the base's tokens too
+        return f"<r{side}.{draw(st.integers(0, 40))}{next(made)}>"
+
+    def insert(text: str, side: str) -> str:
+        bounds = [0, *(k + 1 for k, c in enumerate(text) if c == ">")]
+        at = draw(st.sampled_from(bounds))
+        return text[:at] + token(side) + text[at:]
+
+    base = ""
+    for _ in range(draw(st.integers(0, 5))):
+        base = insert(base, "0")
+    ours, theirs = base, base
+    for _ in range(draw(st.integers(1, 3))):
+        ours = insert(ours, "1")
+    for _ in range(draw(st.integers(1, 3))):
+        theirs = insert(theirs, "2")
+    return base, ours, theirs
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_token_edits())
+@example(
+    ("<r0.302><r0.181>", "<r0.302><r0.353><r0.181>", "<r0.302><r1.205><r1.196><r0.181><r1.274>")
+)
+def test_insertions_between_repeated_text_never_interleave(case: tuple[str, str, str]) -> None:
+    """Insertions among look-alike tokens merge with every token whole, or conflict: the same
+    insertion point is found at one place on both sides however the text repeats."""
+    base, ours, theirs = case
+    merged = merge_text(base, ours, theirs)
+    if merged is not None:
+        tokens = re.compile(r"<r\d\.\d+>")
+        assert sorted(tokens.findall(merged)) == sorted(
+            {*tokens.findall(ours), *tokens.findall(theirs)}
+        )
+        assert len(merged) == len(ours) + len(theirs) - len(base)

@@ -1245,8 +1245,41 @@ function diffPoints(a, b) {
   while (tail < n - head && tail < m - head && a[n - 1 - tail] === b[m - 1 - tail]) tail += 1;
   const x = a.slice(head, n - tail);
   const y = b.slice(head, m - tail);
-  if (x.length === 0 || y.length === 0) return [[head, n - tail, y.join('')]];
-  return myersHunks(x, y).map(([s, e, t]) => [head + s, head + e, t]);
+  if (x.length === 0 || y.length === 0) return leftmost(a, [[head, n - tail, y.join('')]]);
+  return leftmost(
+    a,
+    myersHunks(x, y).map(([s, e, t]) => [head + s, head + e, t]),
+  );
+}
+
+/**
+ * Each pure insertion or deletion slid to the leftmost place giving the same text, short of
+ * the hunk before it (as Python's `_leftmost`: two sides' edits at one point meet there).
+ * @param {string[]} base @param {Hunk[]} hs @returns {Hunk[]}
+ */
+function leftmost(base, hs) {
+  /** @type {Hunk[]} */
+  const out = [];
+  let floor = 0;
+  for (let [start, stop, text] of hs) {
+    if (start === stop) {
+      let points = Array.from(text);
+      while (start > floor && base[start - 1] === points[points.length - 1]) {
+        points = [base[start - 1], ...points.slice(0, -1)];
+        start -= 1;
+      }
+      text = points.join('');
+      stop = start;
+    } else if (text === '') {
+      while (start > floor && base[start - 1] === base[stop - 1]) {
+        start -= 1;
+        stop -= 1;
+      }
+    }
+    out.push([start, stop, text]);
+    floor = stop + 1;
+  }
+  return out;
 }
 
 /**
