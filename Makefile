@@ -44,6 +44,7 @@ test: lint types unit
 # Speed and memory figures, written to docs/benchmarks.md (about 25 minutes).
 bench: $(STAMP)
 	$(PY) bench/model.py
+	$(PY) bench/merge.py
 	$(PY) bench/hub.py all
 	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) bench/peer.py

@@ -32,6 +32,7 @@ from typing import Generic, TypeVar
 import msgspec
 
 from sync import (
+    AsideChange,
     Assistant,
     Author,
     ChangeRecord,
@@ -278,6 +279,11 @@ class RoomCore(Generic[C]):
         self.closing = False
         self._recent: list[bytes] = []
         self._recent_from = 0
+        # The revision that last replaced each entry's content or each aside, since
+        # `_edits_from` (the revision this room first saw): a stale edit is placed only on
+        # content that has not changed since its base (SPEC 16; the hub keeps no bases).
+        self._edited: dict[str, int] = {}
+        self._edits_from = 0
         self._snapshot_revision = 0
         # The latest snapshot's size, and the bytes of the records after it: the next one is
         # written only once those outweigh it (see `_snapshot_due`).
@@ -317,6 +323,7 @@ class RoomCore(Generic[C]):
         self._snapshot_revision = 0
         self._snapshot_bytes = self._bytes_since_snapshot = 0
         self._recent, self._recent_from = [], 0
+        self._edited, self._edits_from = {}, 0 if loaded is None else loaded.revision
         if loaded is None:
             self.conversation = Conversation()
             self.lineage, self.revision, self.exists = Lineage.fresh(), 0, False
@@ -556,7 +563,7 @@ class RoomCore(Generic[C]):
             # else `behind`. Unchanged: what lands is exactly what was sent, so a lost ack
             # and the replica's resend or welcome still name the very records in the log.
             outcome = (
-                place(self.conversation, batch.records)
+                place(self.conversation, batch.records, self._edited_after(batch.revision))
                 if batch.revision < self.revision and conn in self._placing
                 else None
             )
@@ -600,7 +607,8 @@ class RoomCore(Generic[C]):
             self.lineage, from_, encoded, key, ClientMark(batch.seq, from_, from_ + len(encoded))
         )
         return self._call(
-            append, lambda outcome: self._appended(conn, batch, append, undo, placed, outcome)
+            append,
+            lambda outcome: self._appended(conn, batch, append, undo, placed, outcome, records),
         )
 
     def _appended(
@@ -611,12 +619,14 @@ class RoomCore(Generic[C]):
         undo: Callable[[], None],
         placed: bool,
         outcome: object,
+        records: Sequence[ChangeRecord],
     ) -> list[Action[C]]:
         if isinstance(outcome, Exception):
             undo()
             return self._not_appended(conn, batch, append, outcome)
         self.exists = True
         from_ = append.from_
+        self._note_edits(from_, records)
         self.revision = append.mark.ack_revision
         self.marks[append.client] = append.mark
         self._remember(append.records)
@@ -701,6 +711,27 @@ class RoomCore(Generic[C]):
         self.metrics.pushes_rejected[reason] += 1
         return encode_message(Reject(batch.seq, reason, detail, self.lineage, self.revision))
 
+    def _note_edits(self, from_: int, records: Sequence[ChangeRecord]) -> None:
+        """Remember which entries and asides `records` (landing after revision `from_`)
+        replaced, and when."""
+        edited = self._edited
+        for revision, record in enumerate(records, from_ + 1):
+            change = record.change
+            if isinstance(change, Splice) and change.entries:
+                for id_ in change.removed:
+                    edited[id_] = revision
+            elif isinstance(change, AsideChange):
+                edited[change.id] = revision
+            elif isinstance(change, Reset):
+                edited.clear()
+                self._edits_from = revision
+
+    def _edited_after(self, revision: int) -> Callable[[str], bool]:
+        """Whether the log replaced an entry or aside (by id) after `revision`; an id not seen
+        replaced since this room's first revision counts as replaced then."""
+        edited, known_from = self._edited, self._edits_from
+        return lambda id_: edited.get(id_, known_from) > revision
+
     def _remember(self, encoded: list[bytes]) -> None:
         self._bytes_since_snapshot += sum(map(len, encoded))
         keep = self.config.recent_records
@@ -754,6 +785,7 @@ class RoomCore(Generic[C]):
         decoded = [decode_record(data) for data in records]
         for record in decoded:
             self.conversation.apply(record)
+        self._note_edits(from_, decoded)
         self.revision += len(records)
         self.conversation.continue_log(self.lineage, self.revision)
         self.exists = True

@@ -7,14 +7,21 @@ last confirmed). The log has since become `onto`. `rebase` rereads the applicati
 - push: entries the log already holds or retired are dropped (they made it); the rest go in
   with their ids.
 - splice: re-targeted by the ids it removed (they must still stand together, in order) or, for
-  a pure insertion, after the entry it followed in `base` (or first, if it was first).
+  a pure insertion, after the entry it followed in `base` (or first, if it was first). An edit
+  (a splice that puts entries in place of others) is replayed only on the content it was made
+  on: each entry it replaces that the log changed since `base` is merged three ways with
+  `sync.merge` (the base's, the log's and the pending version); a clash is a conflict
+  (`edited`, carrying both versions) and the log's version stays.
 - halt: set again only while the model still owes an answer; a clear with nothing to clear is
   dropped.
-- aside put: replayed; removal of an aside already gone: dropped silently.
+- aside put: replayed; one that replaces an aside the log changed since `base` is merged the
+  same way (a note's text at character level); removal of an aside already gone: dropped
+  silently.
 - reset: replayed.
 
 A record that cannot be replayed comes back as a `Conflict`; nothing is dropped silently and no
-id changes. The hub places a stale push with `place`, by the same rules (SPEC 2.4.6).
+id changes. The hub places a stale push with `place`, by the same rules (SPEC 2.4.6); having
+no base, it declines what needs one (pure insertions, edits of entries and asides).
 """
 
 from __future__ import annotations
@@ -25,26 +32,42 @@ import msgspec
 
 from .changes import AsideChange, ChangeRecord, HaltChange, Push, Reset, Splice
 from .conversation import Conversation
+from .entries import Aside, Entry
 from .errors import ApplyError, UsageError
 from .ids import MessageId
+from .merge import merge_aside, merge_entry
 
 __all__ = ["Conflict", "needs_base", "place", "rebase", "replay_pushes"]
 
 
 class Conflict(msgspec.Struct, frozen=True):
-    """A pending record that could not be replayed on the log, and why."""
+    """A pending record that could not be replayed on the log, and why.
+
+    For reason `edited` (the record replaced an entry or an aside that the log changed since
+    the record's base, and the two edits clash), `theirs` is the log's version, which stays,
+    and `ours` the record's version of it, which did not land (`None` when the record put
+    nothing in its place one to one); both `None` for every other reason.
+    """
 
     record: ChangeRecord
     reason: str
     detail: str = ""
+    theirs: Entry | Aside | None = None
+    ours: Entry | Aside | None = None
 
 
 def needs_base(pending: Sequence[ChangeRecord]) -> bool:
-    """Whether `rebase` needs the base `pending` was made on: only a pure insertion (a splice
-    removing nothing) is placed by its neighbour there."""
-    return any(
-        isinstance(record.change, Splice) and not record.change.removed for record in pending
-    )
+    """Whether `rebase` needs the base `pending` was made on: a pure insertion (a splice
+    removing nothing) is placed by its neighbour there, and an edit (a splice that puts
+    entries in place of others, or an aside put) is merged with what the log changed since."""
+    return any(_based(record.change) for record in pending)
+
+
+def _based(change: object) -> bool:
+    """Whether replaying `change` needs its base."""
+    if isinstance(change, Splice):
+        return not change.removed or bool(change.entries)
+    return isinstance(change, AsideChange) and change.aside is not None
 
 
 def rebase(
@@ -107,16 +130,25 @@ def _replay(
     conflicts: list[Conflict] = []
     for record in pending:
         anchor: MessageId | None = _NO_ANCHOR
+        merged: ChangeRecord | Conflict = record
         if walk is not None:
             anchor = _anchor(walk, record)
+            merged = _merged(local, walk, record)
             try:
                 walk.apply(record)
             except ApplyError as error:  # the caller broke the contract; report, not guess
                 conflicts.append(Conflict(record, error.reason, "does not fit the base"))
                 continue
-        replayed = _retarget(local, record, anchor)
+        elif _edits(local, record.change):
+            # Without the base there is no telling what the log changed under the edit.
+            conflicts.append(Conflict(record, "base_unknown", "no base to merge the edit"))
+            continue
+        if isinstance(merged, Conflict):
+            conflicts.append(merged)
+            continue
+        replayed = _retarget(local, merged, anchor)
         if isinstance(replayed, Conflict):
-            conflicts.append(replayed)
+            conflicts.append(msgspec.structs.replace(replayed, record=record))
         elif replayed is not None:
             try:
                 local.replay(replayed)
@@ -128,14 +160,107 @@ def _replay(
 _NO_ANCHOR = ""
 
 
+def _edits(log: Conversation, change: object) -> bool:
+    """Whether `change` replaces content of `log` (entries put in place of others, or an
+    aside put over one the log holds): what only its base can tell was changed under it."""
+    if isinstance(change, Splice):
+        return bool(change.removed) and bool(change.entries)
+    if isinstance(change, AsideChange) and change.aside is not None:
+        held = log.aside(change.id)
+        return held is not None and held.saved
+    return False
+
+
+def _replaces(change: object) -> list[str]:
+    """The ids of the entries or the aside an edit replaces."""
+    if isinstance(change, Splice):
+        return list(change.removed)
+    assert isinstance(change, AsideChange)
+    return [change.id]
+
+
+def _merged(
+    local: Conversation, walk: Conversation, record: ChangeRecord
+) -> ChangeRecord | Conflict:
+    """`record` (made on `walk`) with each entry or aside it replaces that `local` (the log,
+    plus what was replayed before it) changed since `walk` merged three ways; a `Conflict`
+    (`edited`) when two edits clash; `record` itself when nothing changed under it."""
+    change = record.change
+    if isinstance(change, AsideChange):
+        if change.aside is None:
+            return record
+        then, held = walk.aside(change.id), local.aside(change.id)
+        if held is None or not held.saved or held == then:
+            return record  # removed by the log (put again), or unchanged under it
+        if then is None:
+            # Not in its base, yet the log put one under that id since (another replica put
+            # a removed aside again too): two versions with no common one, the same only
+            # when equal.
+            if held == change.aside:
+                return record
+            detail = "the aside was put again meanwhile"
+            return Conflict(record, "edited", detail, held, change.aside)
+        aside = merge_aside(then, held, change.aside)
+        if aside is None:
+            detail = "the aside was edited meanwhile"
+            return Conflict(record, "edited", detail, held, change.aside)
+        if aside == change.aside:
+            return record
+        return msgspec.structs.replace(record, change=AsideChange(change.id, aside))
+    if not isinstance(change, Splice) or not change.removed or not change.entries:
+        return record  # a pure removal takes out what stands, edited or not
+    entries = change.entries
+    new: list[Entry] | None = None
+    keyed = {entry.id: k for k, entry in enumerate(entries)}
+    removed = set(change.removed)
+    one_to_one = len(entries) == len(change.removed)
+    for offset, id_ in enumerate(change.removed):
+        at = local.index_of(id_)
+        was = walk.index_of(id_)
+        if at is None or was is None:
+            return record  # gone from the log: the re-targeting reports it
+        now, base = local.entry(at), walk.entry(was)
+        assert now is not None and base is not None
+        if now == base:
+            continue
+        k = keyed.get(id_)
+        if k is None and one_to_one and entries[offset].id not in removed:
+            k = offset  # put in its place with a new id: the same edit
+        if k is None:
+            return Conflict(
+                record, "edited", "an entry it replaces was edited meanwhile", now, None
+            )
+        mine = entries[k] if new is None else new[k]
+        entry = merge_entry(base, now, mine)
+        if entry is None:
+            return Conflict(record, "edited", "an entry it edits was edited meanwhile", now, mine)
+        if entry != mine:
+            if new is None:
+                new = list(entries)
+            new[k] = entry
+    if new is None:
+        return record
+    return msgspec.structs.replace(
+        record, change=Splice(change.start, change.stop, change.removed, new)
+    )
+
+
 def place(
-    log: Conversation, records: Sequence[ChangeRecord]
+    log: Conversation,
+    records: Sequence[ChangeRecord],
+    edited_after: Callable[[str], bool] | None = None,
 ) -> tuple[list[ChangeRecord], Callable[[], None]] | Conflict:
     """Replay `records`, made on an earlier revision of `log`, by intent onto `log` as it is
     now, with the rules of `rebase` (the hub's rebase of a stale push, SPEC 2.4.6).
 
-    There is no base: a pure insertion (placed by its neighbour in the base) cannot be placed
-    and is a conflict. All or nothing: on a conflict `log` is unchanged.
+    There is no base: a pure insertion (placed by its neighbour in the base) cannot be placed;
+    nor can an edit (entries put in place of others, an aside put over one the log holds)
+    that replaces an entry or aside the log changed after the records' base, since such an
+    edit must merge with that change and only the base tells how. `edited_after(id)` says
+    whether the log replaced that entry or aside after the base; without it every edit
+    counts as made on changed content. Each is a conflict (`anchor_unknown`, `edited`), and
+    the pusher, told `behind`, merges on its side. All or nothing: on a conflict `log` is
+    unchanged.
 
     Returns:
         The records that landed (entries the log already holds dropped, splices re-targeted,
@@ -150,7 +275,13 @@ def place(
             undo()
 
     for record in records:
-        replayed = _retarget(log, record, _NO_ANCHOR)
+        if _edits(log, record.change) and (
+            edited_after is None or any(edited_after(id_) for id_ in _replaces(record.change))
+        ):
+            detail = "what it replaces changed since its base"
+            replayed: ChangeRecord | Conflict | None = Conflict(record, "edited", detail)
+        else:
+            replayed = _retarget(log, record, _NO_ANCHOR)
         if replayed is None:
             continue
         if not isinstance(replayed, Conflict):

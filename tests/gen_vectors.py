@@ -18,6 +18,9 @@ Three files:
 - `rebase.json`: a base (records from empty), the log's records after it, the pending records
   made on the base, and the expected local value (state, revision, records left to push) and
   conflicts (index into `pending` and reason). `no_base` cases rebase without the base.
+- `merge.json`: the three-way merge (`sync/merge.py`): `diffs` (a base, another text and the
+  hunks between them, `[start, stop, text]` in code points), `texts` and `messages` (a base,
+  ours, theirs and the merge, `null` for a conflict).
 
 Everything is deterministic: ids come from a minter with a fixed clock and seed.
 """
@@ -42,6 +45,7 @@ from sync import (
     Conversation,
     Entry,
     IdMinter,
+    Image,
     Message,
     Origin,
     Reasoning,
@@ -50,12 +54,14 @@ from sync import (
     ToolCall,
     TurnEnd,
     Usage,
+    User,
     encode,
     errors,
 )
-from sync.changes import ConversationState, HaltChange, Push, Reset
+from sync.changes import AsideChange, ConversationState, HaltChange, Push, Reset
 from sync.codec import decode_record
 from sync.errors import ApplyError, DecodeError, ProtocolError
+from sync.merge import diff, merge_message, merge_text
 from sync.protocol import decode_hub_message
 from sync.rebase import Conflict, rebase
 
@@ -662,6 +668,92 @@ def _rebase_cases() -> list[Json]:
             several,
         )
     )
+
+    # Concurrent edits of one entry or note (SPEC 16): merged, or a conflict `edited`.
+    def fox(c: Conversation) -> None:
+        c.extend([Message.user(FOX), Message.assistant("ok")])
+
+    def word(old: str, new: str, at: int = 0) -> Callable[[Conversation], object]:
+        def edit(c: Conversation) -> None:
+            c.edit_each(
+                Author.user(),
+                lambda ref: Message.user(FOX.replace(old, new)) if ref.index == at else None,
+            )
+
+        return edit
+
+    def replaced(old: str, new: str) -> Callable[[Conversation], object]:
+        def edit(c: Conversation) -> None:  # a new entry (new id) in the old one's place
+            c.splice(slice(0, 1), [Message.user(FOX.replace(old, new))], Author.user("b"))
+
+        return edit
+
+    def summarised(c: Conversation) -> None:
+        c.splice(slice(0, 2), [Message.user("summary")], Author.plugin("compact"))
+
+    fox_noted = _fresh(40)
+    fox(fox_noted)
+    fox_note = fox_noted.add_aside(Aside.note("plan", FOX, None))
+    fox_note_base = fox_noted.take_unsaved()
+
+    def with_fox_note(c: Conversation) -> None:
+        for record in fox_note_base:
+            c.replay(record)
+
+    def note_word(old: str, new: str) -> Callable[[Conversation], object]:
+        def edit(c: Conversation) -> None:
+            c.replace_aside(fox_note, Aside.note("plan", FOX.replace(old, new), None))
+
+        return edit
+
+    cases += [
+        _rebase_case(
+            "edits of one entry merge", 41, fox, word("brown", "RED"), word("lazy", "SLEEPY")
+        ),
+        _rebase_case(
+            "edits of one word conflict", 42, fox, word("brown", "RED"), word("brown", "BLUE")
+        ),
+        _rebase_case("the same edit twice", 43, fox, word("brown", "RED"), word("brown", "RED")),
+        _rebase_case(
+            "an entry replaced one to one merges",
+            44,
+            fox,
+            word("brown", "RED"),
+            replaced("lazy", "SLEEPY"),
+        ),
+        _rebase_case("a splice over an edited entry", 45, fox, word("brown", "RED"), summarised),
+        _rebase_case("a removal of an edited entry", 46, fox, word("brown", "RED"), remove_a),
+        _rebase_case("an edit on unchanged content", 47, fox, push_d, word("lazy", "SLEEPY")),
+        _rebase_case(
+            "an edit without a base",
+            48,
+            fox,
+            word("brown", "RED"),
+            word("lazy", "SLEEPY"),
+            no_base=True,
+        ),
+        _rebase_case(
+            "edits of one note merge",
+            49,
+            with_fox_note,
+            note_word("brown", "RED"),
+            note_word("lazy", "SLEEPY"),
+        ),
+        _rebase_case(
+            "edits of one note conflict",
+            50,
+            with_fox_note,
+            note_word("brown", "RED"),
+            note_word("brown", "BLUE"),
+        ),
+        _rebase_case(
+            "a note put again on both sides",
+            51,
+            fox,
+            lambda c: c.replay(ChangeRecord(AsideChange(_AGAIN, Aside.note("plan", "log", None)))),
+            lambda c: c.replay(ChangeRecord(AsideChange(_AGAIN, Aside.note("plan", "ours", None)))),
+        ),
+    ]
     return cases
 
 
@@ -974,6 +1066,159 @@ def _session_cases() -> list[Json]:
     return cases
 
 
+# ---------------------------------------------------------------- merge
+
+_AGAIN = "aside_01a233b7f00c703895e666ff100aa8d8"  # an aside id both sides put
+
+FOX = "The quick brown fox jumps over the lazy dog."
+
+
+def _merge_cases() -> Json:
+    diffs = [
+        ("", ""),
+        ("", "abc"),
+        ("abc", ""),
+        ("abcabba", "cbabac"),  # Myers' own example: pins the tie-break
+        ("aaa", "aa"),
+        ("ab", "ba"),
+        (FOX, FOX.replace("brown", "RED")),
+        ("a\U0001f98ab", "a\U0001f600b"),  # astral: one code point each
+        ("e\u0301te\u0301", "ete\u0301"),  # a combining mark is its own code point
+        ("שלום עולם", "שלום לכם עולם"),  # RTL
+        ("x" * 40 + "y" * 40, "y" * 40 + "x" * 40),
+        ("<a><b>", "<a><c><b>"),  # an insertion slid to its leftmost place
+        ("<r0.302><r0.181>", "<r0.302><r0.353><r0.181>"),
+        ("aaab", "ab"),  # a deletion slid likewise
+    ]
+    texts = [
+        ("the issue's case", FOX, FOX.replace("brown", "RED"), FOX.replace("lazy", "SLEEPY")),
+        ("both change one word", FOX, FOX.replace("brown", "RED"), FOX.replace("brown", "BLUE")),
+        ("the same edit twice", FOX, FOX.replace("brown", "RED"), FOX.replace("brown", "RED")),
+        ("one side unchanged", FOX, FOX, FOX.replace("lazy", "SLEEPY")),
+        ("insertions at one point", "ab", "aXb", "aYb"),
+        ("identical insertions", "ab", "aXb", "aXb"),
+        ("ranges that only meet", "ab", "xb", "ay"),
+        ("insertion at a replaced range's end", "abc", "aXc", "abYc"),
+        ("deletions apart", "abcdef", "bcdef", "abcde"),
+        ("deletions that overlap differently", "abcdef", "adef", "abef"),
+        (
+            "astral characters",
+            "a\U0001f98a b \U0001f600c",
+            "A\U0001f98a b \U0001f600c",
+            "a\U0001f98a b \U0001f600C",
+        ),
+        ("astral conflict", "\U0001f98a", "\U0001f600", "\U0001f525"),
+        ("combining marks", "cafe\u0301 noir", "cafe\u0301 NOIR", "CAFE\u0301 noir"),
+        ("a combining mark added and a word changed", "cafe noir", "cafe\u0301 noir", "cafe rouge"),
+        ("RTL", "שלום עולם יפה", "שלום עולם יפה מאוד", "היי עולם יפה"),
+        ("RTL conflict", "שלום עולם", "שלום לכם", "שלום להם"),
+        ("mixed direction", "hello עולם world", "HELLO עולם world", "hello עולם WORLD"),
+        ("empty base", "", "abc", "xyz"),
+        ("everything deleted on one side", "abc", "", "abC"),
+        (
+            "insertions at one point, found apart by each side's prefix",
+            "<r0.302><r0.181>",
+            "<r0.302><r0.353><r0.181>",
+            "<r0.302><r1.205><r1.196><r0.181><r1.274>",
+        ),
+        ("insertions at two points between repeats", "<a><a>", "<a><b><a>", "<a><a><c>"),
+    ]
+
+    def call(arguments: dict[str, Any]) -> Any:
+        return Assistant([Text("calling"), ToolCall("c1", "search", arguments)])
+
+    image = [Text("look"), Image("image/png", url="a.png")]
+    messages = [
+        (
+            "system text",
+            Message.system("one two"),
+            Message.system("ONE two"),
+            Message.system("one TWO"),
+        ),
+        (
+            "user text",
+            Message.user(FOX),
+            Message.user(FOX.replace("brown", "RED")),
+            Message.user(FOX.replace("lazy", "SLEEPY")),
+        ),
+        (
+            "tool call arguments",
+            call({"query": "red fox", "limit": 10}),
+            call({"query": "red fox jumps", "limit": 10}),
+            call({"query": "red fox", "limit": 20}),
+        ),
+        (
+            "tool call arguments that clash",
+            call({"query": "red fox"}),
+            call({"query": "red fox jumps"}),
+            call({"query": "red cat"}),
+        ),
+        (
+            "arguments merged into bad JSON",
+            call({"a": "x"}),
+            call({"a": "x", "b": 1}),
+            call({"a": "x", "c": 2}),
+        ),
+        (
+            "other parts unchanged on one side",
+            User(image),
+            User([Text("look here"), image[1]]),
+            User([image[0], Image("image/png", url="b.png")]),
+        ),
+        (
+            "other parts changed on both sides",
+            User(image),
+            User([image[0], Image("image/png", url="c.png")]),
+            User([image[0], Image("image/png", url="b.png")]),
+        ),
+        (
+            "another part count",
+            User(image),
+            User([*image, Text("more")]),
+            User([Text("LOOK"), image[1]]),
+        ),
+        (
+            "another part count, other side unchanged",
+            User(image),
+            User([*image, Text("more")]),
+            User(image),
+        ),
+        ("another role", Message.user("a"), Message.assistant("a"), Message.user("b")),
+        (
+            "stop unchanged on one side",
+            Message.assistant("one two"),
+            Message.assistant("ONE two", stop=Stop("stop")),
+            Message.assistant("one TWO"),
+        ),
+    ]
+    return {
+        "diffs": [
+            {"base": base, "other": other, "hunks": [list(h) for h in diff(base, other)]}
+            for base, other in diffs
+        ],
+        "texts": [
+            {
+                "name": name,
+                "base": base,
+                "ours": ours,
+                "theirs": theirs,
+                "merged": merge_text(base, ours, theirs),
+            }
+            for name, base, ours, theirs in texts
+        ],
+        "messages": [
+            {
+                "name": name,
+                "base": _json(base),
+                "ours": _json(ours),
+                "theirs": _json(theirs),
+                "merged": None if (m := merge_message(base, ours, theirs)) is None else _json(m),
+            }
+            for name, base, ours, theirs in messages
+        ],
+    }
+
+
 def build() -> dict[str, str]:
     """The vector files by name, as text."""
     files = {
@@ -981,6 +1226,7 @@ def build() -> dict[str, str]:
         "fold.json": {"cases": _fold_cases()},
         "rebase.json": {"cases": _rebase_cases()},
         "session.json": {"cases": _session_cases()},
+        "merge.json": _merge_cases(),
     }
     codes = _codes()
     if codes is not None:

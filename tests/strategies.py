@@ -18,8 +18,10 @@ from sync import (
     Message,
     Stop,
     System,
+    Text,
     ToolCall,
     TurnEnd,
+    User,
 )
 
 MESSAGES = [
@@ -135,7 +137,66 @@ class Run:
             case ("dated", at, message):
                 with c.dated(at):
                     c.push(message)
+            case ("insert_token", token, pick, at):
+                # Insert `token` into the first text of one of the first texted entries:
+                # concurrent edits of the same entries, to be merged (SPEC 16).
+                texted = [ref.index for ref in c.entries() if _text_of(ref.message) is not None]
+                if texted:
+                    where = texted[pick % min(3, len(texted))]
+                    c.edit_each(
+                        Author.user(),
+                        lambda ref: (
+                            _with_token(ref.message, token, at) if ref.index == where else None
+                        ),
+                    )
+            case ("note_token", token, pick, at):
+                # The same for a note's text: one shared note, edited by every replica.
+                notes = [
+                    id_
+                    for id_, aside in c.asides()
+                    if aside.saved and isinstance(aside.value, dict) and "text" in aside.value
+                ]
+                if not notes:
+                    c.add_aside(Aside.note("shared", token, None))
+                else:
+                    id_ = notes[pick % len(notes)]
+                    aside = c.aside(id_)
+                    assert aside is not None
+                    text = insert_token(aside.value["text"], token, at)
+                    c.replace_aside(id_, Aside.note("shared", text, None))
         self.note_entries()
+
+
+def _text_of(message: Any) -> str | None:
+    """The first text of a message (a system message's, or its first `Text` part's)."""
+    if isinstance(message, System):
+        return message.content
+    for part in getattr(message, "content", []):
+        if isinstance(part, Text):
+            return part.text
+    return None
+
+
+def insert_token(text: str, token: str, at: int) -> str:
+    """`text` with `token` inserted at `at` (modulo its length), moved past any `<...>` it
+    would cut in two (a token must stay whole for a checker to find it)."""
+    at %= len(text) + 1
+    opened = text.rfind("<", 0, at)
+    if opened > text.rfind(">", 0, at):
+        at = text.index(">", opened) + 1
+    return text[:at] + token + text[at:]
+
+
+def _with_token(message: Any, token: str, at: int) -> Any:
+    """`message` with `token` inserted into its first text at `at` (see `insert_token`)."""
+    if isinstance(message, System):
+        return System(insert_token(message.content, token, at))
+    parts = list(message.content)
+    k = next(k for k, part in enumerate(parts) if isinstance(part, Text))
+    parts[k] = Text(insert_token(parts[k].text, token, at))
+    if isinstance(message, User):
+        return User(parts)
+    return Assistant(parts, stop=message.stop, origin=message.origin)
 
 
 def draw_op(rng: random.Random) -> tuple[Any, ...]:

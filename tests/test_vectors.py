@@ -10,9 +10,10 @@ import gen_vectors
 import pytest
 
 from sync import Conversation, encode
-from sync.codec import decode_record
+from sync.codec import decode_message, decode_record
 from sync.errors import ApplyError, DecodeError
 from sync.ids import is_aside_id, is_message_id, made_ms
+from sync.merge import diff, merge_message, merge_text
 from sync.rebase import rebase
 
 VECTORS = Path(__file__).parent / "vectors"
@@ -105,3 +106,19 @@ def test_session_vector(case: Any) -> None:
     for at, step in enumerate(case["steps"]):
         assert gen_vectors.observe(session, step) == step["expect"], f"step {at}: {step['op']}"
     assert gen_vectors.final_of(session) == case["final"]
+
+
+def test_merge_vectors() -> None:
+    """The diff's hunks and the three-way merges of texts and messages are as pinned."""
+    vectors = _load("merge.json")
+    for case in vectors["diffs"]:
+        assert [list(h) for h in diff(case["base"], case["other"])] == case["hunks"], case
+    for case in vectors["texts"]:
+        merged = merge_text(case["base"], case["ours"], case["theirs"])
+        assert merged == case["merged"], case["name"]
+    for case in vectors["messages"]:
+        base, ours, theirs = (
+            decode_message(json.dumps(case[k])) for k in ("base", "ours", "theirs")
+        )
+        merged = merge_message(base, ours, theirs)
+        assert (None if merged is None else _plain(merged)) == case["merged"], case["name"]

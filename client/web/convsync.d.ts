@@ -251,7 +251,32 @@ export interface Conflict {
   record: ChangeRecord;
   reason: string;
   detail: string;
+  /** For reason `edited`: the log's version of the entry or aside (it stays). */
+  theirs?: Entry | AsideValue | null;
+  /** For reason `edited`: the record's version (it did not land; null when none one to one). */
+  ours?: Entry | AsideValue | null;
 }
+
+/** `base[start:stop]` (code points) became `text`. */
+export type Hunk = [start: number, stop: number, text: string];
+/** The hunks that make `base` into `other`, over code points (as `sync.merge.diff`). */
+export function diff(base: string, other: string): Hunk[];
+/** Both sides' changes of `base`, or null when two touch and differ (a conflict). */
+export function mergeText(base: string, ours: string, theirs: string): string | null;
+/** A message merged part by part, or null on a conflict. */
+export function mergeMessage(
+  base: MessageValue,
+  ours: MessageValue,
+  theirs: MessageValue,
+): MessageValue | null;
+/** The entry `pending` becomes on a log that made `base` into `log`, or null on a conflict. */
+export function mergeEntry(base: Entry, log: Entry, pending: Entry): Entry | null;
+/** The aside `pending` becomes on a log that made `base` into `log` (a note's text merged). */
+export function mergeAside(
+  base: AsideValue,
+  log: AsideValue,
+  pending: AsideValue,
+): AsideValue | null;
 
 export function needsBase(pending: ChangeRecord[]): boolean;
 export function rebase(

@@ -6,19 +6,36 @@ It fails a run on:
 - a replica not equal to the hub after quiescence (`diverged`);
 - an entry a replica made that is neither in the log (held or retired) nor in a record reported
   by a `Conflict` event (`vanished`);
-- the log refolded from scratch differing from the hub's state (`fold`).
+- the log refolded from scratch differing from the hub's state (`fold`);
+- an acknowledged edit's change silently overwritten (`overwritten`): edits insert tokens of
+  their own into shared entries' and notes' texts; walking the log, a record that puts an entry
+  (or note) back under its id without a token it held before must come from a replica that had
+  seen that token when it landed the record (a deliberate rewrite); one that never saw it
+  overwrote an edit it did not know of, which the rebase must have merged or reported as a
+  `Conflict` instead of landing.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sync import ChangeRecord, Conversation, decode_record, decode_state, encode
+from sync import (
+    AsideChange,
+    ChangeRecord,
+    Conversation,
+    Splice,
+    decode_record,
+    decode_state,
+    encode,
+)
+
+TOKEN = re.compile(r"<[\w-]+\.\d+>")
 
 
 @dataclass
@@ -32,6 +49,9 @@ class Report:
     conflicts: int = 0
     lost: int = 0
     duplicates: int = 0
+    overwritten: int = 0
+    edit_conflicts: int = 0
+    tokens: int = 0
     faults: list[str] = field(default_factory=list)
 
 
@@ -45,17 +65,24 @@ def check(run_dir: Path, log: list[bytes], hub_state: bytes) -> Report:
     landed: dict[tuple[str, int], list[str]] = {}
     made: dict[str, list[str]] = {}
     conflicted: set[str] = set()
+    # digest of a landed record -> what its replica had seen (tokens) when it landed it.
+    seen_at_landing: dict[str, set[str]] = {}
     for path in sorted(run_dir.glob("*.jsonl")):
+        seen: set[str] = set()
         for line in path.read_text().splitlines():
             event: dict[str, Any] = json.loads(line)
             match event["kind"]:
                 case "op":
                     report.operations += 1
                     made.setdefault(event["client"], []).extend(event["made"])
+                    seen.update(event.get("saw", []))
                 case "landed":
                     landed[(event["client"], event["seq"])] = event["records"]
+                    for d in event["records"]:
+                        seen_at_landing.setdefault(d, set()).update(seen)
                 case "conflict":
                     report.conflicts += 1
+                    report.edit_conflicts += event.get("reason") == "edited"
                     change = event["record"]["change"]
                     conflicted.update(entry["id"] for entry in change.get("entries", []))
 
@@ -74,6 +101,8 @@ def check(run_dir: Path, log: list[bytes], hub_state: bytes) -> Report:
         report.problems.append(
             f"duplicate: {report.duplicates} records in the log beyond what was acknowledged"
         )
+
+    _check_intent(report, records, seen_at_landing)
 
     hub = decode_state(hub_state)
     refolded = Conversation()
@@ -94,3 +123,53 @@ def check(run_dir: Path, log: list[bytes], hub_state: bytes) -> Report:
                 report.problems.append(f"vanished: {client} made {id_}, now nowhere")
                 break
     return report
+
+
+def _tokens(value: object) -> set[str]:
+    return set(TOKEN.findall(encode(value).decode()))
+
+
+def _check_intent(
+    report: Report, records: list[ChangeRecord], seen_at_landing: dict[str, set[str]]
+) -> None:
+    """Follow every token through the log: each one a record drops from an entry or note it
+    puts back under the same id must be one its replica had seen (see the module)."""
+    held: dict[str, set[str]] = {}  # entry or aside id -> the tokens it holds now
+    every: set[str] = set()
+    for record in records:
+        change = record.change
+        replaced: list[tuple[str, set[str]]] = []
+        if isinstance(change, Splice):
+            kept = {entry.id: entry for entry in change.entries}
+            for id_ in change.removed:
+                if id_ in kept:
+                    replaced.append((id_, _tokens(kept[id_].message)))  # type: ignore[arg-type]
+                else:
+                    held.pop(id_, None)  # removed: a removal is its own intent
+            for entry in change.entries:
+                if entry.id not in change.removed:
+                    held[entry.id] = _tokens(entry.message)  # type: ignore[index]
+        elif isinstance(change, AsideChange):
+            if change.aside is None:
+                held.pop(change.id, None)
+            else:
+                replaced.append((change.id, _tokens(change.aside.value)))
+        elif hasattr(change, "entries"):  # a push
+            for entry in change.entries:  # type: ignore[attr-defined]
+                held[entry.id] = _tokens(entry.message)
+        else:
+            if hasattr(change, "state"):  # a reset: everything replaced by intent
+                held.clear()
+            continue
+        seen = seen_at_landing.get(digest(record), set())
+        for id_, now in replaced:
+            dropped = held.get(id_, set()) - now - seen
+            if dropped:
+                report.overwritten += len(dropped)
+                report.problems.append(
+                    f"overwritten: a record replaced {id_} without {sorted(dropped)[0]},"
+                    " an acknowledged edit its replica never saw"
+                )
+            held[id_] = now
+            every |= now
+    report.tokens = len(every)

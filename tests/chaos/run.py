@@ -100,6 +100,9 @@ async def _main(args: argparse.Namespace) -> int:
                 conflicts=report.conflicts,
                 lost=report.lost,
                 duplicates=report.duplicates,
+                overwritten=report.overwritten,
+                tokens=report.tokens,
+                edit_conflicts=report.edit_conflicts,
                 diverged=sum(p.startswith("diverged") for p in report.problems),
             )
             faults.update(report.faults)
@@ -151,7 +154,10 @@ def _write(
         f"| records in the logs | {summary.get('log_records', 0)} |",
         f"| acknowledged records lost | {summary.get('lost', 0)} |",
         f"| duplicates | {summary.get('duplicates', 0)} |",
-        f"| conflicts surfaced | {summary.get('conflicts', 0)} |",
+        f"| conflicts surfaced | {summary.get('conflicts', 0)} "
+        f"(`edited`: {summary.get('edit_conflicts', 0)}) |",
+        f"| concurrent-edit tokens in the logs | {summary.get('tokens', 0)} |",
+        f"| acknowledged edits silently overwritten | {summary.get('overwritten', 0)} |",
         f"| replicas not converged | {summary.get('diverged', 0)} |",
         f"| failed seeds | {len(failed)} {failed if failed else ''} |",
         f"| wall time | {summary['seconds']} s |",

@@ -14,6 +14,7 @@ import asyncio
 import hashlib
 import json
 import random
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from strategies import Run, draw_op  # noqa: E402
+
+TOKEN = re.compile(r"<[\w-]+\.\d+>")
+"""A token an edit inserted (client and step): unique in a run."""
 
 
 def digest(record: ChangeRecord) -> str:
@@ -71,10 +75,22 @@ async def main(url: str, conversation_id: str, client: str, seed: int, ops: int,
         async with anyio.create_task_group() as group:
             group.start_soon(watch)
             for step in range(ops):
-                op = draw_op(rng)
+                # A third of the edits insert a token of their own into a shared entry's or
+                # note's text: concurrent edits of the same content, which must merge or
+                # conflict (SPEC 16); the checker follows every token through the log.
+                roll = rng.random()
+                if roll < 0.33:
+                    kind = "insert_token" if roll < 0.22 else "note_token"
+                    op = (kind, f"<{client}.{step}>", rng.randrange(12), rng.randrange(40))
+                else:
+                    op = draw_op(rng)
                 before = len(run.minted)
+                # What this edit was made on (a rewrite of a token it saw is deliberate), and
+                # the token it put in.
+                saw = set(TOKEN.findall(encode(replica.conversation).decode()))
                 run.do(op)
-                log(kind="op", step=step, op=op[0], made=run.minted[before:])
+                saw = sorted(saw | set(TOKEN.findall(encode(replica.conversation).decode())))
+                log(kind="op", step=step, op=op[0], made=run.minted[before:], saw=saw)
                 await anyio.sleep(rng.random() * 0.015)
             print("edited", flush=True)
             await _expect("settle")

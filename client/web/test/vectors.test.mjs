@@ -10,9 +10,12 @@ import {
   codeOfClose,
   Conversation,
   DecodeError,
+  diff,
   isAsideId,
   isMessageId,
   madeMs,
+  mergeMessage,
+  mergeText,
   ProtocolError,
   rebase,
   ReplicaSession,
@@ -162,5 +165,25 @@ for (const vector of load('session.json').cases) {
     assert.equal(session.seq, final.seq);
     assert.equal(session.ready, final.ready);
     assert.equal(session.settled, final.settled);
+  });
+}
+
+const merges = load('merge.json');
+test('merge: diff hunks over code points, as pinned', () => {
+  for (const vector of merges.diffs) {
+    assert.deepEqual(diff(vector.base, vector.other), vector.hunks, JSON.stringify(vector));
+  }
+});
+for (const vector of merges.texts) {
+  test(`merge text: ${vector.name}`, () => {
+    assert.equal(mergeText(vector.base, vector.ours, vector.theirs), vector.merged);
+    assert.equal(mergeText(vector.base, vector.theirs, vector.ours), vector.merged);
+  });
+}
+for (const vector of merges.messages) {
+  test(`merge message: ${vector.name}`, () => {
+    // The vectors hold messages as Python encodes them: every field, defaults filled in.
+    const merged = mergeMessage(vector.base, vector.ours, vector.theirs);
+    assert.deepEqual(merged === null ? null : plain(merged), vector.merged);
   });
 }
