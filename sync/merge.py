@@ -307,6 +307,7 @@ def _part(base: Any, ours: Any, theirs: Any) -> Any:
             _pick(base.id, ours.id, theirs.id),
             _pick(base.name, ours.name, theirs.name),
             _arguments(base.arguments, ours.arguments, theirs.arguments),
+            provider_data=_pick(base.provider_data, ours.provider_data, theirs.provider_data),
         )
     raise _Clash  # any other part must be unchanged on one side
 
@@ -334,6 +335,7 @@ def _message(base: AnyMessage, ours: AnyMessage, theirs: AnyMessage) -> AnyMessa
         content,
         stop=_pick(base.stop, ours.stop, theirs.stop),
         origin=_pick(base.origin, ours.origin, theirs.origin),
+        usage=_pick(base.usage, ours.usage, theirs.usage),
     )
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from sync import Aside, Assistant, Author, Entry, Image, Message, Text, ToolCall, User
+from sync import Aside, Assistant, Author, Entry, Image, Message, Text, ToolCall, Usage, User
 from sync.merge import diff, merge_aside, merge_entry, merge_message, merge_text
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -237,3 +237,16 @@ def test_insertions_between_repeated_text_never_interleave(case: tuple[str, str,
             {*tokens.findall(ours), *tokens.findall(theirs)}
         )
         assert len(merged) == len(ours) + len(theirs) - len(base)
+
+
+def test_a_merge_keeps_the_provider_fields_either_side_set() -> None:
+    """Usage set on one side and a tool call's provider data on the other, beside a text edit,
+    all survive the merge (a merged message must not drop what a provider needs replayed)."""
+    call = ToolCall("c1", "search", {"q": "x"})
+    base = Assistant([Text("calling now"), call])
+    ours = Assistant([Text("calling now!"), call], usage=Usage(10, 3))
+    tagged = ToolCall("c1", "search", {"q": "x"}, provider_data={"id": "fc_1"})
+    theirs = Assistant([Text("Calling now"), tagged])
+    merged = merge_message(base, ours, theirs)
+    assert merged == Assistant([Text("Calling now!"), tagged], usage=Usage(10, 3))
+    assert merge_message(base, theirs, ours) == merged

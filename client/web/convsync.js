@@ -1513,6 +1513,7 @@ function mergePart(base, ours, theirs) {
       id: mergePick(base.id, ours.id, theirs.id),
       name: mergePick(base.name, ours.name, theirs.name),
       arguments: mergeArguments(base.arguments, ours.arguments, theirs.arguments),
+      provider_data: mergePick(base.provider_data, ours.provider_data, theirs.provider_data),
     };
   }
   throw new Clash();
@@ -1536,6 +1537,7 @@ function mergeMessageOrClash(base, ours, theirs) {
     content,
     stop: mergePick(base.stop, ours.stop, theirs.stop),
     origin: mergePick(base.origin, ours.origin, theirs.origin),
+    usage: mergePick(base.usage, ours.usage, theirs.usage),
   };
 }
 
