@@ -38,6 +38,7 @@ from sync.protocol import (
     decode_hub_message,
 )
 from sync.rebase import Conflict
+from sync.steer import queued_id
 
 
 def replica(hub: FakeHub, name: str) -> tuple[ReplicaSession, Link]:
@@ -471,8 +472,8 @@ def link_step(step: tuple[Any, ...], links: list[Link], runs: list[Run]) -> bool
 
 
 def assert_nothing_lost(hub: FakeHub, links: list[Link], runs: list[Run]) -> None:
-    """Every entry a replica minted is in the log (held or retired) or was reported in a
-    conflict."""
+    """Every entry a replica minted is in the log (held or retired, or queued in a
+    `rig.queued` aside while a step runs: SPEC 10) or was reported in a conflict."""
     for link, run in zip(links, runs, strict=True):
         conflicted = {
             entry.id
@@ -482,7 +483,10 @@ def assert_nothing_lost(hub: FakeHub, links: list[Link], runs: list[Run]) -> Non
         }
         for id_ in run.minted:
             assert (
-                hub.conversation.holds(id_) or hub.conversation.is_retired(id_) or id_ in conflicted
+                hub.conversation.holds(id_)
+                or hub.conversation.is_retired(id_)
+                or hub.conversation.aside(queued_id(id_)) is not None
+                or id_ in conflicted
             ), id_
 
 
