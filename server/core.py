@@ -53,6 +53,7 @@ from sync import (
 )
 from sync.errors import ApplyError, ErrorCode, LocalProtocolError
 from sync.frames import RECORDS_OVERHEAD, records_frames, state_frames
+from sync.ids import IdMinter
 from sync.protocol import (
     Ack,
     AuthOk,
@@ -304,6 +305,7 @@ class RoomCore(Generic[C]):
         self.steering = Steering()
         self._request_revision = 0
         self._queuers: dict[str, str] = {}  # queued aside -> the mark key of who queued it
+        self._ids = IdMinter(lambda: self._now)  # the STOPPED note before a landing queue
 
     # ------------------------------------------------------------------ driving
 
@@ -663,7 +665,8 @@ class RoomCore(Generic[C]):
         the log not mid-step with no stop standing (`Steering.lands`); else none."""
         if not steering.queue or not steering.lands(self.conversation):
             return []
-        return landing_records(self.conversation, list(steering.queue), now)
+        note = self._ids.message_id(now)  # taken only when the note goes in
+        return landing_records(self.conversation, list(steering.queue), now, note)
 
     def _steered(self, records: Sequence[ChangeRecord], revision: int) -> None:
         """`records` landed, the log now at `revision`: follow them in the steering index,
@@ -1017,15 +1020,12 @@ class RoomCore(Generic[C]):
         return live_actions(out)
 
     def _drafts_landed(self, records: Sequence[ChangeRecord]) -> list[Action[C]]:
-        """Records landed: drafts whose ids they made held end `committed`; a stop ends every
-        other one `stopped`."""
+        """Records landed: drafts whose ids they made held end `committed`; a stop (a halt
+        `stopped` or a stop request) ends every other one `stopped`."""
         if not self.drafts.drafts:
             return []
         out = self.drafts.end_held(_entry_ids(records), lambda owner: True)
-        if any(
-            isinstance(record.change, HaltChange) and record.change.halt is Halt.STOPPED
-            for record in records
-        ):
+        if any(_stops(record) for record in records):
             out += self.drafts.end_all("stopped")
         self.presence.set_drafting(self.drafts.owners())
         return live_actions(out)
@@ -1128,6 +1128,17 @@ def _both(first: Callable[[], None], then: Callable[[], None]) -> Callable[[], N
         first()
 
     return undo
+
+
+def _stops(record: ChangeRecord) -> bool:
+    """Whether `record` stops the turn: a halt `stopped`, or a stop request (SPEC 10: the
+    worker's drafts end `stopped`, which cancels its model call within one round trip)."""
+    change = record.change
+    if type(change) is HaltChange:
+        return change.halt is Halt.STOPPED
+    return (
+        type(change) is AsideChange and change.aside is not None and change.aside.kind == STOP_KIND
+    )
 
 
 def _pushes_assistant(records: Sequence[ChangeRecord]) -> bool:

@@ -20,21 +20,26 @@ from the records that land, O(records)) and reads the pending calls from the tai
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from .changes import AsideChange, ChangeRecord, Push, Reset
-from .entries import Aside, Author, Entry
+from .entries import Aside, Author, Entry, Halt, TurnEnd, stopped_note
 from .fold import Fold
 from .ids import ASIDE_PREFIX, MESSAGE_PREFIX, AsideId, MessageId, is_message_id
-from .messages import Assistant, ToolResult, User
+from .messages import AnyMessage, Assistant, Message, Stop, Text, ToolCall, ToolResult, User
+
+if TYPE_CHECKING:
+    from .conversation import Conversation
 
 __all__ = [
     "QUEUED_KIND",
     "STEP_KIND",
+    "STOPPED_RESULT",
     "STOP_KIND",
     "Steering",
+    "finish_stopped",
     "is_user_text",
     "landing_records",
     "mid_step",
@@ -55,6 +60,7 @@ STOP_KIND = "rig.stop"
 """The user asked the turn to stop: value `{"turn": int | None, "at": ms}`."""
 
 _RIG = Author.rig()
+ABORTED = Stop("aborted", "stopped")
 
 
 def is_user_text(entry: Entry) -> bool:
@@ -153,13 +159,18 @@ def queue_records(
 
 
 def landing_records(
-    conversation: Fold, queue: Iterable[AsideId], at: int | None
+    conversation: Fold, queue: Iterable[AsideId], at: int | None, note_id: MessageId
 ) -> list[ChangeRecord]:
     """What lands the queue: for each queued aside of `queue` still in `conversation`, in
     order, a push of its entry (its id and author kept, made by that author) then the aside's
     removal (made by `rig`), all dated `at`. Entries the conversation holds or retired already
-    are not pushed again (their asides still go)."""
+    are not pushed again (their asides still go). When the user stopped the last request
+    (halt `stopped`), a STOPPED note (id `note_id`) goes first, as `Conversation.push` puts
+    it: queued input lands after the STOPPED note."""
     records: list[ChangeRecord] = []
+    if conversation._halt is Halt.STOPPED:
+        note = msgspec.structs.replace(stopped_note(), id=note_id)
+        records.append(ChangeRecord(Push([note]), _RIG, at))
     asides = conversation._asides
     seen: set[MessageId] = set()
     for id_ in queue:
@@ -176,7 +187,40 @@ def landing_records(
             seen.add(entry.id)  # type: ignore[arg-type]
             records.append(ChangeRecord(Push([entry]), entry.author, at))
         records.append(ChangeRecord(AsideChange(id_, None), _RIG, at))
+    if len(records) == 1 and type(records[0].change) is Push:
+        return []  # nothing of the queue is left to land: no note either
     return records
+
+
+STOPPED_RESULT = "stopped by the user"
+"""The error text of a result a stopped turn gives each call it left unanswered."""
+
+
+def finish_stopped(conversation: Conversation, partial: AnyMessage | str | None = None) -> bool:
+    """Finish a turn the user stopped, as the seed's model reads a stopped turn, as edits of
+    `conversation` that one push carries (SPEC 10): the partial answer kept as an assistant
+    message with `Stop("aborted", "stopped")` (shown, never read by a model), an error result
+    ("stopped by the user") for each pending call, halt `stopped` (the STOPPED note goes
+    before the next input), the open turn ended `stopped`, and the step markers and stop
+    requests removed. Whether a stop request or a step marker stood, or a call was pending
+    (nothing to finish otherwise: then nothing changes)."""
+    steering = [id_ for id_, aside in conversation.asides() if aside.kind in (STOP_KIND, STEP_KIND)]
+    pending = conversation.pending_calls()
+    if not steering and not pending and partial is None:
+        return False
+    if isinstance(partial, str):
+        partial = Assistant([Text(partial)]) if partial else None
+    if partial is not None and not pending:
+        content = [part for part in partial.content if type(part) is not ToolCall]
+        if content:
+            conversation.push(Assistant(content, ABORTED))  # type: ignore[arg-type]
+    for call in pending:
+        conversation.push(Message.tool_result(call.id, call.name, STOPPED_RESULT, is_error=True))
+    conversation.halt(Halt.STOPPED)
+    conversation.end_turn(TurnEnd.stopped())
+    for id_ in steering:
+        conversation.remove_aside(id_)
+    return True
 
 
 class Steering:
