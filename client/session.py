@@ -875,7 +875,13 @@ class ReplicaSession:
         pending = queued + self.local.unsaved()
         base = confirmed.copy() if needs_base(pending) else None
         self.local.return_unsaved(queued)
-        ids = [record.change.id for record in queued]  # type: ignore[union-attr]
+        ids = [
+            record.change.id
+            for record in queued
+            if type(record.change) is AsideChange
+            and record.change.aside is not None
+            and record.change.aside.kind == QUEUED_KIND
+        ]
         return [*events, Queued(ids, mine=True), *self._rebase_local(base)]
 
 

@@ -60,6 +60,7 @@ STOP_KIND = "rig.stop"
 """The user asked the turn to stop: value `{"turn": int | None, "at": ms}`."""
 
 _RIG = Author.rig()
+_replace = msgspec.structs.replace
 ABORTED = Stop("aborted", "stopped")
 
 
@@ -70,14 +71,12 @@ def is_user_text(entry: Entry) -> bool:
 
 
 def user_text_push(records: Sequence[ChangeRecord]) -> bool:
-    """Whether `records` are only pushes of the user's own messages (at least one record)."""
-    if not records:
-        return False
+    """Whether `records` push a message of the user's own (what waits, mid-step)."""
     for record in records:
         change = record.change
-        if type(change) is not Push or not all(is_user_text(e) for e in change.entries):
-            return False
-    return True
+        if type(change) is Push and any(is_user_text(e) for e in change.entries):
+            return True
+    return False
 
 
 def step_pending(conversation: Fold) -> bool:
@@ -141,21 +140,34 @@ def queued_entry(aside: Aside) -> Entry | None:
 def queue_records(
     records: Sequence[ChangeRecord], after: MessageId | None
 ) -> list[ChangeRecord] | None:
-    """The rebase rule for a push refused `queued`: `records` (pushes of the user's own
-    messages) replayed as `rig.queued` aside puts, one per entry in order, drawn after entry
-    `after` (the log's last); the aside's author is the entry's (the user's own when it names
-    none), its id `queued_id(entry.id)`. None when `records` are not such pushes."""
+    """The rebase rule for a push refused `queued`: in `records`, each entry of the user's
+    own text a push brings is replayed as a `rig.queued` aside put, in order, drawn after
+    entry `after` (the log's last); the aside's author is the entry's (the user's own when
+    it names none), its id `queued_id(entry.id)`. The other entries of that push stay a push,
+    before those asides; every other record stays as it is. None when no record pushes
+    user text."""
     if not user_text_push(records):
         return None
-    queued: list[ChangeRecord] = []
+    replayed: list[ChangeRecord] = []
     for record in records:
-        for entry in record.change.entries:  # type: ignore[union-attr]
+        change = record.change
+        if type(change) is not Push:
+            replayed.append(record)
+            continue
+        rest = [entry for entry in change.entries if not is_user_text(entry)]
+        if rest:
+            replayed.append(
+                record if len(rest) == len(change.entries) else _replace(record, change=Push(rest))
+            )
+        for entry in change.entries:
+            if not is_user_text(entry):
+                continue
             assert entry.id is not None
             author = entry.author if entry.author is not None else Author.user()
-            value = msgspec.to_builtins(entry)
-            aside = Aside(QUEUED_KIND, after, author, value)
-            queued.append(ChangeRecord(AsideChange(queued_id(entry.id), aside), author, record.at))
-    return queued
+            aside = Aside(QUEUED_KIND, after, author, msgspec.to_builtins(entry))
+            put = AsideChange(queued_id(entry.id), aside)
+            replayed.append(ChangeRecord(put, author, record.at))
+    return replayed
 
 
 def landing_records(

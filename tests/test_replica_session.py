@@ -14,6 +14,7 @@ from strategies import Run, draw_op, operations
 from client.session import Applied, Connected, Rebased, ReplicaSession, Reset
 from sync import (
     Aside,
+    AsideChange,
     Assistant,
     Author,
     ChangeRecord,
@@ -38,7 +39,7 @@ from sync.protocol import (
     decode_hub_message,
 )
 from sync.rebase import Conflict
-from sync.steer import queued_id
+from sync.steer import queued_entry, queued_id
 
 
 def replica(hub: FakeHub, name: str) -> tuple[ReplicaSession, Link]:
@@ -480,6 +481,16 @@ def assert_nothing_lost(hub: FakeHub, links: list[Link], runs: list[Run]) -> Non
             for event in link.events
             if isinstance(event, Conflict)
             for entry in getattr(event.record.change, "entries", [])
+        }
+        # An entry queued mid-step travels in a `rig.queued` aside put: a conflict of that
+        # record reports the entry.
+        conflicted |= {
+            entry.id
+            for event in link.events
+            if isinstance(event, Conflict)
+            and isinstance(event.record.change, AsideChange)
+            and event.record.change.aside is not None
+            and (entry := queued_entry(event.record.change.aside)) is not None
         }
         for id_ in run.minted:
             assert (

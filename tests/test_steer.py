@@ -16,17 +16,20 @@ from sync import (
     Conversation,
     Message,
     Push,
+    Stop,
     Text,
     ToolCall,
     TurnEnd,
     User,
     pairing,
 )
+from sync.entries import Stopped, is_stopped_note
 from sync.steer import (
     QUEUED_KIND,
     STEP_KIND,
     STOP_KIND,
     Steering,
+    finish_stopped,
     mid_step,
     queue_records,
     queued_entry,
@@ -331,3 +334,35 @@ def test_the_pusher_holds_the_queue_before_its_flush_settles() -> None:
     assert session.revision == hub.core.revision and session.ready
     settle([ui, worker])
     assert _texts(hub.conversation)[-2:] == ["also y", "on it"]
+
+
+def test_input_waits_while_a_stop_stands_and_lands_after_the_stopped_note() -> None:
+    """No call pending, no marker: a stop request alone holds input back, and the helper's
+    one push finishes the turn the way the seed reads a stopped turn."""
+    hub = FakeHub()
+    ui = hub.link(ReplicaSession("ui"))
+    worker = hub.link(ReplicaSession("worker"))
+    ui.session.local.push(Message.user("hi"))
+    settle([ui, worker])
+    worker.session.local.open_turn()
+    settle([ui, worker])
+    ui.session.local.add_aside(Aside(STOP_KIND, None, Author.user(), step_value(0, 1)))
+    settle([ui, worker])
+    ui.session.local.push(Message.user("more"))
+    settle([ui, worker])
+    assert "queued" in hub.rejected and _texts(hub.conversation) == ["hi"]
+    before = hub.core.revision
+    assert finish_stopped(worker.session.local, "Hel")
+    settle([ui, worker])
+    conversation = hub.conversation
+    assert _texts(conversation) == ["hi", "Hel", "STOPPED", "more"]
+    partial = conversation.messages()[1]
+    assert isinstance(partial, Assistant) and partial.stop == Stop("aborted", "stopped")
+    note = conversation.entry(2)
+    assert note is not None and is_stopped_note(note.message, note.author)
+    assert conversation.awaits_model() and conversation.halted() is None
+    assert isinstance(conversation.turns()[-1][1].end, Stopped)
+    assert not any(a.kind in (STOP_KIND, QUEUED_KIND) for _, a in conversation.asides())
+    mark = hub.core.marks["worker"]
+    assert (mark.ack_from, mark.ack_revision) == (before, hub.core.revision)  # one append
+    assert ui.session.local == worker.session.local == conversation == hub.refolded()
