@@ -1018,6 +1018,13 @@ def _steer_cases() -> Json:
         lambda c: c.extend([Message.user("a"), call, Message.assistant("x", Stop("error"))]),
         115,
     )
+    mid_case(
+        "a failed reply's own call owes nothing",
+        lambda c: c.extend(
+            [Message.user("a"), Assistant([ToolCall("c2", "search")], Stop("error"))]
+        ),
+        116,
+    )
     return {
         "queue": queue,
         "mid_step": mid,
