@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from .changes import AsideChange, ChangeRecord, Push, Reset
+from .changes import AsideChange, ChangeRecord, Push, Reset, Splice
 from .entries import Aside, Author, Entry, Halt, TurnEnd, stopped_note
 from .fold import Fold
 from .ids import ASIDE_PREFIX, MESSAGE_PREFIX, AsideId, MessageId, is_message_id
@@ -38,9 +38,11 @@ __all__ = [
     "STEP_KIND",
     "STOPPED_RESULT",
     "STOP_KIND",
+    "SUPERSEDED",
     "Steering",
     "finish_stopped",
     "is_user_text",
+    "keep_superseded",
     "landing_records",
     "mid_step",
     "queue_records",
@@ -295,6 +297,31 @@ class Steering:
     def lands(self, conversation: Fold) -> bool:
         """Whether the queue lands now: something is queued, no stop stands, not mid-step."""
         return bool(self.queue) and not self.stops and not self.mid_step(conversation)
+
+
+SUPERSEDED = Stop("aborted", "superseded")
+
+
+def keep_superseded(conversation: Conversation, records: Sequence[ChangeRecord]) -> list[MessageId]:
+    """Keep what a push refused `superseded` wrote (SPEC 10): each assistant message `records`
+    pushed or spliced in is pushed again, its text and reasoning only, as an aborted message
+    (`Stop("aborted", "superseded")`: shown, never read by a model) with a new id, so the
+    model is called again with the input that landed meanwhile. Returns the new ids."""
+    kept: list[MessageId] = []
+    for record in records:
+        change = record.change
+        if not isinstance(change, Push | Splice):
+            continue
+        for entry in change.entries:
+            message = entry.message
+            if type(message) is not Assistant:
+                continue
+            content = [part for part in message.content if type(part) is not ToolCall]
+            if content:
+                kept.append(
+                    conversation.push(Entry(Assistant(content, SUPERSEDED), None, entry.author))
+                )
+    return kept
 
 
 def step_value(turn: int | None, at: int) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from sync.steer import (
     STOP_KIND,
     Steering,
     finish_stopped,
+    keep_superseded,
     mid_step,
     queue_records,
     queued_entry,
@@ -294,6 +295,14 @@ def test_an_answer_made_before_a_request_landed_is_superseded() -> None:
     settle([ui, worker])
     assert any(isinstance(e, Conflict) and e.reason == "superseded" for e in worker.events)
     assert worker.session.local == hub.conversation
+    # The helper keeps what it wrote as an aborted message; the model still owes an answer.
+    refused = [e.record for e in worker.events if isinstance(e, Conflict)]
+    assert len(keep_superseded(worker.session.local, refused)) == 1
+    settle([ui, worker])
+    assert _texts(hub.conversation) == ["hi", "actually, bye", "hello"]
+    kept = hub.conversation.messages()[-1]
+    assert isinstance(kept, Assistant) and kept.stop == Stop("aborted", "superseded")
+    assert hub.conversation.awaits_model() and hub.rejected == ["superseded"]
 
 
 def test_a_stop_for_an_ended_turn_is_rejected_and_a_stop_is_reported() -> None:
