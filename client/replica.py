@@ -337,7 +337,8 @@ class Replica:
 
     async def events(self) -> AsyncIterator[Event]:
         """Every event, in order: `Connected`, `Disconnected`, `Applied`, `Rebased`, `Reset`,
-        `Conflict`, and for live state `DraftChanged`, `DraftEnded`, `PresenceChanged`. Events
+        `Conflict`, for steering `Queued` and `StopRequested` (SPEC 10), and for live state
+        `DraftChanged`, `DraftEnded`, `PresenceChanged`. Events
         wait here until read; a `DraftChanged` is not queued again while one for the same draft
         waits unread (read the text in `drafts`), so an unread queue stays small."""
         events, ready = self._events, self._events_ready
