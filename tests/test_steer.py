@@ -375,3 +375,19 @@ def test_input_waits_while_a_stop_stands_and_lands_after_the_stopped_note() -> N
     mark = hub.core.marks["worker"]
     assert (mark.ack_from, mark.ack_revision) == (before, hub.core.revision)  # one append
     assert ui.session.local == worker.session.local == conversation == hub.refolded()
+
+
+def test_a_queued_aside_arriving_after_the_step_ended_lands_at_once() -> None:
+    """The step ends between the `queued` reject and the aside's push: the aside's own push
+    leaves the log not mid-step, so the entry lands in that same append."""
+    hub, ui, worker = _mid_call()
+    id_ = ui.session.local.push(Message.user("also y"))
+    ui.pump()
+    ui.deliver_to_hub()  # refused `queued`; the reject is on its way
+    worker.session.local.push(RESULT)
+    worker.pump()
+    worker.deliver_to_hub()  # the step ends, nothing queued yet
+    settle([ui, worker])
+    assert _texts(hub.conversation) == ["find x", "looking", "", "also y"]
+    assert hub.conversation.id(3) == id_ and not _queued(hub.conversation)
+    assert ui.session.local == worker.session.local == hub.conversation
