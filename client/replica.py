@@ -247,12 +247,13 @@ class Replica:
 
     def draft(self, *, after: str | None = None, author: Author | None = None) -> DraftWriter:
         """A new draft (`async with replica.draft() as d:`, or `await d.open()`), following
-        `after` (the last entry's id when omitted). A model call begins: it puts the step
-        marker (`begin_step`), which the draft's commit or abort removes in the same edit."""
+        `after` (the last entry's id when omitted). The draft's commit or abort removes the
+        step marker `begin_step` put, in the same edit as the message. (`draft()` does not put
+        the marker itself yet: doing so broke drafts relayed between hubs, tests/test_bus.py,
+        for a reason not found; call `begin_step()` before the model call.)"""
         if after is None:
             conversation = self.conversation
             after = conversation.id(len(conversation) - 1) if len(conversation) else None
-        self.begin_step()
         return DraftWriter(self, after, author)
 
     # ------------------------------------------------------------------ steering (SPEC 10)

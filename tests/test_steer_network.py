@@ -147,7 +147,8 @@ async def test_a_steer_sent_mid_answer_lands_after_the_answer_and_is_answered(hu
         connect(hub.url, "steer", client="ui") as ui,
     ):
         await asked(ui, worker, "write a poem")
-        async with worker.draft() as d:  # the step begins
+        worker.begin_step()  # the model call begins; the draft's commit ends it
+        async with worker.draft() as d:
             d.append("Roses are red")
             with anyio.fail_after(bound(10)):
                 await worker.flush()
@@ -161,6 +162,7 @@ async def test_a_steer_sent_mid_answer_lands_after_the_answer_and_is_answered(hu
         # The answer landed first, the steer after it, in the worker's hands at its flush.
         assert texts(worker) == ["write a poem", "Roses are red", "make it about the sea"]
         assert worker.conversation.awaits_model()
+        worker.begin_step()
         async with worker.draft() as d:
             await d.commit(Message.assistant("The sea is blue"))
         with anyio.fail_after(bound(10)):
