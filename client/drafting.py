@@ -128,6 +128,7 @@ class DraftWriter:
         # Pushed first: if the push raises (`too_large`), the draft is still open here and
         # on the hub, to abort (forgotten first, nobody would have told the hub).
         self._replica.conversation.push(Entry(message, self.id, self.author))
+        self._replica.end_step()  # in the same push: the step ends with its message
         self._replica._forget_draft(self)
         self._end("committed")
         return self.id
@@ -136,6 +137,7 @@ class DraftWriter:
         """Drop the draft for everyone (once the hub ended it, only let its text go)."""
         if self.status is None:
             self._replica._abort_draft(self)
+            self._replica.end_step()
             self._end("aborted")
         else:
             self._replica._forget_draft(self)

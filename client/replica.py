@@ -36,7 +36,7 @@ from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
-from sync import Assistant, Author, Conversation, Stop
+from sync import Aside, AsideId, Assistant, Author, Conversation, Halt, Stop
 from sync.errors import (
     ConvsyncError,
     ProtocolError,
@@ -60,10 +60,11 @@ from sync.protocol import (
     is_kind,
 )
 from sync.providers.streams import Format
+from sync.steer import STEP_KIND, STOP_KIND, mid_step, step_value
 
 from .drafting import DraftWriter
 from .live import FEATURES, Draft, DraftChanged, DraftEnded, Presence
-from .session import Connected, Disconnected, Event, ReplicaSession
+from .session import Connected, Disconnected, Event, ReplicaSession, StopRequested
 
 __all__ = ["Replica", "Token", "connect", "url_problem"]
 
@@ -200,6 +201,8 @@ class Replica:
         self._live_wake = asyncio.Event()  # a draft op or a status may be sendable
         self._writers: dict[str, DraftWriter] = {}
         self._changes_queued: set[str] = set()  # drafts with an unread DraftChanged
+        self._step: AsideId | None = None  # the `rig.step` marker this replica put, standing
+        self._stop_scopes: list[anyio.CancelScope] = []  # cancelled by a `StopRequested`
 
     # ------------------------------------------------------------------ reads
 
@@ -251,7 +254,10 @@ class Replica:
 
     def draft(self, *, after: str | None = None, author: Author | None = None) -> DraftWriter:
         """A new draft (`async with replica.draft() as d:`, or `await d.open()`), following
-        `after` (the last entry's id when omitted)."""
+        `after` (the last entry's id when omitted). The draft's commit or abort removes the
+        step marker `begin_step` put, in the same edit as the message. (`draft()` does not put
+        the marker itself yet: doing so broke drafts relayed between hubs, tests/test_bus.py,
+        for a reason not found; call `begin_step()` before the model call.)"""
         if after is None:
             conversation = self.conversation
             after = conversation.id(len(conversation) - 1) if len(conversation) else None
@@ -282,6 +288,62 @@ class Replica:
                 await d.commit(message)
             return message
 
+    # ------------------------------------------------------------------ steering (SPEC 10)
+
+    def begin_step(self, turn: int | None = None) -> AsideId:
+        """Mark a model call under way (a `rig.step` aside, value `{"turn", "at"}`): user text
+        sent meanwhile is queued by the hub and lands once the step ends. `turn` is the open
+        turn's index (the last turn record's when omitted). Idempotent while one stands.
+        Call `end_step` in the edit that ends the step (the assistant message; a `draft`'s
+        commit does it), so one push carries both."""
+        conversation = self.conversation
+        if self._step is not None and conversation.aside(self._step) is not None:
+            return self._step
+        if turn is None:
+            turns = conversation.turns()
+            turn = turns[-1][1].index if turns and turns[-1][1].end is None else None
+        after = conversation.id(len(conversation) - 1) if len(conversation) else None
+        value = step_value(turn, int(time.time() * 1000))
+        self._step = conversation.add_aside(Aside(STEP_KIND, after, Author.rig(), value))
+        return self._step
+
+    def end_step(self) -> bool:
+        """Remove the step marker this replica put; whether one stood."""
+        step, self._step = self._step, None
+        return step is not None and self.conversation.remove_aside(step) is not None
+
+    def stop(self) -> bool:
+        """Ask the running turn to stop (SPEC 10): while a turn record is open or the
+        conversation is mid-step, a stop request (`rig.stop` aside, value `{"turn", "at"}`)
+        the worker finishes (`sync.steer.finish_stopped`); otherwise the user's last request
+        is halted `stopped`, as `Conversation.halt` does. Whether anything was asked."""
+        conversation = self.conversation
+        turns = conversation.turns()
+        open_turn = turns[-1][1].index if turns and turns[-1][1].end is None else None
+        if open_turn is None and not mid_step(conversation):
+            return conversation.halt(Halt.STOPPED)
+        if any(aside.kind == STOP_KIND for _, aside in conversation.asides()):
+            return True  # asked already
+        after = conversation.id(len(conversation) - 1) if len(conversation) else None
+        value = step_value(open_turn, int(time.time() * 1000))
+        conversation.add_aside(Aside(STOP_KIND, after, Author.user(), value))
+        return True
+
+    def stop_requested(self) -> bool:
+        """Whether a stop request stands in the conversation."""
+        return any(aside.kind == STOP_KIND for _, aside in self.conversation.asides())
+
+    def cancel_on_stop(self) -> anyio.CancelScope:
+        """A cancel scope cancelled when a stop request arrives (`StopRequested`), or at once
+        when one stands: run the model call or the tool inside it, then finish the turn with
+        `sync.steer.finish_stopped`."""
+        scope = anyio.CancelScope()
+        if self.stop_requested():
+            scope.cancel()
+        self._stop_scopes = [s for s in self._stop_scopes if not s.cancel_called]
+        self._stop_scopes.append(scope)
+        return scope
+
     async def set_status(self, status: str | None, detail: object = None) -> None:
         """Set this replica's presence status (at most 64 characters; `detail` at most 1 KiB
         of JSON); it is sent again after each reconnect."""
@@ -308,7 +370,8 @@ class Replica:
 
     async def events(self) -> AsyncIterator[Event]:
         """Every event, in order: `Connected`, `Disconnected`, `Applied`, `Rebased`, `Reset`,
-        `Conflict`, and for live state `DraftChanged`, `DraftEnded`, `PresenceChanged`. Events
+        `Conflict`, for steering `Queued` and `StopRequested` (SPEC 10), and for live state
+        `DraftChanged`, `DraftEnded`, `PresenceChanged`. Events
         wait here until read; a `DraftChanged` is not queued again while one for the same draft
         waits unread (read the text in `drafts`), so an unread queue stays small."""
         events, ready = self._events, self._events_ready
@@ -437,6 +500,10 @@ class Replica:
                     continue  # one unread DraftChanged per draft is enough
                 self._changes_queued.add(event.id)
             self._events.append(event)
+            if isinstance(event, StopRequested):
+                scopes, self._stop_scopes = self._stop_scopes, []
+                for scope in scopes:
+                    scope.cancel()
             if (
                 isinstance(event, DraftEnded)
                 and event.status != "gone"  # a snapshot taken before this replica reopened it

@@ -40,6 +40,7 @@ import msgspec
 
 from sync import (
     ApplyError,
+    AsideChange,
     ChangeRecord,
     Conversation,
     Entry,
@@ -49,7 +50,7 @@ from sync import (
     encode,
 )
 from sync.budget import Budget, TokenBucket, pace
-from sync.errors import Refused, RemoteProtocolError, Unavailable, retry_of
+from sync.errors import Refused, RemoteProtocolError, Unavailable, reject_rule, retry_of
 from sync.frames import MAX_FRAME, PUSH_OVERHEAD, fill_budget, push_frame, runs
 from sync.protocol import (
     Ack,
@@ -71,6 +72,7 @@ from sync.protocol import (
     Welcome,
 )
 from sync.rebase import Conflict, needs_base, rebase, replay_pushes
+from sync.steer import QUEUED_KIND, STOP_KIND, queue_records
 
 from .live import DraftChanged, DraftEnded, LiveState, PresenceChanged
 
@@ -86,9 +88,11 @@ __all__ = [
     "DraftEnded",
     "Event",
     "PresenceChanged",
+    "Queued",
     "Rebased",
     "ReplicaSession",
     "Reset",
+    "StopRequested",
 ]
 
 
@@ -112,6 +116,23 @@ class Applied(msgspec.Struct, frozen=True):
 
     count: int
     revision: int
+
+
+class Queued(msgspec.Struct, frozen=True):
+    """User input was queued while a step runs (SPEC 10): `rig.queued` asides `ids` came in
+    from the log (a worker may cut its step short). `mine`: this replica's own push was
+    refused `queued` and is replayed as those asides."""
+
+    ids: list[str]
+    mine: bool = False
+
+
+class StopRequested(msgspec.Struct, frozen=True):
+    """Someone asked the running turn to stop (SPEC 10): `rig.stop` aside `id` came in from
+    the log, naming `turn` (None: no turn record was open)."""
+
+    id: str
+    turn: int | None
 
 
 class Rebased(msgspec.Struct, frozen=True):
@@ -139,6 +160,8 @@ Event = (
     | DraftChanged
     | DraftEnded
     | PresenceChanged
+    | Queued
+    | StopRequested
 )
 
 
@@ -207,6 +230,9 @@ class ReplicaSession:
         self._catching_up = False
         self._before_catch_up: Conversation | None = None
         self._rebase_due = False  # rebase `local` at the end of the catch-up, moved or not
+        # The revision the last ack said this replica will hold: a queue the hub landed with
+        # the push follows its ack (SPEC 10); no push goes until those records are in.
+        self._owed = 0
         self._partial: State | None = None
         self._partial_entries: list[Entry] = []
         self.on_landed: Callable[[int, list[ChangeRecord]], None] | None = None
@@ -290,7 +316,7 @@ class ReplicaSession:
     @property
     def ready(self) -> bool:
         """Welcomed and caught up: pushes can go."""
-        return self._welcome is not None and not self._catching_up
+        return self._welcome is not None and not self._catching_up and self.revision >= self._owed
 
     @property
     def settled(self) -> bool:
@@ -306,6 +332,7 @@ class ReplicaSession:
         self._partial = None
         self._partial_entries = []
         self._held = []  # the hub sends them again in the catch-up
+        self._owed = 0  # the catch-up brings them
         self.live.connecting()
         features = [HUB_REBASE, *self.features]
         return Hello(
@@ -380,6 +407,9 @@ class ReplicaSession:
                 events = self._on_records_settled(message)
             else:
                 events = self._on_records(message)
+            steer = _steer_events(message.records)
+            if steer:
+                events = events + steer
             return events + self._drafts_landed() if self.live.drafts else events
         match message:
             case Welcome():
@@ -749,6 +779,7 @@ class ReplicaSession:
             ) from exc
         confirmed.continue_log(message.lineage, message.revision)
         self._held = []  # the state holds them
+        self._owed = 0  # a state holds whatever an ack said would follow, or replaces it
         old: Conversation | None = None
         if self._inflight is None and not self.local.unsaved():
             self._lag = []  # nothing pending: no rebase needs the old value as a base
@@ -776,13 +807,14 @@ class ReplicaSession:
         if landed is not None:
             # Placed by the hub: `confirmed` holds it already, as it landed. Replay what was
             # made on top of the batch as sent onto the log as it is.
-            if ack.revision != confirmed.revision or ack.from_ != ack.revision - len(landed):
+            if ack.revision < confirmed.revision or ack.from_ != confirmed.revision - len(landed):
                 raise RemoteProtocolError(
                     "gap",
                     f"ack {ack.from_}..{ack.revision} for {len(landed)} placed records "
                     f"at {confirmed.revision}",
                 )
             self._inflight = None
+            self._owed = ack.revision
             self.local.before_edit(None)  # `_keep_base`'s hook, if it is still armed
             self._report(batch.seq, landed)
             events: list[Event] = [Applied(len(landed), confirmed.revision)]
@@ -794,13 +826,14 @@ class ReplicaSession:
                 self._fold(local, batch.overtook + landed)
                 return events
             return events + self._rebase_local(batch.base)
-        if ack.from_ != confirmed.revision or ack.revision != ack.from_ + len(batch.records):
+        if ack.from_ != confirmed.revision or ack.revision < ack.from_ + len(batch.records):
             raise RemoteProtocolError(
                 "gap",
                 f"ack {ack.from_}..{ack.revision} for {len(batch.records)} records "
                 f"at {confirmed.revision}",
             )
         self._inflight = None
+        self._owed = ack.revision  # more than the batch: a queue landed with it, and follows
         self._fold(confirmed, batch.records)
         self._report_landed(batch)
         return []
@@ -830,7 +863,10 @@ class ReplicaSession:
         # What the batch (and what was made on top of it) was made on: `confirmed` before the
         # records that overtook it, copied only when a pure insertion needs it.
         # `forbidden` (a token without `write`) is final like `invalid`: resending cannot help.
-        final = reject.reason in ("invalid", "forbidden")
+        rule = reject_rule(reject.reason)
+        if rule == "queue":
+            return self._queue(batch.records)
+        final = rule == "final"
         pending = batch.records + self.local.unsaved()
         base = self.confirmed.copy() if needs_base(pending) or final else None
         events = self._fold_held()
@@ -844,6 +880,48 @@ class ReplicaSession:
         events += [Conflict(record, reject.reason, reject.detail) for record in batch.records]
         assert base is not None
         return events + self._rebase_local(_folded(base, batch.records))
+
+    def _queue(self, records: list[ChangeRecord]) -> list[Event]:
+        """The batch of user text `records` was refused `queued` (SPEC 10): replay it as
+        `rig.queued` asides (`sync.steer.queue_records`) ahead of what was made on top, on
+        the log as it is (the records it missed folded first)."""
+        events = self._fold_held()
+        confirmed = self.confirmed
+        last = confirmed.id(len(confirmed) - 1) if len(confirmed) else None
+        queued = queue_records(records, last)
+        if queued is None:  # not user text after all (a hub's bug): nothing to replay as queued
+            detail = "refused queued, but not the user's own text"
+            return [*events, *(Conflict(r, "queued", detail) for r in records)]
+        pending = queued + self.local.unsaved()
+        base = confirmed.copy() if needs_base(pending) else None
+        self.local.return_unsaved(queued)
+        ids = [
+            record.change.id
+            for record in queued
+            if type(record.change) is AsideChange
+            and record.change.aside is not None
+            and record.change.aside.kind == QUEUED_KIND
+        ]
+        return [*events, Queued(ids, mine=True), *self._rebase_local(base)]
+
+
+def _steer_events(records: Sequence[ChangeRecord]) -> list[Event]:
+    """`Queued` and `StopRequested` for the steering asides `records` put (SPEC 10)."""
+    queued: list[str] = []
+    events: list[Event] = []
+    for record in records:
+        change = record.change
+        if type(change) is AsideChange and change.aside is not None:
+            kind = change.aside.kind
+            if kind == QUEUED_KIND:
+                queued.append(change.id)
+            elif kind == STOP_KIND:
+                value = change.aside.value
+                turn = value.get("turn") if isinstance(value, dict) else None
+                events.append(StopRequested(change.id, turn if type(turn) is int else None))
+    if queued:
+        events.insert(0, Queued(queued))
+    return events
 
 
 def _unseen(message: Records, revision: int) -> list[ChangeRecord]:

@@ -41,6 +41,7 @@ from sync import (
     User,
 )
 from sync.messages import AnyMessage
+from sync.steer import QUEUED_KIND, STEP_KIND, STOP_KIND, queued_entry
 
 from .http import HubError
 from .live import Draft, DraftEnded, Presence, PresenceChanged
@@ -167,6 +168,11 @@ def describe_aside(aside: Aside, index_of: Callable[[str], int | None]) -> str:
     if aside.kind == "note" and isinstance(value, dict):
         title, text = one_line(str(value.get("title", "")), 40), value.get("text", "")
         return f"note “{title}”: {one_line(str(text), 100)}"
+    if aside.kind == QUEUED_KIND and isinstance(value, dict):
+        entry = queued_entry(aside)
+        return f"queued: {_message(entry.message)[1] if entry else '(malformed)'}"
+    if aside.kind == STOP_KIND:
+        return f"stop requested{_author(aside.author)}"
     if aside.kind == "pins" and isinstance(value, list):
         return "pins " + (" ".join(at(id_) for id_ in value) or "(none)")
     return f"{aside.kind}{_author(aside.author)}: {one_line(_json(value), 80)}"
@@ -179,7 +185,8 @@ def render(conversation: Conversation, title: str = "") -> list[str]:
     refs = list(conversation.entries())
     drawn: dict[int, list[Aside]] = {}
     for _, aside in conversation.asides():
-        drawn.setdefault(conversation.aside_position(aside), []).append(aside)
+        if aside.kind != STEP_KIND:  # a live marker: the draft line shows the work
+            drawn.setdefault(conversation.aside_position(aside), []).append(aside)
     index_of = conversation.index_of
     for at in range(len(refs) + 1):
         for aside in drawn.get(at, []):
@@ -267,7 +274,11 @@ class Watcher:
         lines.extend(describe_entry(at, entries[at]) for at in range(same, len(entries)))
         self._entries = entries
 
-        asides = {id_: aside for id_, aside in conversation.asides() if aside.saved}
+        asides = {
+            id_: aside
+            for id_, aside in conversation.asides()
+            if aside.saved and aside.kind != STEP_KIND
+        }
         index_of = conversation.index_of
         for id_, aside in asides.items():
             old_aside = self._asides.get(id_)
@@ -371,7 +382,9 @@ class Bottom:
             return
         before, self._seen = self._seen, seen
         tail, self._tail = self._tail, conversation.entry(length - 1)
-        asides = conversation.asides()  # a copy of the list, compared by identity first
+        # A copy of the list, compared by identity first; step markers are live state, not
+        # drawn (the draft line shows the work).
+        asides = [item for item in conversation.asides() if item[1].kind != STEP_KIND]
         index_of, is_retired = conversation.index_of, conversation.is_retired
         # When the entry that was last is still there, no reset replaced the entries (a reset
         # from the hub brings new objects), so every entry taken out since was retired (its

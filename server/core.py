@@ -32,6 +32,7 @@ from typing import Generic, TypeVar
 import msgspec
 
 from sync import (
+    Aside,
     AsideChange,
     Assistant,
     Author,
@@ -53,6 +54,7 @@ from sync import (
 from sync.budget import Budget
 from sync.errors import ApplyError, ErrorCode, LocalProtocolError
 from sync.frames import RECORDS_OVERHEAD, records_frames, state_frames
+from sync.ids import IdMinter
 from sync.protocol import (
     Ack,
     AuthOk,
@@ -70,6 +72,15 @@ from sync.protocol import (
     encode_message,
 )
 from sync.rebase import place
+from sync.steer import (
+    QUEUED_KIND,
+    STOP_KIND,
+    Steering,
+    landing_records,
+    queued_entry,
+    queued_id,
+    user_text_push,
+)
 from sync.strict import strict_violation
 
 from .auth import ANONYMOUS, AuthError, Grant
@@ -296,6 +307,14 @@ class RoomCore(Generic[C]):
         self.presence: PresenceBoard[C] = PresenceBoard(self.metrics, config.presence_throttle)
         self._hellos: dict[C, Hello] = {}
         self._now = 0  # the latest time a caller gave (ms)
+        # Steering (SPEC 10): the markers and queue standing, kept from the records that land
+        # so the mid-step check on every push is O(1) plus the last step; and the revision
+        # right after the latest user request landed (0 after a load: nothing is superseded
+        # by a request this room did not see land).
+        self.steering = Steering()
+        self._request_revision = 0
+        self._queuers: dict[str, str] = {}  # queued aside -> the mark key of who queued it
+        self._ids = IdMinter(lambda: self._now)  # the STOPPED note before a landing queue
 
     # ------------------------------------------------------------------ driving
 
@@ -324,16 +343,19 @@ class RoomCore(Generic[C]):
         self._snapshot_bytes = self._bytes_since_snapshot = 0
         self._recent, self._recent_from = [], 0
         self._edited, self._edits_from = {}, 0 if loaded is None else loaded.revision
+        self._request_revision = 0
         if loaded is None:
             self.conversation = Conversation()
             self.lineage, self.revision, self.exists = Lineage.fresh(), 0, False
             self.marks = {}
+            self.steering.rebuild(self.conversation)
             return
         conversation = decode_state(loaded.snapshot) if loaded.snapshot else Conversation()
         for data in loaded.records:
             conversation.apply(decode_record(data))
         conversation.continue_log(loaded.lineage, loaded.revision)
         self.conversation = conversation
+        self.steering.rebuild(conversation)
         self.lineage, self.revision, self.exists = loaded.lineage, loaded.revision, True
         self.marks = dict(loaded.clients)
         keep = self.config.recent_records
@@ -555,6 +577,9 @@ class RoomCore(Generic[C]):
         clash = self._draft_clash(conn, batch.records) if self.drafts.drafts else None
         if clash is not None:
             return [Send(conn, self._reject(batch, "invalid", clash))]
+        steer = self._steer_refusal(batch, key)
+        if steer is not None:
+            return [Send(conn, self._reject(batch, *steer))]
         since = len(self.conversation)
         placed = batch.revision != self.revision
         if placed:
@@ -601,15 +626,79 @@ class RoomCore(Generic[C]):
                 record if record.at is not None else msgspec.structs.replace(record, at=now)
                 for record in landed
             ]
+        steering = self.steering
+        if steering.touches(records):
+            steering = steering.copy()
+            steering.track(self.conversation, records)
+        queue = self._landing(steering, now)
+        if queue:
+            undo = _both(undo, self.conversation.apply_batch(queue))
         encoded = [encode(record) for record in records]
+        pushed = len(encoded)
+        encoded += [encode(record) for record in queue]
         from_ = self.revision
         append = AppendRecords(
             self.lineage, from_, encoded, key, ClientMark(batch.seq, from_, from_ + len(encoded))
         )
+        done = (records, queue, steering)
         return self._call(
             append,
-            lambda outcome: self._appended(conn, batch, append, undo, placed, outcome, records),
+            lambda outcome: self._appended(
+                conn, batch, append, undo, placed, outcome, pushed, done
+            ),
         )
+
+    def _steer_refusal(self, batch: PushBatch, key: str) -> tuple[RejectReason, str] | None:
+        """Why `batch` may not land as sent for steering (SPEC 10), or None: user text
+        mid-step (or while a stop stands) waits as queued input; an assistant message made on
+        a base older than a user request that landed since is superseded; a stop naming a
+        turn that ended is refused; a queued entry is put only as `queue_records` makes it,
+        and withdrawn only by whoever queued it (`key`)."""
+        steering = self.steering
+        conversation = self.conversation
+        if user_text_push(batch.records):
+            if steering.stops or steering.mid_step(conversation):
+                return "queued", "mid-step: the hub lands it once the step ends"
+            return None
+        if batch.revision < self._request_revision and _pushes_assistant(batch.records):
+            return "superseded", "a user request landed after the base of this answer"
+        for record in batch.records:
+            change = record.change
+            if type(change) is not AsideChange:
+                continue
+            aside = change.aside
+            if aside is None:
+                queuer = self._queuers.get(change.id)
+                if queuer is not None and queuer != key and change.id in steering.queue:
+                    return "forbidden", "only the sender may withdraw a queued entry"
+            elif aside.kind == STOP_KIND and _turn_ended(conversation, aside):
+                return "turn_ended", "the stop names a turn that has ended"
+            elif aside.kind == QUEUED_KIND:
+                entry = queued_entry(aside)
+                if entry is None or queued_id(entry.id) != change.id:  # type: ignore[arg-type]
+                    return "invalid", "a queued aside holds one user text entry, under its id"
+                if conversation.holds(entry.id) or conversation.is_retired(entry.id):  # type: ignore[arg-type]
+                    return "invalid", f"entry id {entry.id} is in the log already"
+        return None
+
+    def _landing(self, steering: Steering, now: int) -> list[ChangeRecord]:
+        """The records that land the queue after the push folded in already, when it leaves
+        the log not mid-step with no stop standing (`Steering.lands`); else none."""
+        if not steering.queue or not steering.lands(self.conversation):
+            return []
+        note = self._ids.message_id(now)  # taken only when the note goes in
+        return landing_records(self.conversation, list(steering.queue), now, note)
+
+    def _steered(self, records: Sequence[ChangeRecord], revision: int) -> None:
+        """`records` landed, the log now at `revision`: follow them in the steering index,
+        and note when a user request landed."""
+        if self.steering.touches(records):
+            self.steering.track(self.conversation, records)
+            queue = self.steering.queue
+            for id_ in [id_ for id_ in self._queuers if id_ not in queue]:
+                del self._queuers[id_]
+        if any(user_text_push([record]) for record in records if type(record.change) is Push):
+            self._request_revision = revision
 
     def _appended(
         self,
@@ -619,20 +708,34 @@ class RoomCore(Generic[C]):
         undo: Callable[[], None],
         placed: bool,
         outcome: object,
-        records: Sequence[ChangeRecord],
+        pushed: int,
+        done: tuple[list[ChangeRecord], list[ChangeRecord], Steering],
     ) -> list[Action[C]]:
         if isinstance(outcome, Exception):
             undo()
             return self._not_appended(conn, batch, append, outcome)
         self.exists = True
         from_ = append.from_
-        self._note_edits(from_, records)
         self.revision = append.mark.ack_revision
         self.marks[append.client] = append.mark
         self._remember(append.records)
+        records, queue, steering = done
+        self._note_edits(from_, [*records, *queue])
+        self.steering = steering
+        self._steered(records, from_ + pushed)
+        for record in records:
+            change = record.change
+            if type(change) is AsideChange and change.id in steering.queue:
+                self._queuers[change.id] = append.client
+        if queue:
+            self._steered(queue, self.revision)
         # The bare client id (a replica knows its own pushes by it), not the mark's store key.
         origin = PushOrigin(self.subscribers.get(conn, append.client), batch.seq)
-        frames = records_frames(from_, append.records, origin, self.config.max_frame)
+        max_frame = self.config.max_frame
+        frames = records_frames(from_, append.records[:pushed], origin, max_frame)
+        # A queue landed in the same append: made by the hub (no origin), sent to everyone
+        # right after the pusher's ack, which counts them (SPEC 10).
+        landed = records_frames(from_ + pushed, append.records[pushed:], None, max_frame)
         # A placed push may differ from what was sent: the pusher gets what landed, then the ack.
         # The ack goes before the others' records: a pipelined writer sends its next batch on
         # it (docs/design.md, "Performance choices"; sending the records first was measured and
@@ -644,6 +747,8 @@ class RoomCore(Generic[C]):
             others = self._others[conn] = [other for other in self.subscribers if other != conn]
         if others:
             actions += [Broadcast(others, frame) for frame in frames]
+        if queue:
+            actions += [Broadcast(list(self.subscribers), frame) for frame in landed]
         if self.drafts.drafts:
             actions += self._drafts_landed(batch.records)  # in the same step as the records
         metrics = self.metrics
@@ -787,6 +892,7 @@ class RoomCore(Generic[C]):
             self.conversation.apply(record)
         self._note_edits(from_, decoded)
         self.revision += len(records)
+        self._steered(decoded, self.revision)
         self.conversation.continue_log(self.lineage, self.revision)
         self.exists = True
         self._remember(records)
@@ -972,15 +1078,12 @@ class RoomCore(Generic[C]):
         return live_actions(out)
 
     def _drafts_landed(self, records: Sequence[ChangeRecord]) -> list[Action[C]]:
-        """Records landed: drafts whose ids they made held end `committed`; a stop ends every
-        other one `stopped`."""
+        """Records landed: drafts whose ids they made held end `committed`; a stop (a halt
+        `stopped` or a stop request) ends every other one `stopped`."""
         if not self.drafts.drafts:
             return []
         out = self.drafts.end_held(_entry_ids(records), lambda owner: True)
-        if any(
-            isinstance(record.change, HaltChange) and record.change.halt is Halt.STOPPED
-            for record in records
-        ):
+        if any(_stops(record) for record in records):
             out += self.drafts.end_all("stopped")
         self.presence.set_drafting(self.drafts.owners())
         return live_actions(out)
@@ -1073,6 +1176,48 @@ def _strict_check(
         return None
     violation = strict_violation(conversation, since)
     return None if violation is None else violation.message
+
+
+def _both(first: Callable[[], None], then: Callable[[], None]) -> Callable[[], None]:
+    """Undo `then`, then `first` (two folds, the later one on top)."""
+
+    def undo() -> None:
+        then()
+        first()
+
+    return undo
+
+
+def _stops(record: ChangeRecord) -> bool:
+    """Whether `record` stops the turn: a halt `stopped`, or a stop request (SPEC 10: the
+    worker's drafts end `stopped`, which cancels its model call within one round trip)."""
+    change = record.change
+    if type(change) is HaltChange:
+        return change.halt is Halt.STOPPED
+    return (
+        type(change) is AsideChange and change.aside is not None and change.aside.kind == STOP_KIND
+    )
+
+
+def _pushes_assistant(records: Sequence[ChangeRecord]) -> bool:
+    """Whether `records` push (or splice in) an assistant message."""
+    for record in records:
+        change = record.change
+        if isinstance(change, Push | Splice):
+            if any(type(entry.message) is Assistant for entry in change.entries):
+                return True
+    return False
+
+
+def _turn_ended(conversation: Conversation, aside: Aside) -> bool:
+    """Whether stop request `aside` names a turn whose record has ended."""
+    value = aside.value
+    turn = value.get("turn") if isinstance(value, dict) else None
+    if type(turn) is not int:
+        return False
+    return any(
+        record.index == turn and record.end is not None for _, record in conversation.turns()
+    )
 
 
 def _entry_ids(records: Sequence[ChangeRecord]) -> list[str]:

@@ -21,6 +21,7 @@ from typing import Final, Literal, NamedTuple
 
 __all__ = [
     "CODES",
+    "REJECTS",
     "AnswerError",
     "ApplyError",
     "CodeInfo",
@@ -31,6 +32,7 @@ __all__ = [
     "PairingError",
     "ProtocolError",
     "Refused",
+    "RejectRule",
     "RemoteProtocolError",
     "Retry",
     "SnapshotError",
@@ -38,6 +40,7 @@ __all__ = [
     "UsageError",
     "close_code_of",
     "code_of_close",
+    "reject_rule",
     "retry_of",
     "sole_exception",
 ]
@@ -95,6 +98,32 @@ CODES: Final[dict[ErrorCode, CodeInfo]] = {
 }
 """The one table of error codes: the websocket close code that follows each, and the retry
 rule replicas (Python and JavaScript) follow."""
+
+RejectRule = Literal["replay", "final", "queue"]
+"""What a replica does with a rejected push: replay it on the log once the records it missed
+arrive, report each record as a `Conflict` (resending cannot help), or replay it as queued
+input (`sync.steer.queue_records`)."""
+
+REJECTS: Final[dict[str, RejectRule]] = {
+    "behind": "replay",
+    "lineage": "replay",
+    "invalid": "final",
+    "forbidden": "final",  # a token without `write`
+    # Steering (SPEC 10): user text mid-step waits as a queued aside; an assistant push made
+    # on a base older than a user request that landed since, and a push or stop for a turn
+    # that ended, can never land as sent.
+    "queued": "queue",
+    "superseded": "final",
+    "turn_ended": "final",
+}
+"""The one table of reject reasons and what replicas (Python and JavaScript) do with each; a
+reason not in it (a newer hub) is final."""
+
+
+def reject_rule(reason: str) -> RejectRule:
+    """What a replica does with a push rejected for `reason` (`REJECTS`; final when unknown)."""
+    return REJECTS.get(reason, "final")
+
 
 _BY_NAME: Final[dict[str, CodeInfo]] = {code: info for code, info in CODES.items()}
 

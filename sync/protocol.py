@@ -103,7 +103,10 @@ def is_conversation_id(value: object) -> bool:
     return isinstance(value, str) and _CONVERSATION_ID.fullmatch(value) is not None
 
 
-RejectReason = Literal["behind", "lineage", "invalid", "forbidden"]
+RejectReason = Literal[
+    "behind", "lineage", "invalid", "forbidden", "queued", "superseded", "turn_ended"
+]
+"""Why a push was rejected; `sync.errors.REJECTS` says what a replica does with each."""
 
 
 # ---------------------------------------------------------------- replica -> hub

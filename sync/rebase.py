@@ -36,6 +36,7 @@ from .entries import Aside, Entry
 from .errors import ApplyError, UsageError
 from .ids import MessageId
 from .merge import merge_aside, merge_entry
+from .steer import queued_entry_id
 
 __all__ = ["Conflict", "needs_base", "place", "rebase", "replay_pushes"]
 
@@ -345,7 +346,11 @@ def _retarget(
         case AsideChange(id_, aside):
             if aside is None:
                 current = local.aside(id_)
-                return record if current is not None and current.saved else None
+                if current is not None and current.saved:
+                    return record
+                if local.holds(queued_entry_id(id_)):  # SPEC 10: too late to withdraw
+                    return Conflict(record, "landed", "the queued entry has landed")
+                return None
             return record
         case Reset():
             return record

@@ -57,6 +57,7 @@ from sync import (
     User,
     encode,
     errors,
+    steer,
 )
 from sync.changes import AsideChange, ConversationState, HaltChange, Push, Reset
 from sync.codec import decode_record
@@ -1219,6 +1220,103 @@ def _merge_cases() -> Json:
     }
 
 
+# ---------------------------------------------------------------- steering (SPEC 10)
+
+
+def _steer_cases() -> Json:
+    """The queued rule (a push refused `queued` replayed as `rig.queued` asides), mid-step,
+    and the reject table, for both replicas."""
+    call = Assistant([Text("looking"), ToolCall("c1", "search", {"q": "x"})])
+    result = Message.tool_result("c1", "search", "found")
+
+    def log_of(build: Callable[[Conversation], object], seed: int) -> Conversation:
+        conversation = _fresh(seed)
+        build(conversation)
+        return conversation
+
+    queue: list[Json] = []
+
+    def queue_case(name: str, build: Callable[[Conversation], object], seed: int) -> None:
+        made = log_of(build, seed)
+        records = made.unsaved()
+        after = "msg_0190b0a000007000800000000000000a"
+        replayed = steer.queue_records(records, after)
+        queue.append(
+            {
+                "name": name,
+                "records": [_json(r) for r in records],
+                "after": after,
+                "expect": None if replayed is None else [_json(r) for r in replayed],
+            }
+        )
+
+    queue_case("one user message", lambda c: c.push(Message.user("also y")), 101)
+    queue_case(
+        "two messages in order, one by a plugin",
+        lambda c: (
+            c.push(Message.user("a")),
+            c.push(Entry(Message.user("b"), author=Author.plugin("hints"))),
+        ),
+        102,
+    )
+    queue_case(
+        "a stop request typed with a message: the request stays",
+        lambda c: (
+            c.add_aside(Aside(steer.STOP_KIND, None, Author.user(), steer.step_value(None, 5))),
+            c.push(Message.user("next")),
+        ),
+        103,
+    )
+    queue_case("a tool result is never queued", lambda c: c.push(result), 104)
+    queue_case(
+        "a halt is never queued",
+        lambda c: (c.push(Message.user("x")), c.take_unsaved(), c.halt("kept")),
+        105,
+    )
+
+    mid: list[Json] = []
+
+    def mid_case(name: str, build: Callable[[Conversation], object], seed: int) -> None:
+        made = log_of(build, seed)
+        mid.append(
+            {
+                "name": name,
+                "records": [_json(r) for r in made.unsaved()],
+                "mid_step": steer.mid_step(made),
+            }
+        )
+
+    mid_case("a request alone", lambda c: c.push(Message.user("a")), 111)
+    mid_case("a call nothing answers", lambda c: c.extend([Message.user("a"), call]), 112)
+    mid_case("its result answers it", lambda c: c.extend([Message.user("a"), call, result]), 113)
+    mid_case(
+        "a step marker stands",
+        lambda c: (
+            c.push(Message.user("a")),
+            c.add_aside(Aside(steer.STEP_KIND, None, Author.rig(), steer.step_value(0, 5))),
+        ),
+        114,
+    )
+    mid_case(
+        "a failed reply after a call owes nothing",
+        lambda c: c.extend([Message.user("a"), call, Message.assistant("x", Stop("error"))]),
+        115,
+    )
+    mid_case(
+        "a failed reply's own call owes nothing",
+        lambda c: c.extend(
+            [Message.user("a"), Assistant([ToolCall("c2", "search")], Stop("error"))]
+        ),
+        116,
+    )
+    return {
+        "queue": queue,
+        "mid_step": mid,
+        "rejects": dict(errors.REJECTS),
+        "unknown_reject": errors.reject_rule("some_newer_reason"),
+    }
+
+
 def build() -> dict[str, str]:
     """The vector files by name, as text."""
     files = {
@@ -1227,6 +1325,7 @@ def build() -> dict[str, str]:
         "rebase.json": {"cases": _rebase_cases()},
         "session.json": {"cases": _session_cases()},
         "merge.json": _merge_cases(),
+        "steer.json": _steer_cases(),
     }
     codes = _codes()
     if codes is not None:

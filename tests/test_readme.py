@@ -76,6 +76,18 @@ def test_readme_draft_example_stops_the_model_call(tmp_path: Path) -> None:
     assert stopped_at < 100  # the model call was cancelled about a round trip after the halt
 
 
+def test_readme_steering_example_queues_then_stops(tmp_path: Path) -> None:
+    """The steering example in README.md runs: the message typed while the tool ran lands
+    after its result, and Stop cancels the second tool run and halts the turn `stopped`."""
+    code = readme_block(after="## Steering a running agent")
+    assert "cancel_on_stop()" in code and "finish_stopped(talk)" in code
+    result = run_python(code, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "worker holds: ['', 'Only direct flights, please.']" in result.stdout
+    assert "tool cancelled: True" in result.stdout
+    assert "ui halted: stopped" in result.stdout
+
+
 def test_readme_running_it_for_real_example_runs(tmp_path: Path) -> None:
     """The token-protected example in "Running it for real" runs: the read-only UI's edit is
     refused as `forbidden` and a conversation outside its token is refused at once."""

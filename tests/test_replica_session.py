@@ -14,6 +14,7 @@ from strategies import Run, draw_op, operations
 from client.session import Applied, Connected, Rebased, ReplicaSession, Reset
 from sync import (
     Aside,
+    AsideChange,
     Assistant,
     Author,
     ChangeRecord,
@@ -38,6 +39,7 @@ from sync.protocol import (
     decode_hub_message,
 )
 from sync.rebase import Conflict
+from sync.steer import queued_entry, queued_id
 
 
 def replica(hub: FakeHub, name: str) -> tuple[ReplicaSession, Link]:
@@ -471,8 +473,8 @@ def link_step(step: tuple[Any, ...], links: list[Link], runs: list[Run]) -> bool
 
 
 def assert_nothing_lost(hub: FakeHub, links: list[Link], runs: list[Run]) -> None:
-    """Every entry a replica minted is in the log (held or retired) or was reported in a
-    conflict."""
+    """Every entry a replica minted is in the log (held or retired, or queued in a
+    `rig.queued` aside while a step runs: SPEC 10) or was reported in a conflict."""
     for link, run in zip(links, runs, strict=True):
         conflicted = {
             entry.id
@@ -480,9 +482,22 @@ def assert_nothing_lost(hub: FakeHub, links: list[Link], runs: list[Run]) -> Non
             if isinstance(event, Conflict)
             for entry in getattr(event.record.change, "entries", [])
         }
+        # An entry queued mid-step travels in a `rig.queued` aside put: a conflict of that
+        # record reports the entry.
+        conflicted |= {
+            entry.id
+            for event in link.events
+            if isinstance(event, Conflict)
+            and isinstance(event.record.change, AsideChange)
+            and event.record.change.aside is not None
+            and (entry := queued_entry(event.record.change.aside)) is not None
+        }
         for id_ in run.minted:
             assert (
-                hub.conversation.holds(id_) or hub.conversation.is_retired(id_) or id_ in conflicted
+                hub.conversation.holds(id_)
+                or hub.conversation.is_retired(id_)
+                or hub.conversation.aside(queued_id(id_)) is not None
+                or id_ in conflicted
             ), id_
 
 

@@ -11,10 +11,11 @@ import pytest
 
 from sync import Conversation, encode
 from sync.codec import decode_message, decode_record
-from sync.errors import ApplyError, DecodeError
+from sync.errors import REJECTS, ApplyError, DecodeError, reject_rule
 from sync.ids import is_aside_id, is_message_id, made_ms
 from sync.merge import diff, merge_message, merge_text
 from sync.rebase import rebase
+from sync.steer import mid_step, queue_records
 
 VECTORS = Path(__file__).parent / "vectors"
 
@@ -122,3 +123,26 @@ def test_merge_vectors() -> None:
         )
         merged = merge_message(base, ours, theirs)
         assert (None if merged is None else _plain(merged)) == case["merged"], case["name"]
+
+
+@pytest.mark.parametrize("case", _load("steer.json")["queue"], ids=lambda case: case["name"])
+def test_queue_vector(case: Any) -> None:
+    """A push refused `queued` replays as the `rig.queued` aside puts the vector lists."""
+    records = [decode_record(json.dumps(data)) for data in case["records"]]
+    replayed = queue_records(records, case["after"])
+    expect = case["expect"]
+    assert (None if replayed is None else [_plain(r) for r in replayed]) == expect
+
+
+@pytest.mark.parametrize("case", _load("steer.json")["mid_step"], ids=lambda case: case["name"])
+def test_mid_step_vector(case: Any) -> None:
+    conversation = Conversation()
+    for data in case["records"]:
+        conversation.apply(decode_record(json.dumps(data)))
+    assert mid_step(conversation) is case["mid_step"]
+
+
+def test_reject_table_vector() -> None:
+    vectors = _load("steer.json")
+    assert REJECTS == vectors["rejects"]
+    assert reject_rule("some_newer_reason") == vectors["unknown_reject"]

@@ -297,6 +297,7 @@ export type SessionEvent =
   | { type: 'draft'; id: string }
   | { type: 'draft_end'; id: string; status: string }
   | { type: 'presence'; joined: string[]; left: string[]; changed: string[] }
+  | { type: 'queued'; ids: string[]; mine: boolean }
   | Conflict;
 
 /** A message in progress (SPEC §7), as the hub streams it; `parts` only grow. */
@@ -386,6 +387,21 @@ export type ConnectionState = 'connecting' | 'connected' | 'disconnected' | 'clo
 
 export type Retry = 'never' | 'new_token' | 'backoff' | 'at_once';
 /** The one table of error codes (SPEC §5): close code and retry rule per code. */
+// Steering (SPEC §10).
+export const STEP_KIND: 'rig.step';
+export const QUEUED_KIND: 'rig.queued';
+export const STOP_KIND: 'rig.stop';
+export type RejectRule = 'replay' | 'final' | 'queue';
+export const REJECTS: Readonly<Record<string, RejectRule>>;
+export function rejectRule(reason: string): RejectRule;
+export function isUserText(entry: Entry): boolean;
+export function queuedId(entryId: string): string;
+export function queuedEntryId(asideId: string): string;
+export function queueRecords(records: ChangeRecord[], after: string | null): ChangeRecord[] | null;
+export function stepPending(conversation: Conversation): boolean;
+export function midStep(conversation: Conversation): boolean;
+export function stop(conversation: Conversation, now?: number): boolean;
+
 export const CODES: Readonly<Record<string, { close: number; retry: Retry }>>;
 export function retryOf(code: string): Retry;
 export function closeCodeOf(code: string): number;

@@ -1851,7 +1851,11 @@ function retarget(local, record, anchor) {
     case 'aside': {
       if (change.aside === null) {
         const current = local.aside(change.id);
-        return current !== null && current.saved ? record : null;
+        if (current !== null && current.saved) return record;
+        // SPEC §10: a queued entry that landed can no longer be withdrawn.
+        if (local.holds(queuedEntryId(change.id)))
+          return conflict(record, 'landed', 'the queued entry has landed');
+        return null;
       }
       return record;
     }
@@ -1962,6 +1966,152 @@ function monotonicMs() {
   return globalThis.performance?.now?.() ?? Date.now();
 }
 
+// ---------------------------------------------------------------- steering (SPEC §10)
+
+/** A model call is under way: value `{turn, at}`. */
+export const STEP_KIND = 'rig.step';
+/** User input waiting for the step to end: value the entry. */
+export const QUEUED_KIND = 'rig.queued';
+/** The user asked the turn to stop: value `{turn, at}`. */
+export const STOP_KIND = 'rig.stop';
+
+/**
+ * What a replica does with a push rejected for each reason (`sync.errors.REJECTS`): replay it
+ * once the records it missed arrive, report its records as conflicts, or queue its user text.
+ * @type {Readonly<Record<string, 'replay' | 'final' | 'queue'>>}
+ */
+export const REJECTS = Object.freeze({
+  behind: 'replay',
+  lineage: 'replay',
+  invalid: 'final',
+  forbidden: 'final',
+  queued: 'queue',
+  superseded: 'final',
+  turn_ended: 'final',
+});
+
+/** The rule for a reject `reason`; final when unknown (a newer hub). @param {string} reason */
+export function rejectRule(reason) {
+  return Object.hasOwn(REJECTS, reason) ? REJECTS[reason] : 'final';
+}
+
+/** Whether `entry` is the user's own message (a user message holding no tool result). */
+export function isUserText(entry) {
+  const message = entry.message;
+  return message.role === 'user' && !message.content.some((part) => part.type === 'tool_result');
+}
+
+/** The id of the queued aside holding entry `entryId`. @param {string} entryId */
+export function queuedId(entryId) {
+  return 'aside_' + entryId.slice('msg_'.length);
+}
+
+/** The id of the entry queued aside `asideId` holds. @param {string} asideId */
+export function queuedEntryId(asideId) {
+  return 'msg_' + asideId.slice('aside_'.length);
+}
+
+/**
+ * The rebase rule for a push refused `queued` (`sync.steer.queue_records`): each entry of the
+ * user's own text a push brings becomes a `rig.queued` aside put, in order, drawn after
+ * `after`; the other entries of that push stay a push before them; other records stay.
+ * Null when no record pushes user text.
+ * @param {ChangeRecord[]} records @param {string | null} after @returns {ChangeRecord[] | null}
+ */
+export function queueRecords(records, after) {
+  if (!records.some((r) => r.change.type === 'push' && r.change.entries.some(isUserText))) {
+    return null;
+  }
+  const replayed = [];
+  for (const record of records) {
+    const change = record.change;
+    if (change.type !== 'push') {
+      replayed.push(record);
+      continue;
+    }
+    const rest = change.entries.filter((entry) => !isUserText(entry));
+    if (rest.length > 0) {
+      replayed.push(
+        rest.length === change.entries.length
+          ? record
+          : { ...record, change: { type: 'push', entries: rest } },
+      );
+    }
+    for (const entry of change.entries) {
+      if (!isUserText(entry)) continue;
+      const author = entry.author ?? Author.user();
+      const value = {
+        message: entry.message,
+        id: entry.id,
+        author: entry.author ?? null,
+        source_id: entry.source_id ?? null,
+      };
+      const aside = { kind: QUEUED_KIND, after, author, value, saved: true };
+      replayed.push({
+        change: { type: 'aside', id: queuedId(entry.id), aside },
+        by: author,
+        at: record.at ?? null,
+      });
+    }
+  }
+  return replayed;
+}
+
+/**
+ * Whether the last assistant message a model reads has a call nothing answers yet, read from
+ * the end back to it (as `sync.steer.step_pending`). @param {Conversation} conversation
+ */
+export function stepPending(conversation) {
+  /** @type {Map<string, number>} */
+  const answered = new Map();
+  for (let at = conversation.length - 1; at >= 0; at -= 1) {
+    const message = /** @type {Entry} */ (conversation.entry(at)).message;
+    if (message.role === 'user') {
+      const results = message.content.filter((part) => part.type === 'tool_result');
+      if (results.length !== message.content.length) return false;
+      for (const result of results)
+        answered.set(result.call_id, (answered.get(result.call_id) ?? 0) + 1);
+    } else if (message.role === 'assistant') {
+      if (isFailedReply(message)) return false;
+      for (const part of message.content) {
+        if (part.type !== 'tool_call') continue;
+        const left = answered.get(part.id) ?? 0;
+        if (left === 0) return true;
+        answered.set(part.id, left - 1);
+      }
+      return false;
+    }
+  }
+  return false;
+}
+
+/**
+ * Whether `conversation` is mid-step (SPEC §10): a `rig.step` marker stands, or the last
+ * assistant message a model reads has pending calls. @param {Conversation} conversation
+ */
+export function midStep(conversation) {
+  if (conversation.asides().some(([, aside]) => aside.kind === STEP_KIND)) return true;
+  return stepPending(conversation);
+}
+
+/**
+ * Ask the running turn to stop (SPEC §10), as `Replica.stop` in Python: while a turn record
+ * is open or `conversation` is mid-step, put a stop request (`rig.stop`, value `{turn, at}`);
+ * otherwise halt the user's last request `stopped`. Whether anything was asked.
+ * @param {Conversation} conversation @param {number} [now]
+ */
+export function stop(conversation, now = Date.now()) {
+  const turns = conversation.turns();
+  const last = turns.length > 0 ? turns[turns.length - 1][1] : null;
+  const openTurn = last !== null && last.end === null ? last.index : null;
+  if (openTurn === null && !midStep(conversation)) return conversation.halt('stopped');
+  if (conversation.asides().some(([, aside]) => aside.kind === STOP_KIND)) return true;
+  const after = conversation.length > 0 ? conversation.id(conversation.length - 1) : null;
+  const value = { turn: openTurn, at: now };
+  conversation.addAside({ kind: STOP_KIND, after, author: Author.user(), value, saved: true });
+  return true;
+}
+
 export class ReplicaSession {
   #maxFrame = MAX_FRAME;
 
@@ -2000,6 +2150,9 @@ export class ReplicaSession {
     /** @type {Conversation | null} */
     this.beforeCatchUp = null;
     this.rebaseDue = false; // rebase `local` at the end of the catch-up, moved or not
+    // The revision the last ack said this replica will hold: a queue the hub landed with the
+    // push follows its ack (SPEC §10); no push goes until those records are in.
+    this.owed = 0;
     /** @type {any} */
     this.partial = null;
     /** @type {Entry[]} */
@@ -2041,7 +2194,9 @@ export class ReplicaSession {
 
   /** Welcomed and caught up: pushes can go. */
   get ready() {
-    return this.welcome !== null && !this.catchingUp;
+    return (
+      this.welcome !== null && !this.catchingUp && this.confirmed.revision >= this.owed
+    );
   }
 
   /** Caught up with nothing pending and nothing in flight. */
@@ -2056,6 +2211,7 @@ export class ReplicaSession {
     this.partial = null;
     this.partialEntries = [];
     this.held = []; // the hub sends them again in the catch-up
+    this.owed = 0; // the catch-up brings them
     return {
       type: 'hello',
       client: this.client,
@@ -2394,6 +2550,7 @@ export class ReplicaSession {
     }
     confirmed.continueLog(message.lineage, message.revision);
     this.held = []; // the state holds them
+    this.owed = 0; // a state holds whatever an ack said would follow, or replaces it
     const old = this.confirmed;
     this.confirmed = confirmed;
     const events = [{ type: 'reset', lineage: message.lineage, revision: message.revision }];
@@ -2416,26 +2573,28 @@ export class ReplicaSession {
     if (landed !== null) {
       // Placed by the hub: `confirmed` holds it already, as it landed. Replay what was made on
       // top of the batch as sent onto the log as it is.
-      if (ack.revision !== confirmed.revision || ack.from !== ack.revision - landed.length) {
+      if (ack.revision < confirmed.revision || ack.from !== confirmed.revision - landed.length) {
         throw new ProtocolError(
           'gap',
           `ack ${ack.from}..${ack.revision} for ${landed.length} placed records at ${confirmed.revision}`,
         );
       }
       this.inflight = null;
+      this.owed = ack.revision;
       this.local.beforeEdit(null); // the base-keeping hook, if it is still armed
       return [
         { type: 'applied', count: landed.length, revision: confirmed.revision },
         ...this.#rebaseLocal(batch.base),
       ];
     }
-    if (ack.from !== confirmed.revision || ack.revision !== ack.from + batch.records.length) {
+    if (ack.from !== confirmed.revision || ack.revision < ack.from + batch.records.length) {
       throw new ProtocolError(
         'gap',
         `ack ${ack.from}..${ack.revision} for ${batch.records.length} records at ${confirmed.revision}`,
       );
     }
     this.inflight = null;
+    this.owed = ack.revision; // more than the batch: a queue landed with it, and follows
     foldAll(confirmed, batch.records);
     return [];
   }
@@ -2456,9 +2615,11 @@ export class ReplicaSession {
     if (batch.doomed) return [];
     // What the batch (and what was made on top of it) was made on: `confirmed` before the
     // records that overtook it, copied only when needed.
+    const rule = rejectRule(reject.reason);
+    if (rule === 'queue') return this.#queue(batch.records);
     const pending = batch.records.concat(this.local.unsaved());
     // `forbidden` (a token without `write`) is final like `invalid`: resending cannot help.
-    const final = reject.reason === 'invalid' || reject.reason === 'forbidden';
+    const final = rule === 'final';
     const base = needsBase(pending) || final ? confirmed.copy() : null;
     const events = this.#foldHeld();
     if (!final) {
@@ -2475,6 +2636,29 @@ export class ReplicaSession {
       ...events,
       ...this.#rebaseLocal(folded(/** @type {Conversation} */ (base), batch.records)),
     ];
+  }
+
+  /**
+   * The batch of user text `records` was refused `queued` (SPEC §10): replay it as
+   * `rig.queued` asides (`queueRecords`) ahead of what was made on top, on the log as it is.
+   * @param {ChangeRecord[]} records
+   */
+  #queue(records) {
+    const events = this.#foldHeld();
+    const confirmed = this.confirmed;
+    const last = confirmed.length > 0 ? confirmed.id(confirmed.length - 1) : null;
+    const queued = queueRecords(records, last);
+    if (queued === null) {
+      const detail = "refused queued, but not the user's own text";
+      return [...events, ...records.map((record) => conflict(record, 'queued', detail))];
+    }
+    const pending = queued.concat(this.local.unsaved());
+    const base = needsBase(pending) ? confirmed.copy() : null;
+    this.local.returnUnsaved(queued);
+    const ids = queued
+      .filter((r) => r.change.type === 'aside' && r.change.aside?.kind === QUEUED_KIND)
+      .map((r) => /** @type {any} */ (r.change).id);
+    return [...events, { type: 'queued', ids, mine: true }, ...this.#rebaseLocal(base)];
   }
 }
 

@@ -16,8 +16,12 @@ import {
   madeMs,
   mergeMessage,
   mergeText,
+  midStep,
   ProtocolError,
+  queueRecords,
   rebase,
+  REJECTS,
+  rejectRule,
   ReplicaSession,
   retryOf,
 } from '../convsync.js';
@@ -86,6 +90,25 @@ for (const vector of load('rebase.json').cases) {
     );
   });
 }
+
+// Steering (SPEC §10): the queued rule, mid-step and the reject table.
+const steer = load('steer.json');
+for (const vector of steer.queue) {
+  test(`queue: ${vector.name}`, () => {
+    assert.deepEqual(plain(queueRecords(vector.records, vector.after)), vector.expect);
+  });
+}
+for (const vector of steer.mid_step) {
+  test(`mid-step: ${vector.name}`, () => {
+    const conversation = new Conversation();
+    for (const record of vector.records) conversation.apply(record);
+    assert.equal(midStep(conversation), vector.mid_step);
+  });
+}
+test('rejects: the one table of reject reasons', () => {
+  assert.deepEqual(plain(REJECTS), steer.rejects);
+  assert.equal(rejectRule('some_newer_reason'), steer.unknown_reject);
+});
 
 // The error-code table (SPEC §5), once the Python side has it (`sync.errors.CODES`).
 const codesFile = new URL('../../../tests/vectors/codes.json', import.meta.url);

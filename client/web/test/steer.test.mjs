@@ -1,0 +1,114 @@
+// Steering a running agent (SPEC §10) in the JS replica: the queued rule, the ack that counts
+// a landed queue, and stop().
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+
+import {
+  Conversation,
+  Message,
+  QUEUED_KIND,
+  ReplicaSession,
+  STOP_KIND,
+  midStep,
+  queuedId,
+  stop,
+} from '../convsync.js';
+
+const LINEAGE = 77;
+const plain = (value) => JSON.parse(JSON.stringify(value));
+const CALL = {
+  role: 'assistant',
+  content: [{ type: 'tool_call', id: 'c1', name: 'search', arguments: {} }],
+  stop: null,
+  origin: null,
+};
+
+/** A welcomed, caught-up session on a log whose last message is a call nothing answers. */
+function midCall() {
+  const log = new Conversation();
+  log.extend([Message.user('find x'), CALL]);
+  const records = plain(log.unsaved());
+  const session = new ReplicaSession('ui');
+  session.hello();
+  session.receive({ type: 'welcome', lineage: LINEAGE, revision: records.length, acked: 0 });
+  session.receive({ type: 'records', from: 0, records, origin: null });
+  assert.ok(session.ready && midStep(session.local));
+  return session;
+}
+
+test('a push refused queued is replayed as a queued aside, and the entry leaves local', () => {
+  const session = midCall();
+  const id = session.local.push(Message.user('also y'));
+  const { frame } = session.nextPush();
+  assert.ok(frame !== null);
+  const events = session.receive({
+    type: 'reject',
+    seq: 1,
+    reason: 'queued',
+    detail: 'mid-step',
+    lineage: LINEAGE,
+    revision: 1,
+  });
+  assert.deepEqual(events[0], { type: 'queued', ids: [queuedId(id)], mine: true });
+  assert.equal(session.local.length, 2);
+  const aside = session.local.aside(queuedId(id));
+  assert.ok(aside !== null && aside.kind === QUEUED_KIND && aside.value.id === id);
+  const [put] = session.local.unsaved();
+  assert.equal(put.change.type, 'aside');
+  // The aside goes next; its ack counts the result's push too (a queue landed with it).
+  assert.ok(session.nextPush().frame !== null);
+  session.receive({ type: 'ack', seq: 2, from: 1, revision: 5 });
+  session.local.push(Message.user('more'));
+  assert.equal(session.ready, false);
+  assert.equal(session.nextPush().frame, null); // it waits for the records the ack counts
+});
+
+test('a withdrawal of a queued entry that landed is a conflict (landed)', () => {
+  const session = midCall();
+  const id = session.local.push(Message.user('also y'));
+  session.nextPush();
+  session.receive({
+    type: 'reject',
+    seq: 1,
+    reason: 'queued',
+    detail: '',
+    lineage: LINEAGE,
+    revision: 1,
+  });
+  session.nextPush();
+  session.receive({ type: 'ack', seq: 2, from: 1, revision: 2 });
+  session.local.removeAside(queuedId(id));
+  session.nextPush();
+  // The hub landed the queue before the withdrawal: the result, the entry, the aside's removal.
+  const log = Conversation.fromState(plain(session.confirmed.state()));
+  log.push(Message.toolResult('c1', 'search', 'found'));
+  log.push({ message: Message.user('also y'), id });
+  log.removeAside(queuedId(id));
+  const records = plain(log.unsaved());
+  session.receive({ type: 'records', from: 2, records, origin: null });
+  const events = session.receive({
+    type: 'reject',
+    seq: 3,
+    reason: 'behind',
+    detail: '',
+    lineage: LINEAGE,
+    revision: 5,
+  });
+  assert.ok(events.some((event) => event.type === 'conflict' && event.reason === 'landed'));
+  assert.equal(session.local.indexOf(id), 3);
+  assert.equal(session.local.aside(queuedId(id)), null);
+});
+
+test('stop() asks mid-step, and halts stopped otherwise', () => {
+  const working = midCall().local;
+  assert.ok(stop(working, 5));
+  const request = working.asides().find(([, aside]) => aside.kind === STOP_KIND);
+  assert.ok(request !== undefined);
+  assert.deepEqual(request[1].value, { turn: null, at: 5 });
+  assert.equal(working.halted(), null);
+  const idle = new Conversation();
+  idle.push(Message.user('hi'));
+  assert.ok(stop(idle));
+  assert.equal(idle.halted(), 'stopped');
+  assert.equal(stop(new Conversation()), false); // nothing runs, nothing is owed
+});

@@ -1,0 +1,173 @@
+"""Steering a running agent over real websockets on 127.0.0.1 (SPEC 10): a message sent while
+a tool runs, Stop while a tool runs, a steer sent mid-answer."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+
+import anyio
+import pytest
+from conftest import bound, hub_config
+
+from client import Replica, connect
+from server import Hub, MemoryStore
+from sync import Assistant, Halt, Message, Text, ToolCall, User
+from sync.entries import Stopped, is_stopped_note
+from sync.steer import QUEUED_KIND, STOP_KIND, STOPPED_RESULT, finish_stopped
+
+CALL = Assistant([Text("looking"), ToolCall("c1", "search", {"q": "x"})])
+RESULT = Message.tool_result("c1", "search", "found")
+
+
+@pytest.fixture
+async def hub() -> AsyncIterator[Hub]:
+    async with Hub(MemoryStore(), port=0, config=hub_config()) as running:
+        yield running
+
+
+async def until(check: Callable[[], bool], seconds: float = 5.0) -> None:
+    """Wait, bounded, until `check()` holds (a UI's redraw loop polls its state the same way)."""
+    with anyio.fail_after(bound(seconds)):
+        while not check():  # noqa: ASYNC110
+            await anyio.sleep(0.005)
+
+
+def texts(replica: Replica) -> list[str]:
+    return [
+        "".join(p.text for p in m.content if isinstance(p, Text))
+        for m in replica.conversation.messages()
+        if isinstance(m, User | Assistant)
+    ]
+
+
+def queued(replica: Replica) -> int:
+    return sum(aside.kind == QUEUED_KIND for _, aside in replica.conversation.asides())
+
+
+async def asked(ui: Replica, worker: Replica, text: str) -> None:
+    """The user asks `text`; the worker sees it."""
+    ui.conversation.push(Message.user(text))
+    with anyio.fail_after(bound(10)):
+        await ui.flush()
+    await until(worker.conversation.awaits_model)
+
+
+async def test_a_message_sent_while_a_tool_runs_lands_after_its_result_and_is_answered(
+    hub: Hub,
+) -> None:
+    async with (
+        connect(hub.url, "tool", client="worker") as worker,
+        connect(hub.url, "tool", client="ui") as ui,
+    ):
+        await asked(ui, worker, "find x")
+        worker.begin_step()
+        worker.conversation.push(CALL)
+        worker.end_step()
+        with anyio.fail_after(bound(10)):
+            await worker.flush()
+        await until(lambda: len(ui.conversation) == 2)
+        # The tool runs; the user types meanwhile.
+        ui.conversation.push(Message.user("also y"))
+        with anyio.fail_after(bound(10)):
+            await ui.flush()
+        assert texts(ui) == ["find x", "looking"] and queued(ui) == 1
+        await until(lambda: queued(worker) == 1)
+        # The tool's result lands, then the message; the worker holds both once flushed.
+        worker.conversation.push(RESULT)
+        with anyio.fail_after(bound(10)):
+            await worker.flush()
+        assert texts(worker) == ["find x", "looking", "", "also y"]
+        assert worker.conversation.awaits_model() and queued(worker) == 0
+        worker.begin_step()
+        worker.conversation.push(Message.assistant("x is found; y too"))
+        worker.end_step()
+        with anyio.fail_after(bound(10)):
+            await worker.flush()
+        await until(lambda: len(ui.conversation) == 5)
+        assert texts(ui) == ["find x", "looking", "", "also y", "x is found; y too"]
+        ui.conversation.validate()
+        assert ui.conversation == worker.conversation
+
+
+async def test_stop_while_a_tool_runs_cancels_it_and_ends_the_turn_stopped(hub: Hub) -> None:
+    async with (
+        connect(hub.url, "stop", client="worker") as worker,
+        connect(hub.url, "stop", client="ui") as ui,
+    ):
+        await asked(ui, worker, "find x")
+        worker.conversation.open_turn()
+        worker.begin_step()
+        worker.conversation.push(CALL)
+        worker.end_step()
+        with anyio.fail_after(bound(10)):
+            await worker.flush()
+        await until(lambda: len(ui.conversation) == 2 and bool(ui.conversation.turns()))
+        cancelled = anyio.Event()
+        started = anyio.Event()
+
+        async def run_tool() -> None:
+            with worker.cancel_on_stop() as scope:
+                started.set()
+                await anyio.sleep(bound(30))  # a slow tool: only the stop ends it
+            if scope.cancelled_caught:
+                cancelled.set()
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(run_tool)
+            await started.wait()
+            assert ui.stop()
+            ui.conversation.push(Message.user("next, please"))  # typed after Stop
+            with anyio.fail_after(bound(10)):
+                await ui.flush()
+                await cancelled.wait()  # within the round trip that brought the stop
+        assert queued(ui) == 1  # a stop stands: input waits for it
+        assert finish_stopped(worker.conversation)
+        with anyio.fail_after(bound(10)):
+            await worker.flush()
+        await until(lambda: len(ui.conversation) == 5)
+        conversation = ui.conversation
+        messages = conversation.messages()
+        result = messages[2]
+        assert isinstance(result, User) and result.tool_results()[0].is_error
+        assert STOPPED_RESULT in str(result.tool_results()[0])
+        # The STOPPED note, then the input typed after Stop, which the model now owes.
+        note = conversation.entry(3)
+        assert note is not None and is_stopped_note(note.message, note.author)
+        assert texts(ui)[4] == "next, please" and conversation.awaits_model()
+        assert isinstance(conversation.turns()[-1][1].end, Stopped)
+        assert not any(aside.kind in (STOP_KIND, QUEUED_KIND) for _, aside in conversation.asides())
+        conversation.validate()
+        assert conversation.halted() is None  # the new input cleared the halt
+        assert worker.conversation == conversation
+
+
+async def test_a_steer_sent_mid_answer_lands_after_the_answer_and_is_answered(hub: Hub) -> None:
+    async with (
+        connect(hub.url, "steer", client="worker", draft_interval=0.01) as worker,
+        connect(hub.url, "steer", client="ui") as ui,
+    ):
+        await asked(ui, worker, "write a poem")
+        worker.begin_step()  # the model call begins; the draft's commit ends it
+        async with worker.draft() as d:
+            d.append("Roses are red")
+            with anyio.fail_after(bound(10)):
+                await worker.flush()
+            ui.conversation.push(Message.user("make it about the sea"))
+            with anyio.fail_after(bound(10)):
+                await ui.flush()
+            assert queued(ui) == 1 and len(ui.conversation) == 1
+            await d.commit(Message.assistant("Roses are red"))
+        with anyio.fail_after(bound(10)):
+            await worker.flush()
+        # The answer landed first, the steer after it, in the worker's hands at its flush.
+        assert texts(worker) == ["write a poem", "Roses are red", "make it about the sea"]
+        assert worker.conversation.awaits_model()
+        worker.begin_step()
+        async with worker.draft() as d:
+            await d.commit(Message.assistant("The sea is blue"))
+        with anyio.fail_after(bound(10)):
+            await worker.flush()
+        await until(lambda: len(ui.conversation) == 4)
+        assert texts(ui)[-2:] == ["make it about the sea", "The sea is blue"]
+        assert ui.conversation == worker.conversation
+        assert ui.conversation.halted() is not Halt.STOPPED
