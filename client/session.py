@@ -884,7 +884,13 @@ class ReplicaSession:
     def _queue(self, records: list[ChangeRecord]) -> list[Event]:
         """The batch of user text `records` was refused `queued` (SPEC 10): replay it as
         `rig.queued` asides (`sync.steer.queue_records`) ahead of what was made on top, on
-        the log as it is (the records it missed folded first)."""
+        the log as it is (the records it missed folded first).
+
+        The rebase's base is `confirmed` before those records: what the batch and what was
+        made on top of it were made on. Taken after them, an edit made on the older text
+        found its entry "unchanged since its base" and was replayed over an edit it never
+        saw, with no merge and no conflict (chaos, issue 33's checker)."""
+        before = self.confirmed.copy()
         events = self._fold_held()
         confirmed = self.confirmed
         last = confirmed.id(len(confirmed) - 1) if len(confirmed) else None
@@ -893,7 +899,7 @@ class ReplicaSession:
             detail = "refused queued, but not the user's own text"
             return [*events, *(Conflict(r, "queued", detail) for r in records)]
         pending = queued + self.local.unsaved()
-        base = confirmed.copy() if needs_base(pending) else None
+        base = before if needs_base(pending) else None
         self.local.return_unsaved(queued)
         ids = [
             record.change.id

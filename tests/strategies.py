@@ -76,7 +76,13 @@ class Run:
             self.seen[ref.id] = ref.entry
 
     def aside_ids(self) -> list[str]:
-        return [id_ for id_, _ in self.conversation.asides()]
+        """The asides a person's note ops pick from: notes and the like, not the hub's
+        steering asides (`rig.*`: a queued message, a step marker, a stop request), which no
+        person replaces with a note, and whose withdrawal (a queued message taken back by its
+        sender, on purpose) the steering tests pin on their own."""
+        return [
+            id_ for id_, aside in self.conversation.asides() if not aside.kind.startswith("rig.")
+        ]
 
     def do(self, op: tuple[Any, ...]) -> None:
         c = self.conversation

@@ -373,8 +373,14 @@ async def test_the_list_pages_sorts_searches_and_names_a_refused_prefix(
     assert await rows.count() == 2
     await page.click("button[data-action=previous]")
     await page.wait_for_selector('[data-conversation-id="dash.00"]')
+    await page.mouse.move(0, 0)  # off the list: rows under the pointer hold their place
     await page.select_option("select[name=order]", "updated")
-    await page.wait_for_selector('[data-conversation-id="dash.51"]')
+    # The latest first: wait for the order itself (the new window's rows may be drawn
+    # before they are sorted on a loaded machine), bounded by the page's default timeout.
+    await page.wait_for_function(
+        "() => document.querySelector('[data-conversation-id]')?.dataset.conversationId"
+        " === 'dash.51'"
+    )
     assert await rows.first.get_attribute("data-conversation-id") == "dash.51"
     await page.fill("input[name=search]", "text 7")
     await page.wait_for_selector('[data-conversation-id="dash.51"]', state="detached")

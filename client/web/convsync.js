@@ -2644,6 +2644,9 @@ export class ReplicaSession {
    * @param {ChangeRecord[]} records
    */
   #queue(records) {
+    // The base is `confirmed` before the records that overtook the batch: what it (and what
+    // was made on top) was made on, so an edit there merges with what those records changed.
+    const before = this.confirmed.copy();
     const events = this.#foldHeld();
     const confirmed = this.confirmed;
     const last = confirmed.length > 0 ? confirmed.id(confirmed.length - 1) : null;
@@ -2653,7 +2656,7 @@ export class ReplicaSession {
       return [...events, ...records.map((record) => conflict(record, 'queued', detail))];
     }
     const pending = queued.concat(this.local.unsaved());
-    const base = needsBase(pending) ? confirmed.copy() : null;
+    const base = needsBase(pending) ? before : null;
     this.local.returnUnsaved(queued);
     const ids = queued
       .filter((r) => r.change.type === 'aside' && r.change.aside?.kind === QUEUED_KIND)
