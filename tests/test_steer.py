@@ -391,3 +391,38 @@ def test_a_queued_aside_arriving_after_the_step_ended_lands_at_once() -> None:
     assert _texts(hub.conversation) == ["find x", "looking", "", "also y"]
     assert hub.conversation.id(3) == id_ and not _queued(hub.conversation)
     assert ui.session.local == worker.session.local == hub.conversation
+
+
+def test_an_edit_made_on_top_of_a_queued_batch_merges_with_what_overtook_it() -> None:
+    """A UI's message goes out mid-step and an edit of an earlier entry follows it; another
+    replica's edit of the same entry lands first and reaches the UI before the `queued`
+    reject. The UI's edit merges with it (both changes kept, no conflict): it was made on the
+    text before that edit, and the rebase must know it (it used to replay it by ids over it)."""
+    fox = "The quick brown fox jumps over the lazy dog."
+    hub = FakeHub()
+    ui = hub.link(ReplicaSession("ui"))
+    worker = hub.link(ReplicaSession("worker"))
+    settle([ui, worker])
+    ui.session.local.push(Message.user(fox))
+    settle([ui, worker])
+    worker.session.local.push(CALL)
+    settle([ui, worker])
+    assert mid_step(hub.conversation)
+
+    def edit(link: Link, old: str, new: str) -> None:
+        link.session.local.edit_each(
+            Author.user(),
+            lambda ref: Message.user(fox.replace(old, new)) if ref.index == 0 else None,
+        )
+
+    edit(worker, "brown", "RED")  # lands first; its records wait on the way to the UI
+    assert worker.pump() and worker.deliver_to_hub()
+    ui.session.local.push(Message.user("also y"))  # mid-step: refused `queued`
+    assert ui.pump() and ui.deliver_to_hub()
+    edit(ui, "lazy", "SLEEPY")  # made on top of it, on the text before the worker's edit
+    settle([ui, worker])
+    assert "queued" in hub.rejected
+    merged = "The quick RED fox jumps over the SLEEPY dog."
+    assert _texts(hub.conversation)[0] == merged
+    assert not [e for e in ui.events + worker.events if isinstance(e, Conflict)]
+    assert ui.session.local == worker.session.local == hub.conversation
