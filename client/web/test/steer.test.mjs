@@ -112,3 +112,40 @@ test('stop() asks mid-step, and halts stopped otherwise', () => {
   assert.equal(idle.halted(), 'stopped');
   assert.equal(stop(new Conversation()), false); // nothing runs, nothing is owed
 });
+
+test('an edit made on top of a queued batch merges with the records that overtook it', () => {
+  const FOX = 'The quick brown fox jumps over the lazy dog.';
+  const log = new Conversation();
+  log.extend([Message.user(FOX), CALL]);
+  const session = new ReplicaSession('ui');
+  session.hello();
+  const records = plain(log.takeUnsaved());
+  session.receive({ type: 'welcome', lineage: LINEAGE, revision: records.length, acked: 0 });
+  session.receive({ type: 'records', from: 0, records, origin: null });
+  const edit = (conversation, old, word) => {
+    const entry = conversation.entry(0);
+    conversation.splice(0, 1, [{ ...entry, message: Message.user(FOX.replace(old, word)) }]);
+  };
+  session.local.push(Message.user('also y')); // mid-step: the hub will refuse it `queued`
+  assert.ok(session.nextPush().frame !== null);
+  edit(session.local, 'lazy', 'SLEEPY'); // made on top, on the text before the other edit
+  const other = log.copy();
+  edit(other, 'brown', 'RED'); // another replica's edit lands first and overtakes the batch
+  const theirs = plain(other.unsaved());
+  const from = records.length;
+  session.receive({ type: 'records', from, records: theirs, origin: { client: 'w', seq: 1 } });
+  const events = session.receive({
+    type: 'reject',
+    seq: 1,
+    reason: 'queued',
+    detail: 'mid-step',
+    lineage: LINEAGE,
+    revision: from + theirs.length,
+  });
+  assert.deepEqual(
+    events.filter((e) => e.type === 'conflict'),
+    [],
+  );
+  const merged = 'The quick RED fox jumps over the SLEEPY dog.';
+  assert.equal(session.local.entry(0).message.content[0].text, merged);
+});
