@@ -251,3 +251,54 @@ async def test_serve_with_retain_deletes_idle_conversations_at_start() -> None:
                 if await store.list_conversations() == ["mid", "new"]:
                     break
                 await anyio.sleep(0.01)
+
+
+# ---------------------------------------------------------------------- several hubs
+
+
+@pytest.mark.parametrize(
+    ("notify", "head_check"),
+    [(True, 3600.0), (False, 1.0)],
+    ids=["by the store's notice", "by the head check alone"],
+)
+async def test_a_delete_on_one_hub_reaches_every_hub_within_2_s(
+    postgres_dsn: str, pg_schema: str, notify: bool, head_check: float
+) -> None:
+    """Two hubs on one PostgreSQL: a conversation deleted through hub A is, on hub B within
+    2 s, closed `deleted` for B's sockets, dropped from B's rooms, absent from B's HTTP, list
+    and summary feed, and refused at a hello on B, whether B hears the store's notice or only
+    its periodic head check."""
+    from server.store import PostgresStore
+
+    async with (
+        Hub(PostgresStore(postgres_dsn, schema=pg_schema, notify=notify), config=hub_config()) as a,
+        Hub(
+            PostgresStore(postgres_dsn, schema=pg_schema, notify=notify),
+            config=hub_config(head_check=head_check),
+        ) as b,
+    ):
+        await fill(a, "multi", "a secret")
+        await fill(a, "kept", "stays")
+        ws = await raw_socket(b, "multi")
+        feed = await ws_connect(f"ws://127.0.0.1:{b.port}/v1/summary", subprotocols=[SUBPROTOCOL])
+        await feed.send(json.dumps({"type": "hello", "token": None}))
+        with anyio.fail_after(bound(10)):
+            rows = json.loads(await feed.recv())["rows"]
+        assert sorted(row["id"] for row in rows) == ["kept", "multi"]
+        assert (await http(a, "DELETE", "/v1/conversations/multi"))[0] == 200
+        started = time.monotonic()
+        code, errors = await closed_with(ws)
+        assert code == 4410 and [e["code"] for e in errors] == ["deleted"]
+        with anyio.fail_after(bound(10)):
+            diff = json.loads(await feed.recv())
+        assert diff.get("left") == ["multi"], diff
+        assert "multi" not in b._rooms
+        assert (await http(b, "GET", "/v1/conversations/multi"))[0] == 404
+        _, _, listed = await http(b, "GET", "/v1/conversations")
+        assert [row["id"] for row in json.loads(listed)["conversations"]] == ["kept"]
+        with anyio.fail_after(bound(10)), pytest.raises(Refused) as refused:
+            async with connect(b.url, "multi", client="back"):
+                pass
+        assert refused.value.code == "deleted"
+        assert time.monotonic() - started < bound(2)
+        await feed.close()
