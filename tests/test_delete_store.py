@@ -170,3 +170,27 @@ async def test_nothing_of_a_deleted_conversation_stays_in_postgresql(
         assert sorted((r["id"], r["revision"]) for r in heads) == [("gone", int(NOW)), ("kept", 1)]
     finally:
         await conn.close()
+
+
+async def test_a_restore_keeps_tombstones_and_never_brings_a_deleted_conversation_back(
+    tmp_path: Path,
+) -> None:
+    """A backup taken after a delete restores the other conversations under fresh lineages
+    and the deleted one as its tombstone: still refused, still absent from the list."""
+    from server.store.backup import backup, restore
+
+    path, copy, restored = tmp_path / "hub.db", tmp_path / "copy.db", tmp_path / "new.db"
+    async with SqliteStore(path) as store:
+        await store.append("gone", L1, 0, [b"a"])
+        await store.append("kept", L1, 0, [b"x"])
+        await store.delete("gone", NOW)
+        backup(str(path), str(copy))
+    assert restore(str(copy), str(restored)).conversations == 1
+    async with SqliteStore(restored) as store:
+        assert await store.list_conversations() == ["kept"]
+        with pytest.raises(Deleted):
+            await store.load("gone")
+        with pytest.raises(Deleted):
+            await store.append("gone", L2, 0, [b"back"])
+        kept = await store.load("kept")
+        assert kept is not None and kept.lineage != L1 and kept.records == [b"x"]
