@@ -304,6 +304,24 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--metrics-token", default=None, help="/metrics then needs this bearer token"
     )
+    serve.add_argument(
+        "--retain",
+        type=_days,
+        default=None,
+        metavar="DAYS",
+        help="delete conversations idle (nothing appended) for longer, at start and hourly "
+        "(env CONVSYNC_RETAIN_DAYS; default: keep all; `convsync delete --idle DAYS "
+        "--dry-run` shows what would go)",
+    )
+    serve.add_argument(
+        "--keep-tombstones",
+        type=_days,
+        default=None,
+        metavar="DAYS",
+        help="forget a deleted conversation's tombstone after this many days (env "
+        "CONVSYNC_KEEP_TOMBSTONES_DAYS; default: never); keep it longer than any replica "
+        "keeps an outbox",
+    )
 
     token = commands.add_parser(
         "token",
@@ -615,6 +633,8 @@ async def cmd_serve(args: argparse.Namespace) -> int:
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         metrics_token=args.metrics_token,
+        retain_days=args.retain,
+        keep_tombstones_days=args.keep_tombstones,
     )
     keys, reload = _server_keys(args)
     stop = asyncio.Event()

@@ -318,8 +318,8 @@ class Hub:
             self._relay = Relay(open_bus(self.config, self._store), self.config, self._rooms)
             await group.start(self._relay.run)  # drafts and presence of other hubs
         group.start_soon(self._tick_rooms)
-        if self.config.retain_days is not None:
-            group.start_soon(self._retain_forever, self.config.retain_days)
+        if self.config.retain_days is not None or self.config.keep_tombstones_days is not None:
+            group.start_soon(self._retain_forever)
         await server.start_serving()  # the store is open: take connections now
         ready.set()
         await self._stop.wait()
@@ -684,13 +684,18 @@ class Hub:
             await self._store.forget_deleted(when - keep * 86400)
         return gone
 
-    async def _retain_forever(self, days: float) -> None:
-        """`--retain DAYS`: a sweep at start, then every `retain_every` seconds."""
+    async def _retain_forever(self) -> None:
+        """`--retain DAYS` and `--keep-tombstones DAYS`: a sweep at start, then every
+        `retain_every` seconds."""
+        days, keep = self.config.retain_days, self.config.keep_tombstones_days
         while True:
             try:
-                gone = await self.retain(days)
-                if gone:
-                    log.info("retention deleted %d idle conversation(s)", len(gone))
+                if days is not None:
+                    gone = await self.retain(days)
+                    if gone:
+                        log.info("retention deleted %d idle conversation(s)", len(gone))
+                elif keep is not None:
+                    await self._store.forget_deleted(time.time() - keep * 86400)
             except StoreError as exc:
                 log.warning("a retention sweep failed (%s); the next one tries again", exc)
             await anyio.sleep(self.config.retain_every)

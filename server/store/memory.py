@@ -202,7 +202,8 @@ class MemoryStore(Counted):
     ) -> list[tuple[str, bytes | None]]:
         """See `LogStore.last_records`."""
         ids = await self.list_conversations(prefix, after=after, limit=limit)
-        return [(cid, (self._logs[cid].records or [None])[-1]) for cid in ids]
+        last = [self._logs[cid].records[-1:] for cid in ids]
+        return [(cid, tail[0] if tail else None) for cid, tail in zip(ids, last, strict=True)]
 
     async def forget_deleted(self, before: float) -> int:
         """See `LogStore.forget_deleted`."""
