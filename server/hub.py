@@ -91,6 +91,9 @@ RETAIN_PATH = "/v1/retain"
 
 _IDLE_PAGE = 500
 """Conversations read per store call when looking for idle ones."""
+_DELETE_CHUNK = 100
+"""Deletes a retention sweep runs at once (SQLite commits those queued together in one
+transaction, and rewrites its file once for them)."""
 
 
 class _Stamp(msgspec.Struct):
@@ -626,6 +629,33 @@ class Hub:
             log.info("deleted conversation %s", conversation_id)
         return deleted
 
+    async def delete_all(self, ids: list[str], now: float | None = None) -> list[str]:
+        """Delete each of `ids` (`delete`), up to `_DELETE_CHUNK` at once, so that a SQLite
+        store commits (and scrubs the file for) many of them together; returns those that
+        were there, in `ids`' order.
+
+        Raises:
+            StoreError: the store failed; the deletes not yet done were not tried.
+        """
+        when = time.time() if now is None else now
+        found: set[str] = set()
+        failures: list[StoreError] = []
+
+        async def one(conversation_id: str) -> None:
+            try:
+                if await self.delete(conversation_id, when):
+                    found.add(conversation_id)
+            except StoreError as exc:
+                failures.append(exc)
+
+        for start in range(0, len(ids), _DELETE_CHUNK):
+            async with anyio.create_task_group() as group:
+                for conversation_id in ids[start : start + _DELETE_CHUNK]:
+                    group.start_soon(one, conversation_id)
+            if failures:
+                raise failures[0]
+        return [cid for cid in ids if cid in found]
+
     async def _room_if_loaded(self, conversation_id: str) -> Room | None:
         """The room of `conversation_id` if it is loaded, or once a load under way is done;
         None when there is none (a load that failed, a deleted log, counts as none)."""
@@ -678,7 +708,7 @@ class Hub:
         ids = [cid for cid, _ in await self.idle_conversations(days, when)]
         if dry_run:
             return ids
-        gone = [cid for cid in ids if await self.delete(cid, when)]
+        gone = await self.delete_all(ids, when)
         keep = self.config.keep_tombstones_days
         if keep is not None:
             await self._store.forget_deleted(when - keep * 86400)
@@ -828,7 +858,7 @@ class Hub:
         if method != "POST":
             return _json_response({"idle": [{"id": cid, "last": at} for cid, at in idle]})
         try:
-            deleted = [cid for cid, _ in idle if await self.delete(cid, now)]
+            deleted = await self.delete_all([cid for cid, _ in idle], now)
         except StoreError as exc:
             log.warning("a retention request failed: %s", exc)
             return connection.respond(503, "the store failed; try again\n")

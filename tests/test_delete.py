@@ -8,6 +8,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -302,3 +303,23 @@ async def test_a_delete_on_one_hub_reaches_every_hub_within_2_s(
         assert refused.value.code == "deleted"
         assert time.monotonic() - started < bound(2)
         await feed.close()
+
+
+async def test_a_retention_sweep_on_sqlite_deletes_in_one_commit(tmp_path: Path) -> None:
+    """Sixty idle conversations on SQLite go in one or two transactions (so the file is
+    rewritten once or twice, not sixty times), and nothing of them is left in it."""
+    from server.store import SqliteStore
+
+    now = time.time()
+    path = tmp_path / "hub.db"
+    async with SqliteStore(path) as store:
+        for k in range(60):
+            await store.append(f"idle.{k:02}", Lineage.fresh(), 0, [old_record("idle", 40, now)])
+        await store.append("fresh", Lineage.fresh(), 0, [old_record("fresh", 1, now)])
+    store = SqliteStore(path)
+    async with Hub(store, config=hub_config()) as hub:
+        before = store.commits
+        assert len(await hub.retain(30, now)) == 60
+        assert store.commits - before <= 2
+        assert await store.list_conversations() == ["fresh"]
+    assert b'"idle"' not in path.read_bytes()
