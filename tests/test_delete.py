@@ -323,3 +323,44 @@ async def test_a_retention_sweep_on_sqlite_deletes_in_one_commit(tmp_path: Path)
         assert store.commits - before <= 2
         assert await store.list_conversations() == ["fresh"]
     assert b'"idle"' not in path.read_bytes()
+
+
+async def test_a_hub_that_has_not_heard_of_a_delete_refuses_hello_and_push_all_the_same(
+    postgres_dsn: str, pg_schema: str
+) -> None:
+    """Hub B never hears of a delete (no notices, no head check): a push on a socket B holds
+    meets the tombstone at the append, and a hello on B meets it at the read of the client's
+    mark; either closes every socket of B's room `deleted` and drops the room, and nothing
+    is appended."""
+    from server.store import PostgresStore
+
+    quiet: dict[str, Any] = {"notify": False}
+    async with (
+        Hub(PostgresStore(postgres_dsn, schema=pg_schema, **quiet), config=hub_config()) as a,
+        Hub(
+            PostgresStore(postgres_dsn, schema=pg_schema, **quiet),
+            config=hub_config(head_check=3600.0),
+        ) as b,
+    ):
+        for conversation_id in ("by-push", "by-hello"):
+            await fill(a, conversation_id, "a secret")
+        watchers = [await raw_socket(b, cid) for cid in ("by-push", "by-hello")]
+        async with connect(b.url, "by-push", client="writer") as writer:
+            for conversation_id in ("by-push", "by-hello"):
+                status, _, _ = await http(a, "DELETE", f"/v1/conversations/{conversation_id}")
+                assert status == 200
+            assert {"by-push", "by-hello"} <= set(b._rooms)  # B has not heard: rooms hold logs
+            writer.conversation.push(Message.user("bring it back"))
+            with anyio.fail_after(bound(10)), pytest.raises(Refused) as refused:
+                await writer.flush()
+            assert refused.value.code == "deleted"
+        code, errors = await closed_with(watchers[0])
+        assert code == 4410 and [e["code"] for e in errors] == ["deleted"]
+        with anyio.fail_after(bound(10)), pytest.raises(Refused) as refused:
+            async with connect(b.url, "by-hello", client="late"):
+                pass
+        assert refused.value.code == "deleted"
+        code, errors = await closed_with(watchers[1])
+        assert code == 4410 and [e["code"] for e in errors] == ["deleted"]
+        assert not {"by-push", "by-hello"} & set(b._rooms)
+        assert await b.store.list_conversations() == []
