@@ -169,6 +169,19 @@ async def test_delete_needs_the_admin_scope_on_that_conversation() -> None:
         assert (await http(hub, "GET", path, token("admin")))[0] == 403
 
 
+async def test_a_web_replica_is_refused_deleted_and_never_retries(hub: Hub) -> None:
+    """The JavaScript replica, against the real hub, takes `deleted` as final: refused at
+    its hello on a deleted conversation, closed, one socket only."""
+    from test_js_replica import NODE, run_peer
+
+    if NODE is None:
+        pytest.skip("node is not installed")
+    await fill(hub, "doomed", "a secret")
+    assert (await http(hub, "DELETE", "/v1/conversations/doomed"))[0] == 200
+    result = await run_peer(hub.url, "doomed", "refused")
+    assert result == {"refused": "deleted", "state": "closed", "sockets": 1}
+
+
 @pytest.mark.parametrize("method", ["POST", "PUT", "PATCH"])
 async def test_other_methods_on_a_conversation_get_405(hub: Hub, method: str) -> None:
     """A conversation's path answers GET, HEAD and DELETE; anything else is 405 with
