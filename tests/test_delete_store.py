@@ -194,3 +194,28 @@ async def test_a_restore_keeps_tombstones_and_never_brings_a_deleted_conversatio
             await store.append("gone", L2, 0, [b"back"])
         kept = await store.load("kept")
         assert kept is not None and kept.lineage != L1 and kept.records == [b"x"]
+
+
+@pytest.mark.parametrize("synchronous", ["FULL", "NORMAL"])
+async def test_a_reader_holding_an_old_snapshot_delays_the_scrub_to_the_next_write(
+    tmp_path: Path, synchronous: str
+) -> None:
+    """A reader of another process keeping a read transaction open stops the WAL from being
+    emptied (its old pages hold the conversation); the store's next write empties it, once
+    that reader is gone, and then nothing of the conversation is left."""
+    import sqlite3
+
+    path = tmp_path / "hub.db"
+    async with SqliteStore(path, busy_timeout=0.2, synchronous=synchronous) as store:
+        await store.append("gone", L1, 0, [MARKER + b" record"])
+        await store.append("kept", L1, 0, [b"x"])
+        reader = sqlite3.connect(path, isolation_level=None)
+        reader.execute("BEGIN")
+        assert reader.execute("SELECT count(*) FROM records").fetchone() == (2,)
+        assert await store.delete("gone", NOW)
+        assert MARKER in file_bytes(path)  # the WAL could not be emptied under the reader
+        reader.execute("ROLLBACK")
+        reader.close()
+        await store.append("kept", L1, 1, [b"y"])
+        assert MARKER not in file_bytes(path)
+        assert await store.read("kept", L1, 0) == [b"x", b"y"]

@@ -727,7 +727,10 @@ class _Writer:
         self.commits = 0
         self.appends = 0
         self.since_checkpoint = 0
-        self.scrub_due = False  # a delete committed: VACUUM and truncate the WAL (`_scrub`)
+        # A delete committed: VACUUM, then empty the WAL (`_scrub`); the WAL only, when the
+        # VACUUM was done but a reader kept the checkpoint from truncating it.
+        self.vacuum_due = False
+        self.truncate_due = False
         self._wal = -1
         self.thread = threading.Thread(target=self._main, name="convsync-sqlite-disk", daemon=True)
         self._start_lock = threading.Lock()
@@ -834,7 +837,7 @@ class _Writer:
                 # be promised either. The store refuses every write until it is reopened.
                 self.broken = _store_error("the disk failed to sync the WAL; reopen the store", exc)
                 failure = _fresh(self.broken)
-        if failure is None and self.scrub_due:
+        if failure is None and (self.vacuum_due or self.truncate_due):
             self._scrub()
         if failure is None and self.since_checkpoint >= CHECKPOINT_EVERY:
             self._checkpoint()
@@ -862,7 +865,7 @@ class _Writer:
             self.since_checkpoint = CHECKPOINT_EVERY  # a snapshot or a rewrite: a large WAL
         pairs = zip(batch, outcomes, strict=True)
         if any(job.scrubs and outcome == (True, None) for job, outcome in pairs):
-            self.scrub_due = True
+            self.vacuum_due = True
         return outcomes, None
 
     def _scrub(self) -> None:
@@ -872,26 +875,29 @@ class _Writer:
         rewrite's records) keep theirs until reused; `VACUUM` rebuilds the database without
         them, and a `TRUNCATE` checkpoint copies that into the file and empties the WAL,
         whose old frames held them too. It waits up to `busy_timeout` for readers; when one
-        still holds an old snapshot, the next turn of the thread tries again. The cost is a
-        rewrite of the whole file (retention deletes in one batch: one scrub)."""
+        still holds an old snapshot, the checkpoint (not the VACUUM) is tried again at the
+        thread's next turn. The cost is a rewrite of the whole file (deletes committed in one
+        batch share one)."""
         with self.lock:
             assert self.cursor is not None
             cursor = self.cursor
             try:
-                cursor.execute("VACUUM")
-                if self.syncs:
-                    _fsync(self._wal)
+                if self.vacuum_due:
+                    self.vacuum_due = False  # failed or not: not once per turn
+                    cursor.execute("VACUUM")
+                    if self.syncs:
+                        _fsync(self._wal)
                 cursor.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
                 try:
                     (busy, _, _) = cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
                 finally:
                     cursor.execute("PRAGMA busy_timeout = 0")
-            except sqlite3.Error as exc:
-                self.scrub_due = False  # not once per turn: the next delete tries again
+            except (sqlite3.Error, OSError) as exc:
+                self.truncate_due = False  # the next delete tries again
                 log.error("scrubbing %s after a delete failed: %s", self.path, exc)
                 return
         self.since_checkpoint = 0
-        self.scrub_due = bool(busy)
+        self.truncate_due = bool(busy)  # then the next batch goes to the thread (`flush`)
 
     def _checkpoint(self) -> None:
         """Copy the WAL into the database (PASSIVE: readers are not waited for), so that the
@@ -989,7 +995,8 @@ class _Committer:
                 self._finish(batch, None, ran)
                 return
             outcomes = ran
-            if outcomes is not None and not w.syncs and w.since_checkpoint < CHECKPOINT_EVERY:
+            settled = w.since_checkpoint < CHECKPOINT_EVERY and not w.truncate_due
+            if outcomes is not None and not w.syncs and settled:
                 self._finish(batch, outcomes, None)  # durable as the level makes it
                 return
         with self._lock:  # a turn is never queued behind the thread's stop request
@@ -1337,7 +1344,8 @@ class SqliteStore(Closable):
 
     async def delete(self, conversation_id: str, now: float) -> bool:
         """See `LogStore.delete`. Returns once the delete is durable and the file scrubbed
-        (`_Writer._scrub`): the database rebuilt without the conversation, the WAL emptied."""
+        (`_Writer._scrub`): the database rebuilt without the conversation and the WAL emptied
+        (unless a reader held an old snapshot for `busy_timeout`: then at the next write)."""
         self._check_open()
         check_delete_args(now)
         run = functools.partial(_delete_in, conversation_id=conversation_id, now=int(now))
