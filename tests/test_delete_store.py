@@ -219,3 +219,26 @@ async def test_a_reader_holding_an_old_snapshot_delays_the_scrub_to_the_next_wri
         await store.append("kept", L1, 1, [b"y"])
         assert MARKER not in file_bytes(path)
         assert await store.read("kept", L1, 0) == [b"x", b"y"]
+
+
+def test_the_core_closes_every_connection_when_a_store_call_meets_the_tombstone() -> None:
+    """Whatever store call met the tombstone (here a hello's mark read on a shared store),
+    the room closes every connection, joined or joining, `deleted`, holds nothing more, and
+    closes the same way each later hello and push (no event loop: the pure core)."""
+    from server.core import Close, CoreConfig, ReadMark, RoomCore
+    from server.store import Loaded
+    from sync import Lineage
+    from sync.protocol import Hello, PushBatch
+
+    room: RoomCore[str] = RoomCore("c", CoreConfig(max_frame=1 << 20, shared_store=True))
+    lineage = Lineage.fresh()
+    room.load(Loaded(lineage, 0, None, 0, [], {}))
+    assert room.join("joining", Hello("x", lineage, 0, None)) == [ReadMark("x")]
+    actions = room.resume(Deleted("c", NOW))
+    assert actions == [Close("joining", "deleted", "the conversation was deleted")]
+    assert (room.gone, room.exists, room.waiting, room.subscribers) == (True, False, False, {})
+    assert room.join("late", Hello("y", lineage, 0, None)) == [
+        Close("late", "deleted", "the conversation was deleted")
+    ]
+    push = PushBatch(1, lineage, 0, [])
+    assert room.push("late", push, 0) == [Close("late", "deleted", "the conversation was deleted")]
