@@ -22,6 +22,7 @@ from client import connect
 from server import Hub
 from server.auth import Key, KeyRing, mint_token
 from server.store import MemoryStore
+from server.store.base import Deleted
 from sync import Conversation, Lineage, Message, encode
 from sync.errors import Refused
 from sync.protocol import SUBPROTOCOL
@@ -377,3 +378,26 @@ async def test_a_hub_that_has_not_heard_of_a_delete_refuses_hello_and_push_all_t
         assert code == 4410 and [e["code"] for e in errors] == ["deleted"]
         assert not {"by-push", "by-hello"} & set(b._rooms)
         assert await b.store.list_conversations() == []
+
+
+async def test_keep_tombstones_alone_forgets_old_tombstones_at_start() -> None:
+    """A hub with `keep_tombstones_days` (and no retention) forgets tombstones older than
+    that in its sweep, and keeps newer ones: the old id may be written again, the new one
+    is still refused."""
+    now = time.time()
+    store = MemoryStore()
+    for conversation_id, days_ago in (("old", 3), ("new", 0.5)):
+        await store.append(conversation_id, Lineage.fresh(), 0, [old_record("x", 5, now)])
+        await store.delete(conversation_id, now - days_ago * DAY)
+    async with Hub(store, config=hub_config(keep_tombstones_days=1)) as hub:
+        with anyio.fail_after(bound(10)):
+            while True:  # the sweep is a task of the hub's: look until it has run
+                try:
+                    await store.load("old")
+                    break
+                except Deleted:
+                    await anyio.sleep(0.01)
+        await fill(hub, "old", "a new conversation under the old id")
+        with anyio.fail_after(bound(10)), pytest.raises(Refused):
+            async with connect(hub.url, "new", client="back"):
+                pass
