@@ -728,6 +728,8 @@ class Hub:
                     await self._store.forget_deleted(time.time() - keep * 86400)
             except StoreError as exc:
                 log.warning("a retention sweep failed (%s); the next one tries again", exc)
+            except Exception:  # a bug of ours: log it; the hub serves on, the next sweep runs
+                log.exception("a retention sweep failed")
             await anyio.sleep(self.config.retain_every)
 
     # ------------------------------------------------------------------ HTTP
@@ -853,11 +855,11 @@ class Hub:
         if isinstance(grant, Response):
             return grant
         now = time.time()
-        listed = await self.idle_conversations(days, now)
-        idle = [(cid, at) for cid, at in listed if grant.allows(cid)]
-        if method != "POST":
-            return _json_response({"idle": [{"id": cid, "last": at} for cid, at in idle]})
         try:
+            listed = await self.idle_conversations(days, now)
+            idle = [(cid, at) for cid, at in listed if grant.allows(cid)]
+            if method != "POST":
+                return _json_response({"idle": [{"id": cid, "last": at} for cid, at in idle]})
             deleted = await self.delete_all([cid for cid, _ in idle], now)
         except StoreError as exc:
             log.warning("a retention request failed: %s", exc)
