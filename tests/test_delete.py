@@ -401,3 +401,55 @@ async def test_keep_tombstones_alone_forgets_old_tombstones_at_start() -> None:
         with anyio.fail_after(bound(10)), pytest.raises(Refused):
             async with connect(hub.url, "new", client="back"):
                 pass
+
+
+async def test_a_delete_racing_writers_on_two_hubs_leaves_only_the_tombstone(
+    postgres_dsn: str, pg_schema: str
+) -> None:
+    """Six writers pushing through two hubs on one PostgreSQL while the conversation is
+    deleted: every writer stops with `Refused("deleted")` (none hangs, none deadlocks the
+    delete), and afterwards the tables hold nothing of it but the tombstone: no append that
+    raced the delete created the log again."""
+    import asyncpg
+
+    from server.store import PostgresStore
+
+    async with (
+        Hub(PostgresStore(postgres_dsn, schema=pg_schema), config=hub_config()) as a,
+        Hub(PostgresStore(postgres_dsn, schema=pg_schema), config=hub_config()) as b,
+    ):
+        await fill(a, "raced", "first")
+        codes: list[str] = []
+        started = anyio.Event()
+
+        async def write(hub: Hub, k: int) -> None:
+            async with connect(hub.url, "raced", client=f"w{k}") as writer:
+                try:
+                    for n in range(10_000):
+                        writer.conversation.push(Message.user(f"w{k} {n}"))
+                        await writer.flush()
+                        if n == 5:
+                            started.set()
+                except Refused as refused:
+                    codes.append(refused.code)
+
+        with anyio.fail_after(bound(30)):
+            async with anyio.create_task_group() as group:
+                for k in range(6):
+                    group.start_soon(write, (a, b)[k % 2], k)
+                await started.wait()
+                assert (await http(a, "DELETE", "/v1/conversations/raced"))[0] == 200
+        assert codes == ["deleted"] * 6
+    conn = await asyncpg.connect(postgres_dsn)
+    try:
+        for table in ("records", "snapshots", "clients"):
+            rows = await conn.fetch(
+                f'SELECT 1 FROM "{pg_schema}".{table} WHERE conversation_id = $1', "raced"
+            )
+            assert rows == [], table
+        head = await conn.fetchrow(
+            f'SELECT lineage FROM "{pg_schema}".conversations WHERE id = $1', "raced"
+        )
+        assert head is not None and head["lineage"] == 2**53 - 1
+    finally:
+        await conn.close()
