@@ -41,13 +41,19 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def test_delete_removes_a_conversation_and_says_so(
-    capsys: pytest.CaptureFixture[str], url: str
+    capsys: pytest.CaptureFixture[str], url: str, tmp_path: Path
 ) -> None:
-    """`delete ID` with an admin token prints `deleted ID` and the conversation is gone: a
-    second delete, or an id never written, exits 1 naming it."""
+    """`delete ID` with a token of `convsync token --scope admin` prints `deleted ID` and the
+    conversation is gone: a second delete, or an id never written, exits 1 naming it."""
     writer = token("write")
     assert run(capsys, "send", "cli.1", "a secret", "--url", url, "--token", writer)[0] == 0
-    code, out, err = run(capsys, "delete", "cli.1", "--url", url, "--token", token("admin"))
+    secret = tmp_path / "secret"
+    secret.write_text(SECRET)
+    code, admin, _ = run(
+        capsys, "token", "--secret-file", str(secret), "--sub", "ops", "--scope", "admin"
+    )
+    assert code == 0
+    code, out, err = run(capsys, "delete", "cli.1", "--url", url, "--token", admin.strip())
     assert (code, out, err) == (0, "deleted\tcli.1\n", "")
     code, out, err = run(capsys, "export", "cli.1", "--url", url, "--token", token("read"))
     assert code == 1 and "no conversation 'cli.1'" in err
