@@ -30,9 +30,11 @@ if _quiet_start:
 import argparse
 import asyncio
 import contextlib
+import datetime
 import errno
 import gc
 import importlib.metadata
+import math
 import os
 import socket
 import ssl
@@ -127,6 +129,16 @@ def _seconds(text: str) -> float:
 
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _days(text: str) -> float:
+    try:
+        days = float(text)
+    except ValueError:
+        days = math.nan
+    if not (math.isfinite(days) and days > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of days (more than 0)")
+    return days
 
 
 def _duration(text: str) -> float:
@@ -292,6 +304,24 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--metrics-token", default=None, help="/metrics then needs this bearer token"
     )
+    serve.add_argument(
+        "--retain",
+        type=_days,
+        default=None,
+        metavar="DAYS",
+        help="delete conversations idle (nothing appended) for longer, at start and hourly "
+        "(env CONVSYNC_RETAIN_DAYS; default: keep all; `convsync delete --idle DAYS "
+        "--dry-run` shows what would go)",
+    )
+    serve.add_argument(
+        "--keep-tombstones",
+        type=_days,
+        default=None,
+        metavar="DAYS",
+        help="forget a deleted conversation's tombstone after this many days (env "
+        "CONVSYNC_KEEP_TOMBSTONES_DAYS; default: never); keep it longer than any replica "
+        "keeps an outbox",
+    )
 
     token = commands.add_parser(
         "token",
@@ -307,7 +337,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     token.add_argument("--sub", required=True, help="the principal")
     token.add_argument(
-        "--scope", default="read", help='space-separated: read, write, presence (default "read")'
+        "--scope",
+        default="read",
+        help='space-separated: read, write, presence, admin (delete) (default "read")',
     )
     token.add_argument(
         "--conv",
@@ -440,6 +472,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rest.add_argument("file", metavar="FILE", help="the backup file")
     rest.add_argument("--db", required=True, help="the new store's SQLite file")
+
+    delete = commands.add_parser(
+        "delete",
+        help="delete conversations, by id or idle for some days",
+        description="Delete conversations on a running hub (SPEC 15; the token needs scope "
+        "admin on them): their logs leave the store, their sockets are closed (4410 "
+        "deleted, never retried) and a tombstone keeps any replica from bringing them "
+        "back. Give ids, or --idle DAYS for every conversation with no record appended for "
+        "longer (with --dry-run: only list them, with when each was last written). Prints "
+        "one line per conversation; exit 1 if one of the ids was not there.",
+    )
+    delete.add_argument(
+        "ids", nargs="*", type=_conversation_id, metavar="ID", help="conversations to delete"
+    )
+    delete.add_argument(
+        "--idle", type=_days, default=None, metavar="DAYS", help="every conversation idle longer"
+    )
+    delete.add_argument("--dry-run", action="store_true", help="with --idle: list, change nothing")
+    _client_options(delete)
 
     listing = commands.add_parser(
         "list",
@@ -582,6 +633,8 @@ async def cmd_serve(args: argparse.Namespace) -> int:
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         metrics_token=args.metrics_token,
+        retain_days=args.retain,
+        keep_tombstones_days=args.keep_tombstones,
     )
     keys, reload = _server_keys(args)
     stop = asyncio.Event()
@@ -881,6 +934,48 @@ async def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------- delete
+
+
+async def cmd_delete(args: argparse.Namespace) -> int:
+    """Delete conversations by id, or those idle for `--idle` days (`--dry-run`: list)."""
+    from . import http
+
+    if bool(args.ids) == (args.idle is not None):
+        raise CliError("give conversation ids or --idle DAYS (one of the two)", 2)
+    if args.dry_run and args.idle is None:
+        raise CliError("--dry-run goes with --idle DAYS", 2)
+    url = _hub_urls(args)[0]
+    options: dict[str, Any] = {"token": args.token, "ssl": _tls(args)}
+    if args.idle is not None:
+        listed = await http.retain(
+            url, args.idle, dry_run=args.dry_run, request_timeout=max(args.timeout, 60), **options
+        )
+        for conversation_id, last in listed:
+            if args.dry_run:
+                when = datetime.datetime.fromtimestamp(last, datetime.UTC)
+                print(f"would delete\t{conversation_id}\tlast written {when:%Y-%m-%d %H:%M}Z")
+            else:
+                print(f"deleted\t{conversation_id}")
+        what = "would be deleted" if args.dry_run else "deleted"
+        print(f"{len(listed)} idle conversation(s) {what}", file=sys.stderr)
+        return 0
+    missing = 0
+    for conversation_id in args.ids:
+        try:
+            await http.delete_conversation(
+                url, conversation_id, request_timeout=args.timeout, **options
+            )
+        except HubError as exc:
+            if exc.reason != "no_conversation":
+                raise
+            missing += 1
+            print(f"convsync: {exc.message}", file=sys.stderr)
+            continue
+        print(f"deleted\t{conversation_id}")
+    return 1 if missing else 0
+
+
 # ---------------------------------------------------------------------- export
 
 
@@ -1054,6 +1149,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
     "demo": cmd_demo,
     "backup": cmd_backup,
     "restore": cmd_restore,
+    "delete": cmd_delete,
 }
 
 

@@ -85,6 +85,13 @@ class HubConfig:
         hub_rebase: place a stale push (made on an older revision) by intent when all its
             records replay cleanly, for replicas that list the `hub_rebase` feature (SPEC
             2.4.6); off, every stale push is rejected `behind` and its replica rebases it.
+        retain_days: delete conversations idle (no record appended) for longer than this
+            many days (SPEC 15), checked at start and every `retain_every` seconds; None
+            (default) keeps every conversation.
+        retain_every: seconds between two retention sweeps.
+        keep_tombstones_days: days a deleted conversation's tombstone is kept (it refuses
+            the id's hellos and pushes, so no replica's outbox brings it back); None (default)
+            keeps them for good. Keep it longer than any replica keeps an outbox.
     """
 
     max_frame: int = MAX_FRAME
@@ -120,6 +127,9 @@ class HubConfig:
     tls_key: str | None = None
     expiry_grace: float = 30.0
     hub_rebase: bool = True
+    retain_days: float | None = None
+    retain_every: float = 3600.0
+    keep_tombstones_days: float | None = None
 
     def __post_init__(self) -> None:
         for field in fields(self):
@@ -191,11 +201,15 @@ _NUMBERS: dict[str, tuple[type, float, bool, str]] = {
     "rate_burst": (float, 1, True, "messages"),
     "flood_after": (float, 0, False, "seconds"),
     "expiry_grace": (float, 0, True, "seconds"),
+    "retain_days": (float, 0, False, "days"),
+    "retain_every": (float, 1, True, "seconds"),
+    "keep_tombstones_days": (float, 0, False, "days"),
 }
 
 # Settings that may be None (off).
 _OPTIONAL = {"ping_interval", "compression", "bus", "public_url", "metrics_token", "tls_cert"}
-_OPTIONAL |= {"tls_key"}
+_DAYS = ("retain_days", "keep_tombstones_days")
+_OPTIONAL |= {"tls_key", *_DAYS}
 _FLAGS = {"strict_pairing", "insecure", "hub_rebase"}
 _TEXTS = {"compression", "bus", "public_url", "allow_origin", "audience", "metrics_token"}
 _TEXTS |= {"tls_cert", "tls_key"}
@@ -272,7 +286,7 @@ def _parse(name: str, raw: str, default: Any) -> Any:
             return None
         if isinstance(default, int):
             return int(raw)
-        if isinstance(default, float) or name == "ping_interval":
+        if isinstance(default, float) or name in ("ping_interval", *_DAYS):
             return float(raw)
         return raw
     except ValueError:

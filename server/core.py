@@ -87,7 +87,7 @@ from .auth import ANONYMOUS, AuthError, Grant
 from .drafts import Delta, DraftBoard, DraftConfig, Frame, Out, Owner
 from .metrics import Metrics
 from .presence import PresenceBoard
-from .store.base import ClientMark, Loaded, LogMoved, SeqTaken
+from .store.base import ClientMark, Deleted, Loaded, LogMoved, SeqTaken
 
 __all__ = [
     "SNAPSHOT_SPAN",
@@ -109,6 +109,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("convsync.hub")
+
+_DELETED = "the conversation was deleted"
 
 HUB_REBASE = "hub_rebase"
 """The feature a replica lists when it takes a placed push's records as its batch."""
@@ -288,6 +290,7 @@ class RoomCore(Generic[C]):
         self._placing: set[C] = set()  # connections whose stale pushes the hub may place
         self._answered: dict[C, int] = {}  # connection -> the last push seq it was answered
         self.closing = False
+        self.gone = False  # the conversation was deleted (SPEC 15): the room serves no one
         self._recent: list[bytes] = []
         self._recent_from = 0
         # The revision that last replaced each entry's content or each aside, since
@@ -328,6 +331,8 @@ class RoomCore(Generic[C]):
         it returned, or the exception it raised."""
         then, self._then = self._then, None
         assert then is not None, "resume without a store call"
+        if isinstance(outcome, Deleted):  # whatever asked: the log is gone (SPEC 15)
+            return self.deleted()
         return then(outcome)
 
     def _call(self, call: StoreCall, then: _Then[C]) -> list[Action[C]]:
@@ -395,6 +400,8 @@ class RoomCore(Generic[C]):
             grant.require(self.id, "read")
         except AuthError as refused:
             return [Close(conn, refused.code, refused.detail)]
+        if self.gone:
+            return [Close(conn, "deleted", _DELETED)]
         self._now = self._now if now is None else now
         self._hellos[conn] = hello
         self.grants[conn] = grant
@@ -547,6 +554,8 @@ class RoomCore(Generic[C]):
         return self._push(conn, batch, now)
 
     def _push(self, conn: C, batch: PushBatch, now: int) -> list[Action[C]]:
+        if self.gone:
+            return [Close(conn, "deleted", _DELETED)]
         if self.closing:
             return [Close(conn, "shutting_down", "the hub is shutting down; reconnect later")]
         if self._stale:
@@ -940,6 +949,24 @@ class RoomCore(Generic[C]):
         if isinstance(outcome, Exception):
             raise outcome  # the caller of `Hub.rewrite` learns it; nothing changed here
         return self._call(LoadLog(), lambda loaded: self._reloaded_for_all(loaded, list))
+
+    # ------------------------------------------------------------------ deleting (SPEC 15)
+
+    def deleted(self) -> list[Action[C]]:
+        """The conversation was deleted (by this hub, or another sharing the store): close
+        every connection `deleted` (4410, never retried), drop the log, drafts and presence
+        the room held; from now on a hello or a push on this room is closed the same way."""
+        self.gone = True
+        self.exists = False
+        self._then = None
+        conns = list(dict.fromkeys([*self.subscribers, *self.grants]))
+        for conn in conns:
+            self.leave(conn, self._now)
+        self.conversation = Conversation()
+        self.revision, self.marks, self._recent, self._recent_from = 0, {}, [], 0
+        self.drafts.end_all("aborted")  # nobody is left to tell
+        self._hellos.clear()
+        return [Close(conn, "deleted", _DELETED) for conn in conns]
 
     # ------------------------------------------------------------------ shutting down
 

@@ -93,6 +93,8 @@ class Room:
         self._on_deadline = on_deadline
         # Set by the hub's relay when a bus runs (SPEC 9): this room has news for other hubs.
         self.on_relay: Callable[[Room], None] | None = None
+        # Set by the hub: the conversation was found deleted (SPEC 15); the hub drops the room.
+        self.on_gone: Callable[[Room], None] | None = None
 
     @property
     def exists(self) -> bool:
@@ -175,6 +177,25 @@ class Room:
         async with self.lock:
             await self._carry_out(self.core.rewrite(conversation, Lineage.fresh(), now_ms()))
 
+    async def delete(self, now: float) -> bool:
+        """Delete the conversation from the store (SPEC 15) and close every subscriber
+        `deleted`, under the room's lock (an operation under way finishes first). Returns
+        whether there was a log to delete."""
+        async with self.lock:
+            if self.core.gone:
+                return False
+            if not await self._store.delete(self.id, now):
+                return False  # no log (nothing to close for: a room with none is fresh)
+            await self._carry_out(self.core.deleted())
+            return True
+
+    async def forget(self) -> None:
+        """The store holds this conversation's tombstone (a load raced a delete): close every
+        subscriber `deleted`, as `delete` does, writing nothing."""
+        async with self.lock:
+            if not self.core.gone:
+                await self._carry_out(self.core.deleted())
+
     async def shut_down(self) -> None:
         """Close every subscriber once an operation under way has finished."""
         async with self.lock:
@@ -192,6 +213,8 @@ class Room:
                 outcome = exc
             actions = self.core.resume(outcome)
         self._deadline_moved()
+        if self.core.gone and self.on_gone is not None:
+            self.on_gone(self)
 
     def show_remote(self, changes: list[Change]) -> None:
         """Show other hubs' drafts and presence changes to this room's subscribers. Needs no

@@ -2893,6 +2893,7 @@ export const CODES = Object.freeze({
   unauthorized: { close: 4001, retry: 'new_token' },
   forbidden: { close: 4003, retry: 'never' },
   replaced: { close: 4009, retry: 'never' },
+  deleted: { close: 4410, retry: 'never' }, // the conversation was deleted (SPEC §15)
   rate_limited: { close: 4008, retry: 'backoff' },
   lagging: { close: 4000, retry: 'at_once' },
   unavailable: { close: 1011, retry: 'backoff' },
@@ -2908,6 +2909,7 @@ const CODE_OF_CLOSE = Object.freeze({
   4003: 'forbidden',
   4008: 'rate_limited',
   4009: 'replaced',
+  4410: 'deleted',
 });
 
 /**

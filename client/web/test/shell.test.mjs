@@ -200,6 +200,7 @@ for (const [code, close] of [
   ['forbidden', 4003],
   ['malformed_json', 1008],
   ['replaced', 4009],
+  ['deleted', 4410], // the conversation was deleted (SPEC §15)
 ]) {
   test(`refused for good: ${code} is never retried`, async () => {
     const { r, timers, states } = replica();
@@ -218,6 +219,18 @@ for (const [code, close] of [
     await assert.rejects(r.ready, Refused);
   });
 }
+
+test('a bare close 4410 (deleted) stops the replica for good with a refused event', async () => {
+  const { r, timers } = replica({ getToken: () => 't' });
+  let refused = null;
+  r.on('refused', (error) => (refused = error));
+  await settle();
+  FakeSocket.made[0].open();
+  FakeSocket.made[0].close(4410, '');
+  assert.equal(r.state, 'closed');
+  assert.equal(timers.pending.length, 0, 'no reconnect scheduled');
+  assert.equal(refused?.code, 'deleted');
+});
 
 test('unauthorized is retried only with a getToken hook', async () => {
   const without = replica();
@@ -273,6 +286,7 @@ test('the retry table and the backoff law', () => {
   assert.equal(retryRule(null, 1008, false, 'bad_client'), 'refused', 'the reason names it');
   assert.equal(retryRule(null, 4003, false), 'refused');
   assert.equal(retryRule(null, 4009, false), 'refused');
+  assert.equal(retryRule(null, 4410, true), 'refused', 'deleted: even with a new token');
   assert.equal(retryRule(null, 4000, false), 'at_once');
   assert.equal(retryRule(null, 4001, true), 'backoff');
   assert.equal(retryRule(null, 4001, false), 'refused');
