@@ -3449,6 +3449,7 @@ export class SummaryFeed {
     /** @type {ConnectionState} */
     this.state = 'disconnected';
     this.failures = 0;
+    this.attempts = 0; // connection attempts started
     this.closing = false;
     /** @type {any} */
     this.ws = null;
@@ -3504,7 +3505,9 @@ export class SummaryFeed {
   /** Open the feed (and keep it open until `close()`). */
   async start() {
     if (this.closing || this.ws !== null) return;
-    this.#setState('connecting');
+    // As for a Replica, only the first attempt is `connecting`: a retry leaves `disconnected`
+    // alone until the hub answers, so a dashboard does not flicker between the two.
+    if (this.attempts++ === 0) this.#setState('connecting');
     let token = null;
     try {
       token = this.getToken !== null ? await this.getToken() : null;

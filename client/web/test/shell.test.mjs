@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { Message, Refused, backoffDelay, connect, retryRule } from '../convsync.js';
+import { Message, Refused, SummaryFeed, backoffDelay, connect, retryRule } from '../convsync.js';
 
 /** A WebSocket stand-in: records what is sent; the test plays the hub. */
 class FakeSocket {
@@ -444,4 +444,31 @@ test('an error that no close follows (Node, a refused port) ends the attempt onc
   assert.equal(FakeSocket.made.length, 2, 'a new attempt');
   assert.deepEqual(states, ['disconnected']);
   r.close();
+});
+
+test('a SummaryFeed retrying after a lost connection stays disconnected, as a Replica does', async () => {
+  FakeSocket.made = [];
+  // The feed's retries use the real timers: keep them short and wait for each new socket.
+  const feed = new SummaryFeed('ws://hub:1/', { WebSocket: FakeSocket, backoff: 1, maxBackoff: 2 });
+  const states = [];
+  feed.on('state', (event) => states.push(event.state));
+  const attempt = async (n) => {
+    for (let waited = 0; FakeSocket.made.length <= n; waited += 1) {
+      assert.ok(waited < 1000, `no attempt ${n} within 5 s`);
+      await new Promise((done) => setTimeout(done, 5));
+    }
+    return FakeSocket.made[n];
+  };
+  void feed.start();
+  const first = await attempt(0);
+  first.open();
+  first.deliver({ type: 'rows', rows: [], snapshot: true });
+  first.close(1006, '');
+  for (let n = 1; n <= 3; n += 1) {
+    const ws = await attempt(n);
+    assert.equal(feed.state, 'disconnected', `during retry ${n}`);
+    ws.close(1006, '');
+  }
+  assert.deepEqual(states, ['connecting', 'connected', 'disconnected']);
+  feed.close();
 });
