@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from sync import Conversation, Lineage
 from sync.ids import now_ms
@@ -185,7 +185,7 @@ class Room:
         return self.core.snapshot_json()
 
     async def _carry_out(self, actions: list[Action[Subscriber]]) -> None:
-        while (call := deliver(actions, _send, _fail, _send_draft, _broadcast)) is not None:
+        while (call := _deliver(actions)) is not None:
             try:
                 outcome: object = await store_call(self._store, self.id, call)
             except Exception as exc:
@@ -197,7 +197,7 @@ class Room:
         """Show other hubs' drafts and presence changes to this room's subscribers. Needs no
         lock: it touches the live boards only (see `server.remote`)."""
         changes_shown = show_changes(self.core, changes, now_ms())
-        deliver(changes_shown, _send, _fail, _send_draft, _broadcast)
+        _deliver(changes_shown)
         self._deadline_moved()
 
     def _deadline_moved(self) -> None:
@@ -205,6 +205,10 @@ class Room:
             self._on_deadline(self.core.next_deadline())
         if self.on_relay is not None and relay_pending(self.core):
             self.on_relay(self)
+
+
+def _deliver(actions: list[Action[Subscriber]]) -> StoreCall | None:
+    return deliver(actions, _send, _fail, _send_draft, _broadcast, _send_frames)
 
 
 def _send(sub: Subscriber, frame: bytes, catch_up: bool) -> None:
@@ -222,6 +226,10 @@ def _fail(sub: Subscriber, code: str, detail: str) -> None:
 
 def _send_draft(sub: Subscriber, action: SendDraft[Subscriber]) -> None:
     sub.send_draft(action.key, action.message, action.frame)
+
+
+def _send_frames(sub: Subscriber, frames: Iterator[bytes]) -> None:
+    sub.send_frames(frames)
 
 
 async def store_call(store: LogStore, conversation_id: str, call: StoreCall) -> object:
