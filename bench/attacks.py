@@ -1,6 +1,6 @@
 """The memory and CPU a hub holds under the attacks of issue 27, against its idle figures.
 
-    .venv/bin/python bench/attacks.py [--rev REV] [--feeds 500] [--seconds 10]
+    .venv/bin/python bench/attacks.py [--rev REV] [--feeds 500] [--seconds 10] [--only caps,...]
 
 Starts a hub (memory store, no auth, default settings, `ping_interval` off) in a process of its
 own on 127.0.0.1 port 0, from the working tree or, with `--rev`, from the packages as committed
@@ -13,8 +13,8 @@ peak kept) and CPU seconds (`/proc/PID/stat` user + system):
 - `drafts, big authors`: 4 clients x 8 drafts opened with a 7 MiB `author.name`.
 - `summary hellos`: 8 summary sockets each sending a 60 MiB hello.
 - `drafts, at the caps`: 8 clients x 8 drafts filled to `draft_max_bytes` in 64 KiB appends
-  (the producers subscribe to drafts and never read), then a UI joins (its `drafts`
-  snapshot: the largest frame it gets is reported).
+  (the producers subscribe to drafts and never read: their client library queues what
+  comes), then a UI joins (its `drafts` snapshot: the largest frame it gets is reported).
 - `idle feeds`: `--feeds` summary feeds open and idle for `--seconds`: the hub's CPU seconds.
 
 Every socket is on loopback, every wait bounded; the script prints a Markdown table.
@@ -42,8 +42,10 @@ SUBPROTOCOL = "convsync.v1"
 
 HUB = textwrap.dedent(
     """
-    import asyncio, os
+    import asyncio, faulthandler, os, signal
     from server import Hub, HubConfig, MemoryStore
+
+    faulthandler.register(signal.SIGUSR1)  # where a stuck hub is: kill -USR1 PID
 
     async def main():
         config = HubConfig.from_env(ping_interval=None)
@@ -92,19 +94,20 @@ def _mib(n: int) -> str:
     return f"{n / (1 << 20):.0f} MiB"
 
 
-async def _socket(port: int, path: str) -> Any:
+async def _socket(port: int, path: str, max_queue: int | None = 16) -> Any:
     return await ws_connect(
         f"ws://127.0.0.1:{port}{path}",
         subprotocols=[SUBPROTOCOL],  # type: ignore[list-item]
         ping_interval=None,
         max_size=None,
+        max_queue=max_queue,
         close_timeout=1,
         open_timeout=10,
     )
 
 
-async def _hello(port: int, client: str) -> Any:
-    ws = await _socket(port, "/v1/conversations/attack")
+async def _hello(port: int, client: str, max_queue: int | None = 16) -> Any:
+    ws = await _socket(port, "/v1/conversations/attack", max_queue)
     hello = {"type": "hello", "client": client, "lineage": 0, "revision": 0}
     await ws.send(json.dumps({**hello, "features": ["drafts", "presence"]}))
     async with asyncio.timeout(10):
@@ -168,7 +171,10 @@ async def at_the_caps(port: int) -> str:
     chunk = "y" * (64 << 10)
     sockets = []
     for client in range(8):
-        ws = await _hello(port, f"caps{client}")
+        # The producers' library takes in whatever comes (the application never reads it):
+        # a socket that stops reading has its own reads paused by the hub, which would stall
+        # the attack instead of filling the caps.
+        ws = await _hello(port, f"caps{client}", max_queue=None)
         sockets.append(ws)
         for n in range(8):
             d = _id(1000 + client * 8 + n)
@@ -217,24 +223,33 @@ async def idle_feeds(port: int, probe: Probe, feeds: int, seconds: float) -> str
     return f"{used:.2f} CPU s in {seconds:.0f} s ({100 * used / seconds:.1f}% of a core)"
 
 
-async def run(port: int, probe: Probe, feeds: int, seconds: float) -> list[tuple[str, str, str]]:
+ATTACKS = {
+    "names": ("drafts, big names", big_names),
+    "authors": ("drafts, big authors", big_authors),
+    "hellos": ("summary hellos", summary_hellos),
+    "caps": ("drafts, at the caps", at_the_caps),
+}
+
+
+async def run(
+    port: int, probe: Probe, feeds: int, seconds: float, only: list[str]
+) -> list[tuple[str, str, str]]:
     ws = await _hello(port, "seed")
     await ws.close()
     await asyncio.sleep(1)
     idle = probe.rss()
     rows = [("idle", _mib(idle), "")]
-    for name, attack in (
-        ("drafts, big names", big_names),
-        ("drafts, big authors", big_authors),
-        ("summary hellos", summary_hellos),
-        ("drafts, at the caps", at_the_caps),
-    ):
+    for key, (name, attack) in ATTACKS.items():
+        if only and key not in only:
+            continue
         probe.reset()
         outcome = await attack(port)
         await asyncio.sleep(0.5)
         rows.append((name, f"peak {_mib(probe.peak)}, after {_mib(probe.rss())}", outcome))
         print(rows[-1], file=sys.stderr, flush=True)
-    rows.append(("idle feeds", _mib(probe.rss()), await idle_feeds(port, probe, feeds, seconds)))
+    if not only or "feeds" in only:
+        feeding = await idle_feeds(port, probe, feeds, seconds)
+        rows.append(("idle feeds", _mib(probe.rss()), feeding))
     return rows
 
 
@@ -243,7 +258,13 @@ def main() -> None:
     parser.add_argument("--rev", help="run the hub from this git revision's packages")
     parser.add_argument("--feeds", type=int, default=500)
     parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument(
+        "--only",
+        default="",
+        help="comma-separated attacks to run (names, authors, hellos, caps, feeds; default all)",
+    )
     args = parser.parse_args()
+    only = [key for key in args.only.split(",") if key]
     with tempfile.TemporaryDirectory() as tmp:
         code = ROOT
         if args.rev:
@@ -261,7 +282,8 @@ def main() -> None:
             assert hub.stdout is not None
             port, pid = map(int, hub.stdout.readline().split())
             probe = Probe(pid)
-            rows = asyncio.run(asyncio.wait_for(run(port, probe, args.feeds, args.seconds), 600))
+            running = run(port, probe, args.feeds, args.seconds, only)
+            rows = asyncio.run(asyncio.wait_for(running, 600))
         finally:
             hub.terminate()
             hub.wait(10)
