@@ -33,11 +33,12 @@ import contextlib
 import errno
 import gc
 import importlib.metadata
+import logging
 import os
 import socket
 import ssl
 import urllib.parse
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
 import anyio
@@ -291,6 +292,20 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--tls-key", default=None, metavar="FILE", help="the TLS private key")
     serve.add_argument(
         "--metrics-token", default=None, help="/metrics then needs this bearer token"
+    )
+    serve.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default=None,
+        help="log lines on stderr as text or as one JSON object per line (env "
+        "CONVSYNC_LOG_FORMAT; default text)",
+    )
+    serve.add_argument(
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        default=None,
+        help="the least level logged (env CONVSYNC_LOG_LEVEL; default warning; info adds "
+        "each socket opened, closed and refused)",
     )
 
     token = commands.add_parser(
@@ -550,7 +565,34 @@ async def _run(command: Callable[[argparse.Namespace], Awaitable[int]], ns: Any)
 
 
 async def cmd_serve(args: argparse.Namespace) -> int:
-    """Run a hub until SIGINT or SIGTERM."""
+    """Run a hub until SIGINT or SIGTERM, logging as `--log-format` and `--log-level` say."""
+    form = args.log_format if args.log_format is not None else _env("LOG_FORMAT", "text")
+    level = args.log_level if args.log_level is not None else _env("LOG_LEVEL", "warning")
+    if form not in ("text", "json"):
+        raise CliError(f"CONVSYNC_LOG_FORMAT={form!r}: give text or json", 2)
+    if level not in ("debug", "info", "warning", "error"):
+        raise CliError(f"CONVSYNC_LOG_LEVEL={level!r}: give debug, info, warning or error", 2)
+    with _serve_logging(form, level):
+        return await _serve(args, json_logs=form == "json")
+
+
+@contextlib.contextmanager
+def _serve_logging(form: str, level: str) -> Iterator[None]:
+    """Log to stderr in `form` at `level` while the hub runs (then as before: in a test run
+    in-process the logging of the test's own process is left as it was)."""
+    from server.logs import configure_logging
+
+    root = logging.getLogger()
+    before = root.level
+    handler = configure_logging("json" if form == "json" else "text", level)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(before)
+
+
+async def _serve(args: argparse.Namespace, *, json_logs: bool) -> int:
     from server.hub import Hub
     from server.store import open_store
 
@@ -625,7 +667,10 @@ async def cmd_serve(args: argparse.Namespace) -> int:
                     group.start_soon(_reload_keys, hub, reload)
                 await stop.wait()
                 group.cancel_scope.cancel()
-                print("convsync: stopping", file=sys.stderr, flush=True)
+                if json_logs:  # every line on stderr is then a JSON object
+                    logging.getLogger("convsync.serve").info("stopping")
+                else:
+                    print("convsync: stopping", file=sys.stderr, flush=True)
         except (OSError, BaseExceptionGroup) as exc:
             error = sole_exception(exc)
             if not isinstance(error, OSError):
