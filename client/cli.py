@@ -301,6 +301,14 @@ def build_parser() -> argparse.ArgumentParser:
         "CONVSYNC_LOG_FORMAT; default text)",
     )
     serve.add_argument(
+        "--trace",
+        choices=["console", "otlp"],
+        default=None,
+        help="OpenTelemetry spans (needs the otel extra): to stderr as JSON lines, or over "
+        "OTLP/HTTP to OTEL_EXPORTER_OTLP_ENDPOINT (needs opentelemetry-exporter-otlp-proto-http"
+        "); env CONVSYNC_TRACE; default off",
+    )
+    serve.add_argument(
         "--log-level",
         choices=["debug", "info", "warning", "error"],
         default=None,
@@ -572,8 +580,56 @@ async def cmd_serve(args: argparse.Namespace) -> int:
         raise CliError(f"CONVSYNC_LOG_FORMAT={form!r}: give text or json", 2)
     if level not in ("debug", "info", "warning", "error"):
         raise CliError(f"CONVSYNC_LOG_LEVEL={level!r}: give debug, info, warning or error", 2)
-    with _serve_logging(form, level):
+    trace = args.trace if args.trace is not None else _env("TRACE", "") or None
+    if trace not in (None, "console", "otlp"):
+        raise CliError(f"CONVSYNC_TRACE={trace!r}: give console or otlp", 2)
+    with _serve_logging(form, level), _serve_tracing(trace):
         return await _serve(args, json_logs=form == "json")
+
+
+@contextlib.contextmanager
+def _serve_tracing(kind: str | None) -> Iterator[None]:
+    """Spans of the hub to `kind` (console: stderr; otlp) while it runs; nothing if None."""
+    if kind is None:
+        yield
+        return
+    from server import tracing
+
+    try:
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+        from opentelemetry.sdk.trace.export import (
+            BatchSpanProcessor,
+            ConsoleSpanExporter,
+            SpanExporter,
+        )
+    except ModuleNotFoundError:
+        raise CliError("--trace needs the otel extra: pip install 'convsync[otel]'", 2) from None
+    exporter: SpanExporter
+    if kind == "otlp":
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[import-not-found,unused-ignore]
+                OTLPSpanExporter,
+            )
+        except ModuleNotFoundError:
+            raise CliError(
+                "--trace otlp needs pip install opentelemetry-exporter-otlp-proto-http", 2
+            ) from None
+        exporter = OTLPSpanExporter()
+    else:
+
+        def one_line(span: ReadableSpan) -> str:
+            return str(span.to_json(indent=None)) + "\n"
+
+        exporter = ConsoleSpanExporter(out=sys.stderr, formatter=one_line)
+    provider = TracerProvider(resource=Resource.create({"service.name": "convsync-hub"}))
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    tracing.enable(provider)
+    try:
+        yield
+    finally:
+        tracing.disable()
+        provider.shutdown()  # the spans still batched go out
 
 
 @contextlib.contextmanager

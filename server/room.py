@@ -17,6 +17,7 @@ from sync import Conversation, Lineage
 from sync.ids import now_ms
 from sync.protocol import DraftOp, Hello, PushBatch, StatusUpdate
 
+from . import tracing
 from .auth import ANONYMOUS, Grant
 from .config import HubConfig
 from .core import (
@@ -121,6 +122,8 @@ class Room:
     async def join(self, sub: Subscriber, hello: Hello, grant: Grant = ANONYMOUS) -> None:
         """Welcome `sub` (holding `grant`), bring it up to date, then deliver every record
         appended after."""
+        if tracing.TRACER is not None:
+            return await self._join_traced(sub, hello, grant)
         async with self.lock:
             await self._carry_out(self.core.join(sub, hello, now_ms(), grant))
 
@@ -135,6 +138,11 @@ class Room:
 
     async def draft(self, sub: Subscriber, op: DraftOp) -> None:
         """Hand draft op `op` to the core (SPEC 7)."""
+        if tracing.TRACER is not None:
+            with tracing.draft_span(self.id, op):
+                async with self.lock:
+                    await self._carry_out(self.core.draft(sub, op, now_ms()))
+            return
         async with self.lock:
             await self._carry_out(self.core.draft(sub, op, now_ms()))
 
@@ -154,6 +162,8 @@ class Room:
 
     async def push(self, sub: Subscriber, batch: PushBatch) -> None:
         """Hand `batch` to the core; answer `sub`, broadcast, append, as it says."""
+        if tracing.TRACER is not None:
+            return await self._push_traced(sub, batch)
         started = time.monotonic()
         metrics = self._metrics
         accepted = metrics.pushes_accepted
@@ -161,6 +171,31 @@ class Room:
             await self._carry_out(self.core.push(sub, batch, now_ms()))
         if metrics.pushes_accepted != accepted:
             metrics.observe_append(time.monotonic() - started)
+
+    # ------------------------------------------------------------------ traced (the otel extra)
+
+    async def _join_traced(self, sub: Subscriber, hello: Hello, grant: Grant) -> None:
+        """`join`, in a `convsync.hello` span (server/tracing.py)."""
+        with tracing.hello_span(self.id, hello, grant) as span:
+            async with self.lock:
+                await self._carry_out(self.core.join(sub, hello, now_ms(), grant))
+                tracing.joined(span, hello, self.core.lineage, self.core.revision)
+
+    async def _push_traced(self, sub: Subscriber, batch: PushBatch) -> None:
+        """`push`, in a `convsync.push` span ending with its ack or reject."""
+        metrics = self._metrics
+        with tracing.push_span(self.id, batch) as span:
+            started = time.monotonic()
+            accepted, rejected = metrics.pushes_accepted, +metrics.pushes_rejected
+            async with self.lock:
+                await self._carry_out(self.core.push(sub, batch, now_ms()))
+            if metrics.pushes_accepted != accepted:
+                metrics.observe_append(time.monotonic() - started)
+                tracing.pushed(span, batch.records, self.core.revision, None)
+            else:
+                reasons = metrics.pushes_rejected - rejected
+                if reasons:
+                    tracing.pushed(span, batch.records, self.core.revision, min(reasons))
 
     async def log_moved(self) -> None:
         """Another hub appended: forward what this room lacks to its subscribers."""
@@ -190,7 +225,11 @@ class Room:
     async def _carry_out(self, actions: list[Action[Subscriber]]) -> None:
         while (call := _deliver(actions)) is not None:
             try:
-                outcome: object = await store_call(self._store, self.id, call)
+                if tracing.TRACER is not None:
+                    with tracing.store_span(self.id, call):
+                        outcome: object = await store_call(self._store, self.id, call)
+                else:
+                    outcome = await store_call(self._store, self.id, call)
             except Exception as exc:
                 outcome = exc
             actions = self.core.resume(outcome)
