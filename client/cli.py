@@ -34,12 +34,13 @@ import datetime
 import errno
 import gc
 import importlib.metadata
+import logging
 import math
 import os
 import socket
 import ssl
 import urllib.parse
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
 import anyio
@@ -322,6 +323,28 @@ def build_parser() -> argparse.ArgumentParser:
         "CONVSYNC_KEEP_TOMBSTONES_DAYS; default: never); keep it longer than any replica "
         "keeps an outbox",
     )
+    serve.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default=None,
+        help="log lines on stderr as text or as one JSON object per line (env "
+        "CONVSYNC_LOG_FORMAT; default text)",
+    )
+    serve.add_argument(
+        "--trace",
+        choices=["console", "otlp"],
+        default=None,
+        help="OpenTelemetry spans (needs the otel extra): to stderr as JSON lines, or over "
+        "OTLP/HTTP to OTEL_EXPORTER_OTLP_ENDPOINT (needs opentelemetry-exporter-otlp-proto-http"
+        "); env CONVSYNC_TRACE; default off",
+    )
+    serve.add_argument(
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        default=None,
+        help="the least level logged (env CONVSYNC_LOG_LEVEL; default warning; info adds "
+        "each socket opened, closed and refused)",
+    )
 
     token = commands.add_parser(
         "token",
@@ -601,7 +624,82 @@ async def _run(command: Callable[[argparse.Namespace], Awaitable[int]], ns: Any)
 
 
 async def cmd_serve(args: argparse.Namespace) -> int:
-    """Run a hub until SIGINT or SIGTERM."""
+    """Run a hub until SIGINT or SIGTERM, logging as `--log-format` and `--log-level` say."""
+    form = args.log_format if args.log_format is not None else _env("LOG_FORMAT", "text")
+    level = args.log_level if args.log_level is not None else _env("LOG_LEVEL", "warning")
+    if form not in ("text", "json"):
+        raise CliError(f"CONVSYNC_LOG_FORMAT={form!r}: give text or json", 2)
+    if level not in ("debug", "info", "warning", "error"):
+        raise CliError(f"CONVSYNC_LOG_LEVEL={level!r}: give debug, info, warning or error", 2)
+    trace = args.trace if args.trace is not None else _env("TRACE", "") or None
+    if trace not in (None, "console", "otlp"):
+        raise CliError(f"CONVSYNC_TRACE={trace!r}: give console or otlp", 2)
+    with _serve_logging(form, level), _serve_tracing(trace):
+        return await _serve(args, json_logs=form == "json")
+
+
+@contextlib.contextmanager
+def _serve_tracing(kind: str | None) -> Iterator[None]:
+    """Spans of the hub to `kind` (console: stderr; otlp) while it runs; nothing if None."""
+    if kind is None:
+        yield
+        return
+    from server import tracing
+
+    try:
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+        from opentelemetry.sdk.trace.export import (
+            BatchSpanProcessor,
+            ConsoleSpanExporter,
+            SpanExporter,
+        )
+    except ModuleNotFoundError:
+        raise CliError("--trace needs the otel extra: pip install 'convsync[otel]'", 2) from None
+    exporter: SpanExporter
+    if kind == "otlp":
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[import-not-found,unused-ignore]
+                OTLPSpanExporter,
+            )
+        except ModuleNotFoundError:
+            raise CliError(
+                "--trace otlp needs pip install opentelemetry-exporter-otlp-proto-http", 2
+            ) from None
+        exporter = OTLPSpanExporter()
+    else:
+
+        def one_line(span: ReadableSpan) -> str:
+            return str(span.to_json(indent=None)) + "\n"
+
+        exporter = ConsoleSpanExporter(out=sys.stderr, formatter=one_line)
+    provider = TracerProvider(resource=Resource.create({"service.name": "convsync-hub"}))
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    tracing.enable(provider)
+    try:
+        yield
+    finally:
+        tracing.disable()
+        provider.shutdown()  # the spans still batched go out
+
+
+@contextlib.contextmanager
+def _serve_logging(form: str, level: str) -> Iterator[None]:
+    """Log to stderr in `form` at `level` while the hub runs (then as before: in a test run
+    in-process the logging of the test's own process is left as it was)."""
+    from server.logs import configure_logging
+
+    root = logging.getLogger()
+    before = root.level
+    handler = configure_logging("json" if form == "json" else "text", level)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(before)
+
+
+async def _serve(args: argparse.Namespace, *, json_logs: bool) -> int:
     from server.hub import Hub
     from server.store import open_store
 
@@ -678,7 +776,10 @@ async def cmd_serve(args: argparse.Namespace) -> int:
                     group.start_soon(_reload_keys, hub, reload)
                 await stop.wait()
                 group.cancel_scope.cancel()
-                print("convsync: stopping", file=sys.stderr, flush=True)
+                if json_logs:  # every line on stderr is then a JSON object
+                    logging.getLogger("convsync.serve").info("stopping")
+                else:
+                    print("convsync: stopping", file=sys.stderr, flush=True)
         except (OSError, BaseExceptionGroup) as exc:
             error = sole_exception(exc)
             if not isinstance(error, OSError):

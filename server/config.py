@@ -49,6 +49,13 @@ class HubConfig:
         draft_grace: seconds a draft waits for its producer to reconnect.
         draft_max_bytes: UTF-8 bytes one draft may hold (at most half of `max_frame` is used,
             so a draft's text always fits one `drafts` frame).
+        draft_max_per_client: open drafts one (principal, client) may hold; one more
+            `open` is answered `draft_end refused`.
+        draft_max_parts: parts one draft may hold (`text`, `reasoning`, each `call:<id>`);
+            an append that would start one more ends the draft `aborted`.
+        draft_max_per_conversation: open drafts one conversation may hold, whoever owns
+            them; one more `open` is answered `draft_end refused`. With `draft_max_bytes`
+            this bounds a conversation's drafts (64 x 512 KiB = 32 MiB by default).
         bus: where hubs sharing a store (PostgreSQL) relay drafts and presence to each other
             (SPEC 9): a `redis://` or `rediss://` URL for Redis pub/sub (needs the `redis`
             extra), or None for `NOTIFY` on the store's own database. Unused on a store only
@@ -108,6 +115,9 @@ class HubConfig:
     draft_timeout: float = 30.0
     draft_grace: float = 10.0
     draft_max_bytes: int = 512 * 1024
+    draft_max_per_client: int = 8
+    draft_max_parts: int = 64
+    draft_max_per_conversation: int = 64
     bus: str | None = None
     heartbeat_interval: float = 1.0
     heartbeat_ttl: float = 5.0
@@ -191,6 +201,9 @@ _NUMBERS: dict[str, tuple[type, float, bool, str]] = {
     "draft_timeout": (float, 0, False, "seconds"),
     "draft_grace": (float, 0, True, "seconds"),
     "draft_max_bytes": (int, 1, True, "bytes"),
+    "draft_max_per_client": (int, 1, True, "drafts"),
+    "draft_max_parts": (int, 1, True, "parts"),
+    "draft_max_per_conversation": (int, 1, True, "drafts"),
     "heartbeat_interval": (float, 0, False, "seconds"),
     "heartbeat_ttl": (float, 0, False, "seconds"),
     "hello_timeout": (float, 0, False, "seconds"),

@@ -25,7 +25,7 @@ clock of its own and imports no I/O library; the test fake link drives it direct
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -103,6 +103,7 @@ __all__ = [
     "RoomCore",
     "Send",
     "SendDraft",
+    "SendFrames",
     "StoreCall",
     "WriteSnapshot",
     "deliver",
@@ -140,6 +141,15 @@ class Broadcast(msgspec.Struct, Generic[C], frozen=True):
 
     to: list[C]
     frame: bytes
+
+
+class SendFrames(msgspec.Struct, Generic[C], frozen=True):
+    """Write the frames of `frames` to `to`, in order, as catch-up (never `lagging`): built
+    one at a time as they are read, so a shell that reads the next only once the last was
+    sent holds one at a time (the `drafts` snapshot, issue 27)."""
+
+    to: C
+    frames: Iterator[bytes]
 
 
 class Close(msgspec.Struct, Generic[C], frozen=True):
@@ -224,7 +234,7 @@ class Raise(msgspec.Struct, frozen=True):
 
 
 StoreCall = ReadRecords | AppendRecords | LoadLog | WriteSnapshot | RewriteLog | ReadMark
-Action = Send[C] | Broadcast[C] | Close[C] | SendDraft[C] | Raise | StoreCall
+Action = Send[C] | Broadcast[C] | Close[C] | SendDraft[C] | SendFrames[C] | Raise | StoreCall
 _Then = Callable[[object], list[Action[C]]]
 
 
@@ -1067,7 +1077,7 @@ class RoomCore(Generic[C]):
             self.presence.join(conn, principal, client, kind, grant.name, self._now)
         actions: list[Action[C]] = []
         if "drafts" in hello.features:
-            actions += [Send(conn, frame, True) for frame in self.drafts.subscribe(conn)]
+            actions.append(SendFrames(conn, self.drafts.subscribe(conn)))
         if "presence" in hello.features:
             actions.append(Send(conn, self.presence.subscribe(conn), True))
         return actions + self.tick(self._now)
@@ -1129,12 +1139,15 @@ def deliver(
     close: Callable[[C, ErrorCode, str], None],
     send_draft: Callable[[C, SendDraft[C]], None] | None = None,
     broadcast: Callable[[list[C], bytes], None] | None = None,
+    send_frames: Callable[[C, Iterator[bytes]], None] | None = None,
 ) -> StoreCall | None:
     """Carry out the frame actions of `actions` in order with `send(to, frame, catch_up)` and
     `close(to, code, detail)` (and `send_draft(to, action)` for draft deltas, if given; else
     they go through `send`; and `broadcast(to, frame)` for a frame to several, if given; else
-    `send` to each); return the store call that ends the list, if any (the caller awaits it
-    and hands the outcome to `RoomCore.resume`). A `Raise` raises its error."""
+    `send` to each; and `send_frames(to, frames)` for frames built as they are read, if
+    given; else `send` each at once, as catch-up); return the store call that ends the
+    list, if any (the caller awaits it and hands the outcome to `RoomCore.resume`). A
+    `Raise` raises its error."""
     call: StoreCall | None = None
     for action in actions:  # `isinstance`, most frequent first: not `match`, which costs more
         if isinstance(action, Broadcast):
@@ -1154,6 +1167,12 @@ def deliver(
                     send(conn, action.frame, False)
         elif isinstance(action, Close):
             close(action.to, action.code, action.detail)
+        elif isinstance(action, SendFrames):
+            if send_frames is not None:
+                send_frames(action.to, action.frames)
+            else:
+                for frame in action.frames:
+                    send(action.to, frame, True)
         elif isinstance(action, Raise):
             raise action.error
         else:
