@@ -678,8 +678,9 @@ class RoomCore(Generic[C]):
         if user_text_push(batch.records):
             if steering.stops or steering.mid_step(conversation):
                 return "queued", "mid-step: the hub lands it once the step ends"
-            return None
-        if batch.revision < self._request_revision and _pushes_assistant(batch.records):
+            # Not queued: the asides beside the user text are checked like any others (a put
+            # of a queued entry that landed, left here, landed it twice).
+        elif batch.revision < self._request_revision and _pushes_assistant(batch.records):
             return "superseded", "a user request landed after the base of this answer"
         for record in batch.records:
             change = record.change
@@ -697,6 +698,8 @@ class RoomCore(Generic[C]):
                 if entry is None or queued_id(entry.id) != change.id:  # type: ignore[arg-type]
                     return "invalid", "a queued aside holds one user text entry, under its id"
                 if conversation.holds(entry.id) or conversation.is_retired(entry.id):  # type: ignore[arg-type]
+                    if batch.revision < self.revision:  # landed since its base: rebase it
+                        return "behind", f"entry id {entry.id} landed since this push's base"
                     return "invalid", f"entry id {entry.id} is in the log already"
         return None
 

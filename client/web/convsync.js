@@ -1857,6 +1857,12 @@ function retarget(local, record, anchor) {
           return conflict(record, 'landed', 'the queued entry has landed');
         return null;
       }
+      if (change.aside.kind === QUEUED_KIND) {
+        // Put again (moved, say) after its queue landed: landing it twice.
+        const entryId = queuedEntryId(change.id);
+        if (local.holds(entryId) || local.isRetired(entryId))
+          return conflict(record, 'landed', 'the queued entry has landed');
+      }
       return record;
     }
     case 'reset':
