@@ -30,14 +30,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
+import msgspec
 from websockets.asyncio.server import ServerConnection
 from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from sync.conversation import Conversation
+from sync.entries import TURN_KIND, TurnRecord
 from sync.errors import close_code_of
-from sync.ids import is_message_id, made_ms
+from sync.ids import AsideId, is_message_id, made_ms
 from sync.messages import (
     Assistant,
     Document,
@@ -160,20 +162,25 @@ def row_of(room: Room) -> Row:
         "online": clients,
         "status": dict(sorted(status.items())[:ROW_LIST]),
         "drafts": {"open": len(core.drafts.drafts), "producers": producers[:ROW_LIST]},
-        "turn": _turn_of(conversation),
+        "turn": _turn_of(conversation, core.tally.latest_turn),
+        "queued": len(core.tally.queued),
+        "approvals": len(core.tally.approvals),
+        "usage": core.tally.usage(),
     }
 
 
-def _turn_of(conversation: Conversation) -> Row | None:
-    """The last turn record as `{index, state, owner}`: `running` until it ends, then how it
-    ended (`answered`, `failed`, `stopped`); `owner` is who wrote the record (its author's
-    name, else its kind)."""
-    turns = conversation.turns()
-    if not turns:
+def _turn_of(conversation: Conversation, aside_id: AsideId | None) -> Row | None:
+    """Turn record `aside_id` (the latest, from the room's tally) as `{index, state, owner}`:
+    `running` until it ends, then how it ended (`answered`, `failed`, `stopped`); `owner` is
+    who wrote the record (its author's name, else its kind). The one place a row reads a turn."""
+    aside = None if aside_id is None else conversation.aside(aside_id)
+    if aside is None or aside.kind != TURN_KIND:
         return None
-    aside_id, turn = max(turns, key=lambda item: item[1].index)
-    aside = conversation.aside(aside_id)
-    owner = None if aside is None else (aside.author.name or aside.author.kind)
+    try:
+        turn = msgspec.convert(aside.value, TurnRecord)
+    except msgspec.ValidationError:
+        return None
+    owner = aside.author.name or aside.author.kind
     state = "running" if turn.end is None else turn.end.__struct_config__.tag
     return {"index": turn.index, "state": state, "owner": owner}
 
