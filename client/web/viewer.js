@@ -689,6 +689,13 @@ function drawRow(row, offline = false) {
   const last = row.last === null ? '' : `${row.last.role}: ${row.last.text}`;
   const turn = row.turn ? ` · turn ${row.turn.index} ${row.turn.state}` : '';
   const drafts = row.drafts?.open ? ` · ${row.drafts.open} drafting` : '';
+  const waiting = [];
+  if (row.queued) waiting.push(h('span', { class: 'queued' }, ` · ${row.queued} queued`));
+  if (row.approvals) {
+    const label = row.approvals === 1 ? 'approval' : 'approvals';
+    waiting.push(h('span', { class: 'approvals' }, ` · ${row.approvals} ${label} waiting`));
+  }
+  const usage = row.usage ? ` · ${tokens(row.usage.input_tokens + row.usage.output_tokens)} tokens` : '';
   let online = '';
   if (offline) online = h('span', { class: 'offline' }, ' · offline');
   else if (row.online.length) {
@@ -710,9 +717,18 @@ function drawRow(row, offline = false) {
       row.halt ? ` · ${row.halt}` : '',
       turn,
       drafts,
+      ...waiting,
+      usage,
       online,
     ),
   );
+}
+
+/** A token count for a row: `950`, `12.3k`, `4.1M`. */
+function tokens(count) {
+  if (count < 1000) return String(count);
+  if (count < 1_000_000) return `${(count / 1000).toFixed(count < 10_000 ? 1 : 0)}k`;
+  return `${(count / 1_000_000).toFixed(1)}M`;
 }
 
 /** Follow a link inside the viewer, handing the in-memory token on in the fragment. */
