@@ -504,6 +504,9 @@ function fillDraft(element, draft) {
 // ---------------------------------------------------------------- the list page
 
 const PAGE_SIZE = 50;
+/** While a search is typed the window widens to this many rows (the hub's most), so the
+ * search looks through every conversation of the prefix, not only the page shown. */
+const SEARCH_LIMIT = 1000;
 
 /**
  * The list page, an operator's dashboard (SPEC §17): a window of the summary feed (by id,
@@ -529,7 +532,12 @@ class ListView {
     this.drawn = new Map();
     /** @type {string[] | null} the order frozen while the pointer is over the list */
     this.frozen = null;
+    /** @type {Map<string, any>} the rows last drawn, by id: a row that left the window while
+     * the order is frozen stays drawn (dimmed) in its place until the pointer leaves */
+    this.shown = new Map();
     this.search = '';
+    /** `after` of the page shown when a search began: the page comes back when it ends. */
+    this.pageAfter = null;
     this.list = h('ol', { class: 'conversations' });
     this.list.addEventListener('pointerenter', () => {
       this.frozen = this.ordered().map((row) => row.id);
@@ -586,9 +594,12 @@ class ListView {
       this.show({ order: this.order });
     });
     search.addEventListener('input', () => {
+      const was = this.search !== '';
       this.search = search.value.trim().toLowerCase();
+      if ((this.search !== '') !== was) this.searching(this.search !== '');
       this.schedule();
     });
+    this.matches = h('p', { class: 'matches', hidden: '' });
     this.problem = h('p', { class: 'empty problem', hidden: '' });
     root.replaceChildren(
       h('header', { class: 'bar' }, h('h1', {}, 'Conversations'), this.stateLabel),
@@ -596,6 +607,7 @@ class ListView {
       controls,
       this.problem,
       this.empty,
+      this.matches,
       h('div', { class: 'scroller' }, this.list, h('p', { class: 'pages' }, this.back, this.more)),
     );
     document.title = 'convsync';
@@ -617,9 +629,22 @@ class ListView {
   /** A new window (prefix or order): back to the first page. */
   show(page) {
     this.pages = [];
+    this.pageAfter = null;
     this.frozen = null;
     this.feed.window({ ...page, after: null });
     if (this.feed.state === 'closed') void this.feed.start(); // refused before: try this one
+  }
+
+  /** A search began (`on`) or ended: widen the window to every row the hub gives, or go
+   * back to the page shown before. */
+  searching(on) {
+    this.frozen = null;
+    if (on) {
+      this.pageAfter = this.feed.after;
+      this.feed.window({ limit: SEARCH_LIMIT, after: null });
+    } else {
+      this.feed.window({ limit: PAGE_SIZE, after: this.order === 'id' ? this.pageAfter : null });
+    }
   }
 
   next() {
@@ -654,17 +679,32 @@ class ListView {
 
   render() {
     let rows = this.ordered();
+    /** @type {Set<string>} rows drawn in place though they left the window */
+    const gone = new Set();
     if (this.frozen !== null) {
-      // Rows keep their place under the pointer; one that entered goes at the end.
+      // Rows keep their place under the pointer: one that entered goes at the end, one that
+      // left stays where it was (dimmed) until the pointer leaves the list.
       const place = new Map(this.frozen.map((id, at) => [id, at]));
+      for (const id of this.frozen) {
+        const ghost = this.shown.get(id);
+        if (!this.feed.rows.has(id) && ghost !== undefined) {
+          rows.push(ghost);
+          gone.add(id);
+        }
+      }
       rows.sort((a, b) => (place.get(a.id) ?? Infinity) - (place.get(b.id) ?? Infinity));
     }
+    let matched = rows.length;
     if (this.search) {
       const q = this.search;
       rows = rows.filter(
         (row) => row.id.toLowerCase().includes(q) || (row.last?.text ?? '').toLowerCase().includes(q),
       );
+      matched = rows.length;
+      rows = rows.slice(0, PAGE_SIZE);
     }
+    this.matches.hidden = !this.search || matched <= rows.length;
+    this.matches.textContent = `${matched} conversations match; the first ${rows.length} are shown.`;
     const offline = this.feed.state !== 'connected';
     this.root.classList.toggle('offline', offline);
     this.empty.hidden = rows.length > 0 || !this.problem.hidden;
@@ -674,11 +714,13 @@ class ListView {
       this.drawn.set(row.id, row.revision);
       const element = drawRow(row, offline);
       if (changed) element.classList.add('changed');
+      if (gone.has(row.id)) element.classList.add('left');
       return element;
     });
+    this.shown = new Map(rows.map((row) => [row.id, row]));
     this.list.replaceChildren(...elements);
-    this.more.hidden = !(this.feed.more && this.order === 'id');
-    this.back.hidden = this.pages.length === 0;
+    this.more.hidden = !(this.feed.more && this.order === 'id') || this.search !== '';
+    this.back.hidden = this.pages.length === 0 || this.search !== '';
   }
 }
 
