@@ -69,7 +69,7 @@ from .room import Room, is_shared
 from .session import Access, HubSession, Limits, conversation_id_of, is_conversation_id
 from .store import LogStore, MemoryStore, StoreError
 from .subscriber import CLOSE_DEADLINE, Subscriber, cut_if_open
-from .web import Web, is_summary_path
+from .web import Web, is_summary_path, live_state
 
 __all__ = ["Hub"]
 
@@ -414,6 +414,7 @@ class Hub:
                 await moved.wait()
 
     async def _tick(self, room: Room) -> None:
+        shown = live_state(room)
         try:
             await room.tick()
         except Exception:  # a bug of ours: log it; the timer keeps serving the others
@@ -421,6 +422,8 @@ class Hub:
             return  # retried when the timer next wakes, not at once (no busy loop)
         finally:
             self._ticking.discard(room)
+        if live_state(room) != shown:
+            self._web.touched(room)  # it ended a draft or changed a status: a row shows them
         self._deadline_moved.set()  # its next deadline, in the timer's next pass
 
     async def rewrite(self, conversation_id: str, conversation: Conversation) -> None:

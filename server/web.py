@@ -67,6 +67,7 @@ __all__ = [
     "SUMMARY_INTERVAL",
     "SUMMARY_PATH",
     "Web",
+    "live_state",
     "preview_of",
 ]
 
@@ -77,6 +78,7 @@ SUMMARY_PATH: Final = "/v1/summary"
 SUMMARY_INTERVAL: Final = 0.25  # seconds: at most one diff per conversation per interval
 CSP: Final = "default-src 'self'; frame-ancestors 'none'"
 PREVIEW_CHARS: Final = 160
+ROW_CACHE: Final = 10_000  # rows kept built (and encoded) at most: about 10 MB
 ROW_LIST: Final = 16  # at most this many statuses and draft producers in a row: rows stay small
 DEFAULT_LIMIT: Final = 100
 MAX_LIMIT: Final = 1000
@@ -169,6 +171,14 @@ def row_of(room: Room) -> Row:
     }
 
 
+def live_state(room: Room) -> tuple[object, ...]:
+    """What of a row lives in memory only (open drafts, shown statuses), to compare before and
+    after a room's tick: the hub touches the room only when a tick changed it."""
+    core = room.core
+    drafts = tuple(draft.owner[1] for draft in core.drafts.drafts.values())
+    return drafts, tuple((e.client, e.shown) for e in core.presence.entries.values())
+
+
 def _turn_of(conversation: Conversation, aside_id: AsideId | None) -> Row | None:
     """Turn record `aside_id` (the latest, from the room's tally) as `{index, state, owner}`:
     `running` until it ends, then how it ended (`answered`, `failed`, `stopped`); `owner` is
@@ -215,12 +225,38 @@ class Web:
         self._hub = hub
         self._static_dir = static_dir
         self._watchers: set[_Touched] = set()  # one per summary socket
+        # Each conversation's row as last built, and its JSON, by id: built once per change
+        # whatever the number of feeds showing it (20 dashboards built and encoded each row
+        # 20 times). Dropped by `touched`, which follows every change of a room.
+        self._rows: dict[str, tuple[Row, str]] = {}
 
     def touched(self, room: Room) -> None:
         """The hub changed `room` (or who is in it): summary sockets look at it next tick."""
+        self._rows.pop(room.id, None)
         for watcher in self._watchers:
             watcher.rooms[room.id] = room
             watcher.wake.set()
+
+    def row(self, room: Room) -> Row:
+        """The row of `room` (loaded, its lock free), from the cache when it did not change."""
+        cached = self._rows.get(room.id)
+        if cached is not None:
+            return cached[0]
+        row = row_of(room)
+        if len(self._rows) >= ROW_CACHE:
+            self._rows.clear()  # bounded: rebuilt from the rows asked for next
+        self._rows[room.id] = (row, json.dumps(row))
+        return row
+
+    def encode(self, message: Row) -> str:
+        """`message` as JSON, its `rows` from the cached JSON of each row still current."""
+        rows: list[Row] = message["rows"]
+        head = json.dumps({key: value for key, value in message.items() if key != "rows"})
+        texts = []
+        for row in rows:
+            cached = self._rows.get(row["id"])
+            texts.append(cached[1] if cached is not None and cached[0] is row else json.dumps(row))
+        return f'{head[:-1]}, "rows": [{", ".join(texts)}]}}'
 
     # ------------------------------------------------------------------ access (the auth hook)
 
@@ -359,7 +395,7 @@ class Web:
         if room is None:
             return None
         async with room.lock:
-            return row_of(room)
+            return self.row(room)
 
     # ------------------------------------------------------------------ the summary socket
 
@@ -417,7 +453,7 @@ class Web:
                 snapshot = await window.snapshot()
                 if pings:
                     snapshot["features"] = ["ping"]
-                await ws.send(json.dumps(snapshot))
+                await ws.send(self.encode(snapshot))
                 del snapshot
                 while True:
                     # Asleep until a room is touched, a window is asked for or the token's time
@@ -437,7 +473,7 @@ class Web:
                         watcher.wake = anyio.Event()
                         watcher.rooms.clear()  # the snapshot reads them fresh
                         window = _Window(self, page, feed.visible)
-                        await ws.send(json.dumps(await window.snapshot()))
+                        await ws.send(self.encode(await window.snapshot()))
                         continue
                     await anyio.sleep(SUMMARY_INTERVAL)  # coalesce: one diff per interval
                     watcher.wake = anyio.Event()
@@ -448,7 +484,7 @@ class Web:
                     if watcher.rooms:
                         watcher.wake.set()  # a room under an append: look again next interval
                     if diff is not None:
-                        await ws.send(json.dumps(diff))
+                        await ws.send(self.encode(diff))
         except ConnectionClosed:
             return
         finally:
@@ -579,7 +615,7 @@ class _Window:
             if not room.exists:
                 again = again or inside
                 continue
-            row = row_of(room)
+            row = self._web.row(room)
             if page.order == "id":
                 if inside:
                     fresh[conversation_id] = row
