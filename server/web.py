@@ -604,6 +604,10 @@ class _Window:
         rooms, watcher.rooms = watcher.rooms, {}
         fresh: dict[str, Row] = {}
         again = False  # the window's members must be read again
+        entering = False  # a row from outside may rank into an "updated" window
+        by_id = page.order == "id"
+        edge: str | None = None  # the last id of a full "id" window
+        worst: tuple[int, str] | None = None  # the least recent row of a full "updated" one
         more = self.more
         for conversation_id, room in rooms.items():
             if not page.holds(conversation_id) or not self._visible(conversation_id):
@@ -616,21 +620,36 @@ class _Window:
                 again = again or inside
                 continue
             row = self._web.row(room)
-            if page.order == "id":
+            if by_id:
                 if inside:
                     fresh[conversation_id] = row
-                elif len(known) < page.limit or conversation_id < max(known):
+                    continue
+                if len(known) == page.limit and edge is None:
+                    edge = max(known)  # once per tick, not once per room
+                if edge is None or conversation_id < edge:
                     again = True
                 else:
                     more = True
-            else:
-                if inside and recency(row) > recency(known[conversation_id]):
+                continue
+            rank = recency(row)
+            if inside:
+                if rank > recency(known[conversation_id]):
                     again = True  # it went back: an untouched row may now rank above it
                 fresh[conversation_id] = row
+                continue
+            if len(known) == page.limit and worst is None:
+                worst = max(map(recency, known.values()))
+            # Rows of the window only move up, so one that does not beat the window's least
+            # recent row now stays out.
+            if worst is None or rank < worst:
+                entering = True
+                fresh[conversation_id] = row
+            else:
+                more = True
         if again:
             rows, more = await self._web.rows(page, self._visible)
             members = {row["id"]: row for row in rows}
-        elif page.order == "updated":
+        elif entering:
             pool = {**known, **fresh}
             ranked = sorted(pool.values(), key=recency)
             members = {row["id"]: row for row in ranked[: page.limit]}
@@ -638,7 +657,12 @@ class _Window:
         else:
             members = {**known, **fresh}
         left = [conversation_id for conversation_id in known if conversation_id not in members]
-        sent = [row for i, row in members.items() if known.get(i) != row]
+        # A row unchanged since the last tick is the same object (the cache): no deep compare.
+        sent = []
+        for conversation_id, row in members.items():
+            before = known.get(conversation_id)
+            if before is not row and before != row:
+                sent.append(row)
         self.known = members
         message: Row = {"type": "summary_diff", "rows": sent}
         if left:
