@@ -2,13 +2,15 @@
 dashboard, with 1,000 conversations of which 50 are busy.
 
 Usage: `.venv/bin/python bench/dashboard.py page [--soak SECONDS]` and
-`.venv/bin/python bench/dashboard.py cpu [--seconds S] [--repeats N]`, from the repository root.
+`.venv/bin/python bench/dashboard.py cpu [--store sqlite|memory] [--seconds S] [--repeats N]`,
+from the repository root.
 
 Commands: `page` (about 6 minutes with the default `--soak 300`; Debian's Chromium at
 /usr/bin/chromium) writes the section "Dashboard page in Chromium"; `cpu` (about 4 minutes)
-writes "Hub cost per dashboard".
+writes "Hub cost per dashboard" for the store it ran on.
 
-The hub runs in a process of its own (`bench/_hubproc.py`, in-memory store), seeded with
+The hub runs in a process of its own (`bench/_hubproc.py`; in memory for `page`, for `cpu` on
+the store named, a SQLite file with `synchronous=FULL` by default), seeded with
 1,000 conversations of one message each (`fleet.0000` ...). In this process, 50 agents (Python
 replicas, one per conversation spread over the ids, `tests/fleet.py`) push one message a
 second each, staggered, for the whole run.
@@ -36,7 +38,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -96,9 +100,13 @@ def log(line: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
 
 
-async def fleet_hub() -> tuple[ServerProcess, list[str]]:
-    """A hub process holding the 1,000 conversations; the busy ones' ids."""
-    hub = await ServerProcess.start("hub")
+async def fleet_hub(store: str = "memory", folder: str = "") -> tuple[ServerProcess, list[str]]:
+    """A hub process (on `store`: memory, or SQLite in `folder`) holding the 1,000
+    conversations; the busy ones' ids."""
+    where = (
+        ["--store", "sqlite", "--path", str(Path(folder) / "hub.db")] if store == "sqlite" else []
+    )
+    hub = await ServerProcess.start("hub", *where)
     ids = fleet_ids(CONVERSATIONS)
     for conversation_id in ids:
         await hub.ask("seed", id=conversation_id, messages=1, chars=80)
@@ -292,7 +300,8 @@ async def measure(hub: ServerProcess, dashboards: int, seconds: float) -> tuple[
 
 async def run_cpu(args: argparse.Namespace) -> int:
     began = time.perf_counter()
-    hub, busy = await fleet_hub()
+    folder = tempfile.mkdtemp(prefix="convsync-dashboard-")
+    hub, busy = await fleet_hub(args.store, folder)
     done = anyio.Event()
     shares: dict[int, list[float]] = {0: [], DASHBOARDS: []}
     rates: list[float] = []
@@ -314,6 +323,7 @@ async def run_cpu(args: argparse.Namespace) -> int:
             done.set()
     finally:
         await hub.stop()
+        shutil.rmtree(folder, ignore_errors=True)
     results = Results()
     none, some = shares[0], shares[DASHBOARDS]
     results.add(Row("hub CPU, no dashboard", f"{median(none):.1%}", spread_of(none, "{:.1%}")))
@@ -359,7 +369,7 @@ async def run_cpu(args: argparse.Namespace) -> int:
             results.table(),
         ]
     )
-    write_section(CPU_HEADING, body)
+    write_section(f"{CPU_HEADING}, {args.store} store", body)
     print(body)
     return 0 if not results.failed else 1
 
@@ -372,6 +382,12 @@ def main() -> None:
     cpu = sub.add_parser("cpu", help="the hub's CPU per dashboard")
     cpu.add_argument("--seconds", type=float, default=20.0)
     cpu.add_argument("--repeats", type=int, default=5)
+    cpu.add_argument(
+        "--store",
+        choices=["sqlite", "memory"],
+        default="sqlite",
+        help="the hub's store: a SQLite file (what `convsync serve` runs) or memory",
+    )
     args = parser.parse_args()
     sys.exit(asyncio.run(run_page(args) if args.what == "page" else run_cpu(args)))
 
