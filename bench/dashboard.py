@@ -240,7 +240,7 @@ async def run_page(args: argparse.Namespace) -> int:
     body = "\n\n".join(
         [
             head,
-            "The hub runs" + how.strip(),
+            "The hub runs " + how.strip(),
             f"First paints: the median of {PAINT_REPEATS} page loads (after one warm-up load).",
             results.table(),
         ]
@@ -362,7 +362,7 @@ async def run_cpu(args: argparse.Namespace) -> int:
     body = "\n\n".join(
         [
             head,
-            "The hub runs" + how.strip(),
+            "The hub runs " + how.strip(),
             cpu_how.strip()
             .replace("--seconds", f"{args.seconds:.0f} s")
             .replace("`--repeats` times", f"{args.repeats} times"),
