@@ -363,7 +363,8 @@ async def run_cpu(args: argparse.Namespace) -> int:
         [
             head,
             "The hub runs " + how.strip(),
-            cpu_how.strip()
+            "`cpu`: "
+            + cpu_how.strip()
             .replace("--seconds", f"{args.seconds:.0f} s")
             .replace("`--repeats` times", f"{args.repeats} times"),
             results.table(),
