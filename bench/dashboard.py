@@ -186,6 +186,10 @@ async def run_page(args: argparse.Namespace) -> int:
                 for order, query in (("id", ""), ("updated", "?order=updated")):
                     log(f"first paint, order {order}")
                     paints[order] = await first_paints(browser, base + query)
+                if args.paint_only:
+                    done.set()
+                    await browser.close()
+                    return paint_section(args, paints, began, version)
                 log(f"soak: {args.soak} s of activity with a page of each order open")
                 pages = {}
                 for order, query in (("id", ""), ("updated", "?order=updated")):
@@ -246,6 +250,43 @@ async def run_page(args: argparse.Namespace) -> int:
         ]
     )
     write_section(PAGE_HEADING, body)
+    print(body)
+    return 0 if not results.failed else 1
+
+
+def paint_section(
+    args: argparse.Namespace, paints: dict[str, list[float]], began: float, version: str
+) -> int:
+    """Write the first paints of a `--paint-only` run in their own section."""
+    results = Results()
+    for order in ("id", "updated"):
+        figure = median(paints[order])
+        results.add(
+            Row(
+                f"navigation start to first paint of 50 rows, by {order}",
+                f"{figure:.3f} s",
+                spread_of(paints[order], "{:.3f} s"),
+                f"<= {PAINT_BAR} s",
+                figure <= PAINT_BAR,
+            )
+        )
+    head = "  \n".join(
+        [
+            f"Command: `{command_line()}` (from the repository root)",
+            f"Date: {now()}; the run took {time.perf_counter() - began:.0f} s",
+            f"Machine: {machine()}, Chromium {version} (headless), shared with other jobs",
+            f"Result: **{'all bars PASS' if not results.failed else 'a bar FAILED'}**",
+        ]
+    )
+    body = "\n\n".join(
+        [
+            head,
+            "As the first paints of the section above (same hub, fleet and agents), without the "
+            f"soak; the median of {PAINT_REPEATS} page loads after one warm-up load.",
+            results.table(),
+        ]
+    )
+    write_section(PAGE_HEADING.replace("page`)", "page --paint-only`)"), body)
     print(body)
     return 0 if not results.failed else 1
 
@@ -380,6 +421,11 @@ def main() -> None:
     sub = parser.add_subparsers(dest="what", required=True)
     page = sub.add_parser("page", help="first paint and staleness in Chromium")
     page.add_argument("--soak", type=float, default=300.0, help="seconds of activity")
+    page.add_argument(
+        "--paint-only",
+        action="store_true",
+        help="first paints only, in a section of their own (the soak's section stays)",
+    )
     cpu = sub.add_parser("cpu", help="the hub's CPU per dashboard")
     cpu.add_argument("--seconds", type=float, default=20.0)
     cpu.add_argument("--repeats", type=int, default=5)
