@@ -227,3 +227,37 @@ async def test_a_row_counts_queued_input_and_open_approvals(hub: Hub) -> None:
             await flushed(ui)
             row = await until_row(lambda r: r["approvals"] == 0)
             assert row["queued"] == 0
+
+
+async def test_a_draft_the_hub_times_out_leaves_the_row_with_nothing_else_changing() -> None:
+    """A producer opens a draft and goes silent on an open socket: the hub's tick ends the
+    draft (timeout) and the row says no draft is open, though no push or op touched it."""
+    import json
+
+    from websockets.asyncio.client import connect as ws_connect
+
+    from server import MemoryStore
+    from sync.ids import IdMinter
+    from sync.protocol import SUBPROTOCOL
+
+    config = hub_config(draft_grace=0.2, draft_timeout=0.8)
+    async with Hub(MemoryStore(), host="127.0.0.1", port=0, config=config) as hub:
+        async with connect(hub.url, "ticked.1", client="asker") as asker:
+            asker.conversation.push(Message.user("go"))
+            await flushed(asker)
+        opened: list[int] = []
+        with anyio.fail_after(bound(20)):
+            async with ws_connect(
+                f"{hub.url}/v1/conversations/ticked.1", subprotocols=[SUBPROTOCOL]
+            ) as raw:
+                hello = {"type": "hello", "client": "w", "lineage": 0, "revision": 0}
+                await raw.send(json.dumps({**hello, "features": ["drafts", "presence"]}))
+                assert json.loads(await raw.recv())["type"] == "welcome"
+                draft = {"type": "draft", "id": IdMinter().message_id(), "op": "open"}
+                await raw.send(json.dumps(draft))
+                async for window in client.summary(hub.url, prefix="ticked."):
+                    row = window.rows["ticked.1"]
+                    opened.append(row["drafts"]["open"])
+                    if opened[-1] == 0 and 1 in opened:
+                        break
+    assert opened[-1] == 0 and 1 in opened
