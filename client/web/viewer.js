@@ -536,6 +536,8 @@ class ListView {
      * the order is frozen stays drawn (dimmed) in its place until the pointer leaves */
     this.shown = new Map();
     this.search = '';
+    /** A window was asked for and its snapshot has not come yet. */
+    this.pending = false;
     /** `after` of the page shown when a search began: the page comes back when it ends. */
     this.pageAfter = null;
     this.list = h('ol', { class: 'conversations' });
@@ -612,7 +614,10 @@ class ListView {
     );
     document.title = 'convsync';
     this.scheduled = false;
-    this.feed.on('rows', () => this.schedule());
+    this.feed.on('rows', (event) => {
+      if (event.snapshot) this.pending = false;
+      this.schedule();
+    });
     this.feed.on('state', (event) => {
       root.dataset.connectionState = event.state;
       this.stateLabel.textContent = event.state === 'disconnected' ? 'offline' : event.state;
@@ -631,8 +636,15 @@ class ListView {
     this.pages = [];
     this.pageAfter = null;
     this.frozen = null;
-    this.feed.window({ ...page, after: null });
+    this.ask({ ...page, after: null });
     if (this.feed.state === 'closed') void this.feed.start(); // refused before: try this one
+  }
+
+  /** Ask the feed for another window; the rows drawn stay until its snapshot comes (else
+   * the old window's rows would show for a moment under the new page's controls). */
+  ask(page) {
+    this.pending = true;
+    this.feed.window(page);
   }
 
   /** A search began (`on`) or ended: widen the window to every row the hub gives, or go
@@ -641,9 +653,9 @@ class ListView {
     this.frozen = null;
     if (on) {
       this.pageAfter = this.feed.after;
-      this.feed.window({ limit: SEARCH_LIMIT, after: null });
+      this.ask({ limit: SEARCH_LIMIT, after: null });
     } else {
-      this.feed.window({ limit: PAGE_SIZE, after: this.order === 'id' ? this.pageAfter : null });
+      this.ask({ limit: PAGE_SIZE, after: this.order === 'id' ? this.pageAfter : null });
     }
   }
 
@@ -651,12 +663,12 @@ class ListView {
     const ids = [...this.feed.rows.keys()].sort();
     if (this.order !== 'id' || ids.length === 0) return;
     this.pages.push(this.feed.after);
-    this.feed.window({ after: ids[ids.length - 1] });
+    this.ask({ after: ids[ids.length - 1] });
   }
 
   previous() {
     if (this.pages.length === 0) return;
-    this.feed.window({ after: this.pages.pop() ?? null });
+    this.ask({ after: this.pages.pop() ?? null });
   }
 
   schedule() {
@@ -678,6 +690,7 @@ class ListView {
   }
 
   render() {
+    if (this.pending && this.feed.state === 'connected') return; // the new window's snapshot is on its way
     let rows = this.ordered();
     /** @type {Set<string>} rows drawn in place though they left the window */
     const gone = new Set();
