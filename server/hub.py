@@ -511,10 +511,13 @@ class Hub:
         try:
             while True:
                 self._following[room] = False
+                head = (room.lineage, room.revision)
                 try:
                     await room.head_check()
                 except Exception:  # a bug of ours: log it, the next check tries again
                     log.exception("checking the head of %s failed", room.id)
+                if (room.lineage, room.revision) != head:
+                    self._web.touched(room)  # another hub's records: summary rows follow
                 if not self._following.get(room):
                     return
         finally:
