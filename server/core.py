@@ -88,6 +88,7 @@ from .drafts import Delta, DraftBoard, DraftConfig, Frame, Out, Owner
 from .metrics import Metrics
 from .presence import PresenceBoard
 from .store.base import ClientMark, Deleted, Loaded, LogMoved, SeqTaken
+from .tally import Tally
 
 __all__ = [
     "SNAPSHOT_SPAN",
@@ -328,6 +329,9 @@ class RoomCore(Generic[C]):
         self._request_revision = 0
         self._queuers: dict[str, str] = {}  # queued aside -> the mark key of who queued it
         self._ids = IdMinter(lambda: self._now)  # the STOPPED note before a landing queue
+        # The summary row's totals (SPEC 17: usage, queued, approvals, the latest turn), kept
+        # from the records that land, so a row never rereads the log.
+        self.tally = Tally()
 
     # ------------------------------------------------------------------ driving
 
@@ -364,6 +368,7 @@ class RoomCore(Generic[C]):
             self.lineage, self.revision, self.exists = Lineage.fresh(), 0, False
             self.marks = {}
             self.steering.rebuild(self.conversation)
+            self.tally.rebuild(self.conversation)
             return
         conversation = decode_state(loaded.snapshot) if loaded.snapshot else Conversation()
         for data in loaded.records:
@@ -371,6 +376,7 @@ class RoomCore(Generic[C]):
         conversation.continue_log(loaded.lineage, loaded.revision)
         self.conversation = conversation
         self.steering.rebuild(conversation)
+        self.tally.rebuild(conversation)
         self.lineage, self.revision, self.exists = loaded.lineage, loaded.revision, True
         self.marks = dict(loaded.clients)
         keep = self.config.recent_records
@@ -714,6 +720,7 @@ class RoomCore(Generic[C]):
     def _steered(self, records: Sequence[ChangeRecord], revision: int) -> None:
         """`records` landed, the log now at `revision`: follow them in the steering index,
         and note when a user request landed."""
+        self.tally.track(self.conversation, records)
         if self.steering.touches(records):
             self.steering.track(self.conversation, records)
             queue = self.steering.queue

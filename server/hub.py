@@ -74,7 +74,7 @@ from .session import Access, HubSession, Limits, conversation_id_of, is_conversa
 from .store import LogStore, MemoryStore, StoreError
 from .store.base import Deleted
 from .subscriber import CLOSE_DEADLINE, Subscriber, cut_if_open
-from .web import Web, is_summary_path
+from .web import Web, is_summary_path, live_state
 
 __all__ = ["Hub"]
 
@@ -472,6 +472,7 @@ class Hub:
                 await moved.wait()
 
     async def _tick(self, room: Room) -> None:
+        shown = live_state(room)
         try:
             await room.tick()
         except Exception:  # a bug of ours: log it; the timer keeps serving the others
@@ -479,6 +480,8 @@ class Hub:
             return  # retried when the timer next wakes, not at once (no busy loop)
         finally:
             self._ticking.discard(room)
+        if live_state(room) != shown:
+            self._web.touched(room)  # it ended a draft or changed a status: a row shows them
         self._deadline_moved.set()  # its next deadline, in the timer's next pass
 
     async def rewrite(self, conversation_id: str, conversation: Conversation) -> None:
@@ -568,10 +571,13 @@ class Hub:
         try:
             while True:
                 self._following[room] = False
+                head = (room.lineage, room.revision)
                 try:
                     await room.head_check()
                 except Exception:  # a bug of ours: log it, the next check tries again
                     log.exception("checking the head of %s failed", room.id)
+                if (room.lineage, room.revision) != head:
+                    self._web.touched(room)  # another hub's records: summary rows follow
                 if not self._following.get(room):
                     return
         finally:

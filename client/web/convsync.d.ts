@@ -508,6 +508,21 @@ export interface SummaryRow {
   drafts: { open: number; producers: string[] };
   /** The last turn record: running until it ends, then how it ended; null: no turn. */
   turn: { index: number; state: 'running' | 'answered' | 'failed' | 'stopped'; owner: string | null } | null;
+  /** User messages waiting for the agent's step to end (`rig.queued` asides standing). */
+  queued: number;
+  /** Approvals and questions waiting for a decision (`rig.approval` asides still open). */
+  approvals: number;
+  /** The summed usage of the assistant replies the log holds (a field no reply reported
+   * counts 0); null when no reply reported any. */
+  usage: SummaryUsage | null;
+}
+
+export interface SummaryUsage {
+  input_tokens: number;
+  output_tokens: number;
+  cache_read_tokens: number;
+  cache_write_tokens: number;
+  reasoning_tokens: number;
 }
 
 export class SummaryFeed {
