@@ -26,7 +26,9 @@ import { connect, Message } from '../../client/web/convsync.js';
 const [system, workload, url, textsFile, ...args] = process.argv.slice(2);
 const texts = JSON.parse(readFileSync(textsFile, 'utf8'));
 const WAIT = 180_000; // ms any one wait may last
-const out = (value) => process.stdout.write(`${JSON.stringify(value)}\n`);
+// Resolves once written: a pipe is written asynchronously, and exiting first cuts the line.
+const out = (value) =>
+  new Promise((resolve) => process.stdout.write(`${JSON.stringify(value)}\n`, resolve));
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 function until(check, what) {
@@ -280,7 +282,7 @@ async function load(conversations, n) {
     for (let k = c; k < Math.min(conversations, c + 10); k += 1) batch.push(build(k));
     await Promise.all(batch);
   }
-  out({ ready: true });
+  await out({ ready: true });
   await new Promise((resolve) => {
     process.stdin.on('end', resolve);
     process.stdin.on('close', resolve);
@@ -291,8 +293,7 @@ async function load(conversations, n) {
 }
 
 const deadline = setTimeout(() => {
-  out({ error: 'timed out' });
-  process.exit(2);
+  out({ error: 'timed out' }).then(() => process.exit(2));
 }, 15 * 60_000);
 
 try {
@@ -302,10 +303,10 @@ try {
   else if (workload === 'latency') result = await latency(Number(args[0]), Number(args[1]));
   else if (workload === 'load') result = await load(Number(args[0]), Number(args[1]));
   else throw new Error(`unknown workload ${workload}`);
-  if (result !== null) out(result);
+  if (result !== null) await out(result);
   clearTimeout(deadline);
-  setTimeout(() => process.exit(0), 50);
+  process.exit(0);
 } catch (error) {
-  out({ error: String(error?.stack ?? error) });
+  await out({ error: String(error?.stack ?? error) });
   process.exit(1);
 }
