@@ -24,7 +24,9 @@ appended one transaction per message. The texts are the same on both sides (~300
    fresh client connects: ms from the start of its connection until it holds all 10,000.
 3. **Latency** at 100 and 1,000 messages/s: a writer appends at a steady rate for 4 s (the
    first 0.5 s not counted), one reader in the same process; the ms from each append call
-   to the message's arrival at the reader; p50 and p99 per repeat.
+   to the message's arrival at the reader; p50 and p99 per repeat. A system whose writer
+   path handles fewer messages a second than the rate (the build row gives its rate on this
+   machine) falls behind, and its figures at that rate measure the backlog.
 4. **Server memory**: 100 conversations of 1,000 messages each, built by writers that stay
    connected (10 at a time; Hocuspocus's writers append 100 messages per transaction here,
    to keep the build within minutes: the document holds the same maps); the server's
