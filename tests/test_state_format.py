@@ -103,12 +103,17 @@ def test_the_session_takes_the_known_formats_only() -> None:
 
 @pytest.mark.parametrize("state_format", ["json", "msgpack"])
 async def test_a_replica_catches_up_in_either_format(hub: Hub, state_format: str) -> None:
-    """A fresh replica holds the whole conversation whichever format it asks for."""
-    value = Conversation.from_messages([Message.user(f"m{k}") for k in range(50)])
-    await hub.rewrite("either", value)
+    """A fresh replica holds the whole conversation whichever format it asks for, on its
+    first connection (one record per message: the hub sends it the state, not records)."""
     with anyio.fail_after(bound(20)):
-        async with connect(hub.url, "either", state_format=state_format) as fresh:
-            assert fresh.conversation.messages() == value.messages()
+        async with connect(hub.url, "either", client="writer") as writer:
+            for k in range(50):
+                writer.conversation.push(Message.user(f"m{k}"))
+                await writer.flush()
+            async with connect(hub.url, "either", state_format=state_format) as fresh:
+                assert fresh.conversation.messages() == writer.conversation.messages()
+                assert fresh.session.confirmed.revision == 50
+                assert fresh.connects == 1  # the state itself was read, not records after
 
 
 def test_a_replica_refuses_an_unknown_format() -> None:
