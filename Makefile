@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint types unit services demo bench load chaos chaos-pg clean screenshot bench-viewer attack
+.PHONY: test lint types unit services demo bench load chaos chaos-pg clean screenshot bench-viewer attack bench-hocuspocus
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,12 @@ bench: $(STAMP)
 	scripts/ensure-services $(PY)
 	$(PY) bench/multihub.py
 	PYTHONPATH=. $(PY) bench/auth.py
+
+# convsync's JS replica against Hocuspocus (Node 22 and the npm packages from the lockfile in
+# bench/peer_hocuspocus); figures go to docs/benchmarks.md (about 10 minutes).
+bench-hocuspocus: $(STAMP)
+	scripts/ensure-hocuspocus
+	$(PY) bench/peer_hocuspocus/run.py
 
 # The viewer in headless Chromium: catch-up of a 10,000-message conversation to first paint;
 # figures go to docs/benchmarks.md.

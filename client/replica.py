@@ -32,6 +32,7 @@ from types import TracebackType
 from typing import Any, Self
 
 import anyio
+import msgspec
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
@@ -50,9 +51,11 @@ from sync.errors import (
 )
 from sync.frames import MAX_FRAME
 from sync.protocol import (
+    STATE_FORMATS,
     SUBPROTOCOL,
     Auth,
     AuthOk,
+    Hello,
     Welcome,
     decode_hub_message,
     encode_message,
@@ -114,6 +117,10 @@ class Replica:
             or None for no pings.
         presence: False to watch without joining (SPEC 17): the hub shows this replica in
             no one's presence and in no summary row's `online`; it still reads and writes.
+        state_format: how the hub sends this replica the log's whole state (a new replica's
+            catch-up): `msgpack` (the default; MessagePack in binary frames, about half the
+            hub's encoding and a fifth less of the decoding) or `json` (text frames, readable
+            in a capture). A hub that predates the setting sends JSON; both are read.
 
     Connection state: `connected` is True while the replica is welcomed and caught up. The
     events `Connected` and `Disconnected` come once per change of state: one `Disconnected`
@@ -145,6 +152,7 @@ class Replica:
         ssl: ssl.SSLContext | None = None,
         keepalive: float | None = 10.0,
         presence: bool = True,
+        state_format: str = "msgpack",
     ) -> None:
         if kind is not None and not is_kind(kind):
             raise UsageError("bad_kind", "kind is 1 to 64 printable characters, or None")
@@ -196,6 +204,12 @@ class Replica:
         if not isinstance(presence, bool):
             raise UsageError("bad_option", f"presence must be True or False (got {presence!r})")
         self.session.watch = not presence  # watch without joining presence or `online`
+        if state_format not in STATE_FORMATS:
+            raise UsageError(
+                "bad_option",
+                f"state_format must be one of {', '.join(STATE_FORMATS)} (got {state_format!r})",
+            )
+        self._state_format = state_format
         self._draft_interval = draft_interval
         self._keep_every = keep_every
         self._live_wake = asyncio.Event()  # a draft op or a status may be sendable
@@ -641,7 +655,7 @@ class Replica:
         token = await self._fresh_token()
         self._expires_at = None
         with contextlib.suppress(ConnectionClosed):  # a refusal may already be on its way
-            await ws.send(encode_message(session.hello(token)), text=True)
+            await ws.send(encode_message(self._hello(token)), text=True)
         failure: ConvsyncError | None = None
         async with _first_error(), anyio.create_task_group() as group:
             group.start_soon(self._push_loop, ws)
@@ -677,6 +691,14 @@ class Replica:
                 group.cancel_scope.cancel()
         if failure is not None:
             raise failure
+
+    def _hello(self, token: str | None) -> Hello:
+        """The session's hello, asking for the state in this replica's `state_format` (the
+        session itself reads decoded messages: the format is this shell's business)."""
+        hello = self.session.hello(token)
+        if self._state_format == "json":
+            return hello
+        return msgspec.structs.replace(hello, state_format=self._state_format)
 
     async def _keepalive_loop(self, ws: ClientConnection, every: float) -> None:
         """Ping every `every` seconds; a ping not answered within `every` (sending it

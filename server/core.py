@@ -451,6 +451,7 @@ class RoomCore(Generic[C]):
             mark.seq if mark else 0,
             features,
             limits=self.config.budgets,
+            state_format="msgpack" if hello.state_format == "msgpack" else None,
         )
         if self.config.auth:
             welcome = msgspec.structs.replace(
@@ -523,11 +524,13 @@ class RoomCore(Generic[C]):
         return actions + self._live_join(conn)
 
     def _state_to(self, conn: C) -> list[Action[C]]:
-        return [Send(conn, frame, True) for frame in self._state_frames()]
+        hello = self._hellos.get(conn)
+        state_format = hello.state_format if hello is not None else None
+        return [Send(conn, frame, True) for frame in self._state_frames(state_format)]
 
-    def _state_frames(self) -> list[bytes]:
+    def _state_frames(self, state_format: str | None = None) -> list[bytes]:
         state = self.conversation.state()
-        return state_frames(self.lineage, self.revision, state, self.config.max_frame)
+        return state_frames(self.lineage, self.revision, state, self.config.max_frame, state_format)
 
     def leave(self, conn: C, now: int | None = None) -> None:
         """`conn` is gone; it gets nothing more. Its presence entry goes at the next `tick`;

@@ -987,6 +987,9 @@ class Hub:
                 break
             try:
                 message = session.receive(data, now)
+                # Not held while this socket is idle: a writer's last push frame (up to a
+                # MiB) stayed alive per connection until its next message (issue 32).
+                data = b""
                 wait = session.throttle(message, now)
                 if wait:  # over its budget: read this socket no faster than the budget
                     await anyio.sleep(wait)

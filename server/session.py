@@ -26,6 +26,7 @@ from sync.budget import BudgetKind
 from sync.errors import DecodeError, ProtocolError, RemoteProtocolError
 from sync.lineage import Lineage
 from sync.protocol import (
+    STATE_FORMATS,
     Auth,
     ClientMessage,
     DraftOp,
@@ -188,6 +189,7 @@ class HubSession:
                     # frame's 64 KiB cap made presence snapshots past the frame limit.
                     raise RemoteProtocolError("bad_message", "kind must be 1 to 64 printable chars")
                 _check_position(lineage, revision)
+                _check_state_format(message.state_format)
                 self.hello = message
             case Auth():
                 if self.hello is None:
@@ -296,6 +298,15 @@ class HubSession:
         if self.hello is None:
             return RemoteProtocolError("no_hello", "no hello in time")
         return RemoteProtocolError("unauthorized", "token expired")
+
+
+def _check_state_format(state_format: str | None) -> None:
+    if state_format is not None and state_format not in STATE_FORMATS:
+        shown = state_format[:32]
+        raise RemoteProtocolError(
+            "bad_message",
+            f"unknown state_format {shown!r}: this hub sends {' or '.join(STATE_FORMATS)}",
+        )
 
 
 def _check_position(lineage: int, revision: int) -> None:

@@ -24,6 +24,7 @@ from websockets.frames import Frame, Opcode
 from websockets.protocol import State
 
 from sync.errors import CODES, close_code_of
+from sync.frames import Binary
 from sync.protocol import DraftUpdate, Error, encode_message
 
 from .metrics import Metrics
@@ -50,9 +51,11 @@ framed is kept); a larger one is framed per connection, so no large copy outlive
 
 
 def wire_bytes(frame: bytes) -> bytes:
-    """`frame` as one unfragmented text frame from a server (unmasked, no extension): the
-    bytes are the same for every connection, so a broadcast needs them built once."""
-    return Frame(Opcode.TEXT, frame).serialize(mask=False, extensions=[])
+    """`frame` as one unfragmented frame from a server (unmasked, no extension), text unless
+    it is `Binary` (a MessagePack state): the bytes are the same for every connection, so a
+    broadcast needs them built once."""
+    opcode = Opcode.BINARY if type(frame) is Binary else Opcode.TEXT
+    return Frame(opcode, frame).serialize(mask=False, extensions=[])
 
 
 _framed: tuple[bytes, bytes] = (b"", wire_bytes(b""))  # the last frame framed, and its bytes
@@ -186,7 +189,7 @@ class Subscriber:
                 log.warning("a frame could not be written; dropping the connection", exc_info=True)
                 self._ws.transport.abort()  # its replica reconnects and catches up
         else:
-            broadcast((self._ws,), frame, text=True)
+            broadcast((self._ws,), frame, text=type(frame) is not Binary)
 
     def _keeps_up(self) -> bool:
         """Whether the socket is open and its unsent bytes are few (below `DIRECT_WRITE`)."""
@@ -240,7 +243,7 @@ class Subscriber:
                             continue
                         queue.appendleft((frame, 0))  # its next frame, once this one went
                         frame = built
-                    await ws.send(frame, text=True)
+                    await ws.send(frame, text=type(frame) is not Binary)
                     self._sending = False
                 if self._closing is not None:
                     break

@@ -16,13 +16,14 @@ up to the limit. So a high limit lets big records through without making every b
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Final
 
 import msgspec
 
 from .changes import ConversationState
 from .codec import encode
+from .entries import Halt, SavedAside
 from .protocol import PushOrigin
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "PUSH_OVERHEAD",
     "RECORDS_OVERHEAD",
     "RECORD_SLACK",
+    "Binary",
     "fill_budget",
     "push_frame",
     "records_frame",
@@ -90,7 +92,24 @@ class _EntriesOut(msgspec.Struct, frozen=True, tag_field="type", tag="entries"):
     more: bool
 
 
+class _StateBody(msgspec.Struct, frozen=True):
+    """A `ConversationState` whose entries are already encoded (MessagePack)."""
+
+    entries: msgspec.Raw
+    asides: list[SavedAside]
+    halt: Halt | None
+    retired: list[str]
+
+
+class Binary(bytes):
+    """A frame to send as a binary websocket frame: a `state` or `entries` message in
+    MessagePack (`Hello.state_format`). Every other frame is JSON, sent as text."""
+
+    __slots__ = ()
+
+
 _encoder = msgspec.json.Encoder()
+_msgpack_encoder = msgspec.msgpack.Encoder()
 
 
 def records_frame(from_: int, records: Sequence[bytes], origin: PushOrigin | None = None) -> bytes:
@@ -149,12 +168,23 @@ def runs(
 
 
 def state_frames(
-    lineage: int, revision: int, state: ConversationState, max_frame: int
+    lineage: int,
+    revision: int,
+    state: ConversationState,
+    max_frame: int,
+    state_format: str | None = None,
 ) -> list[bytes]:
     """The whole state as a `state` message, then as many `entries` messages as it needs,
     each filled up to `min(max_frame, FRAME_FILL)` (the last one says `"more": false`; an
     entry larger than that goes alone). Asides, halt and retired ids travel in the first
-    frame."""
+    frame. `state_format` `msgpack`: the same messages in MessagePack, as `Binary` frames
+    (JSON when the state holds what MessagePack cannot: an integer past 64 bits in an
+    aside's value)."""
+    if state_format == "msgpack":
+        try:
+            return _msgpack_state_frames(lineage, revision, state, max_frame)
+        except (OverflowError, TypeError):
+            pass
     rest = b',"asides":%s,"halt":%s,"retired":%s}' % (
         encode(state.asides),
         encode(state.halt),
@@ -171,13 +201,37 @@ def state_frames(
     return frames
 
 
-def _encoded_arrays(items: Sequence[object], first_budget: int, budget: int) -> list[bytes]:
-    """`items` encoded as consecutive JSON arrays, the first at most `first_budget` bytes and
-    the others at most `budget` (an item larger than that goes alone). Each array is encoded
-    in one call, sized from a sample, so the cost is about one encoding of everything."""
+def _msgpack_state_frames(
+    lineage: int, revision: int, state: ConversationState, max_frame: int
+) -> list[bytes]:
+    """`state_frames` in MessagePack: the same messages, each frame `Binary`."""
+    pack = _msgpack_encoder.encode
+    rest = _StateBody(msgspec.Raw(pack([])), state.asides, state.halt, state.retired)
+    head = len(pack(_StateOut(lineage, revision, msgspec.Raw(pack(rest)), True)))
+    budget = fill_budget(max_frame, RECORDS_OVERHEAD)
+    arrays = _encoded_arrays(state.entries, budget - head, budget, pack)
+    more = len(arrays) > 1
+    body = msgspec.structs.replace(rest, entries=msgspec.Raw(arrays[0]))
+    first = _StateOut(lineage, revision, msgspec.Raw(pack(body)), more)
+    frames: list[bytes] = [Binary(pack(first))]
+    for k, array in enumerate(arrays[1:], start=2):
+        frames.append(Binary(pack(_EntriesOut(msgspec.Raw(array), k < len(arrays)))))
+    return frames
+
+
+def _encoded_arrays(
+    items: Sequence[object],
+    first_budget: int,
+    budget: int,
+    encode: Callable[[object], bytes] = encode,
+) -> list[bytes]:
+    """`items` encoded (JSON unless `encode` says otherwise) as consecutive arrays, the first
+    at most `first_budget` bytes and the others at most `budget` (an item larger than that
+    goes alone). Each array is encoded in one call, sized from a sample, so the cost is about
+    one encoding of everything."""
     count_all = len(items)
     if not count_all:
-        return [b"[]"]
+        return [encode([])]
     sample = min(64, count_all)
     per_item = max(1, len(encode(list(items[:sample]))) // sample)
     arrays: list[bytes] = []

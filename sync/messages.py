@@ -83,6 +83,25 @@ class ToolCall(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="too
             untrack_tree(self.provider_data)
 
 
+def _settle(message: Any) -> None:
+    """Store tuple content as a list, then untrack the list when every part in it is an
+    untracked struct (the parts are `gc=False`; anything else keeps the list tracked).
+
+    It is the `__post_init__` of `User`, `Assistant` and `ToolResult` itself, not called from
+    one: msgspec runs it for every message it decodes, and the extra call cost a tenth of
+    decoding a state of short messages (issue 32)."""
+    content = message.content
+    if type(content) is not list:  # a tuple when the caller built it with one
+        if type(content) is not tuple:
+            return
+        content = list(content)
+        msgspec.structs.force_setattr(message, "content", content)
+    for part in content:
+        if is_tracked(part):
+            return
+    untrack_at(id(content))
+
+
 ResultPart = Text | Json | Image
 
 
@@ -92,8 +111,7 @@ class ToolResult(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="t
     content: list[ResultPart]
     is_error: bool = False
 
-    def __post_init__(self) -> None:
-        _settle(self)
+    __post_init__ = _settle  # type: ignore[misc]  # the function itself: see `_settle`
 
 
 class Reasoning(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="reasoning"):
@@ -189,8 +207,7 @@ class System(Message, frozen=True, tag="system"):
 class User(Message, frozen=True, tag="user"):
     content: list[UserPart]
 
-    def __post_init__(self) -> None:
-        _settle(self)
+    __post_init__ = _settle  # type: ignore[misc]  # the function itself: see `_settle`
 
     def tool_results(self) -> list[ToolResult]:
         return [part for part in self.content if isinstance(part, ToolResult)]
@@ -206,8 +223,7 @@ class Assistant(Message, frozen=True, tag="assistant"):
     origin: Origin | None = None
     usage: Usage | None = None
 
-    def __post_init__(self) -> None:
-        _settle(self)
+    __post_init__ = _settle  # type: ignore[misc]  # the function itself: see `_settle`
 
     def tool_calls(self) -> list[ToolCall]:
         return [part for part in self.content if isinstance(part, ToolCall)]
@@ -215,21 +231,6 @@ class Assistant(Message, frozen=True, tag="assistant"):
     def failed(self) -> bool:
         """Whether this reply was cut short (its stop is a failure)."""
         return self.stop is not None and self.stop.is_failure()
-
-
-def _settle(message: User | Assistant | ToolResult) -> None:
-    """Store tuple content as a list, then untrack the list when every part in it is an
-    untracked struct (the parts are `gc=False`; anything else keeps the list tracked)."""
-    content: object = message.content  # a tuple when the caller built it with one
-    if type(content) is not list:
-        if type(content) is not tuple:
-            return
-        content = list(content)
-        msgspec.structs.force_setattr(message, "content", content)
-    for part in content:
-        if is_tracked(part):
-            return
-    untrack_at(id(content))
 
 
 AnyMessage = System | User | Assistant

@@ -26,6 +26,7 @@ from .text import has_control
 __all__ = [
     "MAX_DETAIL",
     "MAX_STATUS",
+    "STATE_FORMATS",
     "SUBPROTOCOL",
     "Ack",
     "Auth",
@@ -65,6 +66,9 @@ __all__ = [
 ]
 
 SUBPROTOCOL = "convsync.v1"
+
+STATE_FORMATS = ("json", "msgpack")
+"""The values of `Hello.state_format` a hub takes (issue 32)."""
 
 _CONVERSATION_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
@@ -128,6 +132,10 @@ class Hello(msgspec.Struct, frozen=True, tag_field="type", tag="hello", omit_def
     watch: bool = False
     """Watching, not joining (SPEC 17): the hub counts it in metrics but shows it in no one's
     presence and in no summary row's `online`; it still reads everything."""
+    state_format: str | None = None
+    """How the hub sends the log's state (`state` and its `entries`, issue 32): one of
+    `STATE_FORMATS`; None or `json`: JSON text frames, `msgpack`: MessagePack of the same
+    messages in binary frames. A hub that knows no such format closes with `bad_message`."""
 
 
 class PushBatch(msgspec.Struct, frozen=True, tag_field="type", tag="push"):
@@ -172,6 +180,9 @@ class Welcome(msgspec.Struct, frozen=True, tag_field="type", tag="welcome", omit
     limits: dict[str, Budget] | None = None
     """The hub's budget for each kind of message this connection sends (`sync.budget`):
     a replica paces its pushes within `push`. None: the hub meters nothing."""
+    state_format: str | None = None
+    """`msgpack` when the hub sends this connection's states as MessagePack (its hello asked
+    for it); None: JSON. Every other message is JSON either way."""
 
 
 class PushOrigin(msgspec.Struct, frozen=True):
@@ -390,6 +401,7 @@ HubMessage = (
 _encoder = msgspec.json.Encoder()
 _client_decoder = msgspec.json.Decoder(ClientMessage)
 _hub_decoder = msgspec.json.Decoder(HubMessage)
+_hub_msgpack_decoder = msgspec.msgpack.Decoder(HubMessage)
 
 
 def encode_message(message: msgspec.Struct) -> bytes:
@@ -408,8 +420,14 @@ def decode_client_message(data: bytes | str) -> ClientMessage:
 
 
 def decode_hub_message(data: bytes | str) -> HubMessage:
-    """A hub's message; raises `DecodeError` saying what is wrong."""
+    """A hub's message, JSON or MessagePack (a binary frame: the state of a hello that asked
+    for `msgpack`); raises `DecodeError` saying what is wrong.
+
+    The two are told apart by the first byte: JSON from a hub starts with `{`, MessagePack of
+    a message (a map) with a byte of 0x80 or above, which never starts JSON text."""
     try:
+        if type(data) is bytes and data[:1] >= b"\x80":
+            return _hub_msgpack_decoder.decode(data)
         return _hub_decoder.decode(data)
     except msgspec.DecodeError as exc:
         raise DecodeError(str(exc)) from exc
