@@ -141,7 +141,7 @@ def _fold_case(name: str, records: list[Json]) -> Json:
         "revision": conversation.revision,
         "halt": conversation.halted(),
         "awaits_model": conversation.awaits_model(),
-        "turns": [[id_, _json(turn)] for id_, turn in conversation.turns()],
+        "turns": [[id_, _json(turn.value())] for id_, turn in conversation.turns()],
     }
     if error is not None:
         expect["error"] = error
