@@ -3,6 +3,11 @@ whose worker went away, on the hub's real core and stores."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from server.store import Lease, LogStore
 from sync import Aside, Assistant, Author, Conversation, Message, Text, ToolCall, TurnEnd, TurnOwner
 from sync.steer import STEP_KIND, parked, step_value, turn_owner
 
@@ -58,3 +63,31 @@ def test_a_turn_waiting_on_an_open_approval_or_a_frontend_tool_is_parked() -> No
         approval, Aside("rig.approval", None, Author.rig(), {**value, "state": "approved"})
     )
     assert not parked(conversation)
+
+
+# ---------------------------------------------------------------------- the stores
+
+
+@pytest.fixture
+async def any_store(backend: Callable[[], LogStore]) -> AsyncIterator[LogStore]:
+    async with backend() as made:
+        yield made
+
+
+async def test_a_store_keeps_leases_and_finds_those_due(any_store: LogStore) -> None:
+    """Leases are kept per turn, found once due, and a stop's deadline never moves later."""
+    store = any_store
+    await store.put_lease(Lease("c", 0, "worker", 1_000))
+    await store.put_lease(Lease("d", 2, "other", None))  # parked: never due by its own
+    assert await store.leases_due(999) == []
+    assert await store.leases_due(1_000) == [Lease("c", 0, "worker", 1_000)]
+    await store.put_lease(Lease("c", 0, "worker", 5_000))  # renewed
+    assert await store.leases_due(4_999) == []
+    await store.put_lease(Lease("d", 2, "other", None, stop_expires=3_000))  # a stop stands
+    await store.put_lease(Lease("d", 2, "other", None, stop_expires=9_000))  # never later
+    assert await store.leases_due(4_999) == [Lease("d", 2, "other", None, 3_000)]
+    await store.put_lease(Lease("c", 0, "worker", 1), replace=False)  # a repair: none missing
+    assert await store.leases_due(4_999) == [Lease("d", 2, "other", None, 3_000)]
+    await store.drop_lease("d", 2)
+    await store.drop_lease("d", 2)  # gone already: nothing
+    assert await store.leases_due(10_000) == [Lease("c", 0, "worker", 5_000)]

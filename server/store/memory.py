@@ -16,6 +16,7 @@ from sync.errors import UsageError
 from .base import (
     ClientMark,
     Counted,
+    Lease,
     Loaded,
     check_append_args,
     check_base,
@@ -25,6 +26,7 @@ from .base import (
     check_read_args,
     check_records,
     check_rewrite,
+    merge_lease,
     prefix_range,
 )
 
@@ -52,6 +54,7 @@ class MemoryStore(Counted):
 
     def __init__(self) -> None:
         self._logs: dict[str, _Log] = {}
+        self._leases: dict[tuple[str, int], Lease] = {}
         self._closed = False
         self._commits = 0
         self._appends = 0
@@ -174,10 +177,30 @@ class MemoryStore(Counted):
         log = self._logs.get(conversation_id)
         return None if log is None else log.clients.get(client)
 
+    async def put_lease(self, lease: Lease, *, replace: bool = True) -> None:
+        """See `LogStore.put_lease`."""
+        self._check_open()
+        key = (lease.conversation_id, lease.turn)
+        self._leases[key] = merge_lease(self._leases.get(key), lease, replace)
+
+    async def drop_lease(self, conversation_id: str, turn: int) -> None:
+        """See `LogStore.drop_lease`."""
+        self._check_open()
+        self._leases.pop((conversation_id, turn), None)
+
+    async def leases_due(self, now: int, limit: int = 100) -> list[Lease]:
+        """See `LogStore.leases_due`."""
+        self._check_open()
+        check_list_args(limit)
+        due = [lease for lease in self._leases.values() if lease.due(now)]
+        due.sort(key=_soonest)
+        return due[:limit]
+
     async def close(self) -> None:
         """Drop every log. Idempotent."""
         self._closed = True
         self._logs.clear()
+        self._leases.clear()
 
     async def __aenter__(self) -> Self:
         self._check_open()
@@ -190,3 +213,7 @@ class MemoryStore(Counted):
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+def _soonest(lease: Lease) -> int:
+    return min(t for t in (lease.expires, lease.stop_expires) if t is not None)
