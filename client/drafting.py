@@ -118,7 +118,8 @@ class DraftWriter:
                     with anyio.CancelScope(shield=True):
                         await _close(events)
         if scope.cancelled_caught and not fold.done:
-            return fold.partial(Stop("aborted", self.status))
+            why = "stopped" if self.status == "stopping" else self.status
+            return fold.partial(Stop("aborted", why))
         return fold.final()
 
     async def commit(self, message: AnyMessage) -> str:

@@ -36,7 +36,7 @@ from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
-from sync import Aside, AsideId, Assistant, Author, Conversation, Halt, Stop
+from sync import Aside, AsideId, Assistant, Author, Conversation, Halt, Stop, TurnOwner, TurnRecord
 from sync.errors import (
     ConvsyncError,
     ProtocolError,
@@ -284,7 +284,7 @@ class Replica:
                 if partial is not None:
                     await d.commit(partial)
                 raise
-            if d.status is None or d.status == "stopped":
+            if d.status in (None, "stopped", "stopping"):
                 await d.commit(message)
             return message
 
@@ -306,6 +306,13 @@ class Replica:
         value = step_value(turn, int(time.time() * 1000))
         self._step = conversation.add_aside(Aside(STEP_KIND, after, Author.rig(), value))
         return self._step
+
+    def open_turn(self) -> TurnRecord:
+        """Record a turn beginning now, owned by this replica (SPEC 10: `(sub, client)`, the
+        identity the hub knows this connection as): while this replica is connected its hub
+        keeps the turn's lease; if it stays away longer than the hub's `turn_grace`, any hub
+        ends the turn `failed` and the request waits for the next worker. Returns the record."""
+        return self.conversation.open_turn(TurnOwner(self.session.sub, self.client))
 
     def end_step(self) -> bool:
         """Remove the step marker this replica put; whether one stood."""

@@ -227,6 +227,8 @@ class ReplicaSession:
         self._held: list[ChangeRecord] = []  # log records that overtook the batch in flight
         self._landed: list[ChangeRecord] = []
         self._welcome: Welcome | None = None
+        self.sub = "anonymous"
+        """Who the hub knows this replica as (`welcome.sub`; `anonymous` without auth)."""
         self._catching_up = False
         self._before_catch_up: Conversation | None = None
         self._rebase_due = False  # rebase `local` at the end of the catch-up, moved or not
@@ -465,6 +467,8 @@ class ReplicaSession:
         if self._welcome is not None:
             raise RemoteProtocolError("unexpected", "a second welcome")
         self._welcome = welcome
+        if welcome.sub is not None:
+            self.sub = welcome.sub  # who the hub knows this connection as (SPEC 10)
         budget = (welcome.limits or {}).get("push")
         self._pacer = None if budget is None else _pacer(budget)
         # A client id reused by a new process continues after the seqs the hub holds.

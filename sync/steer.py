@@ -19,18 +19,20 @@ from the records that land, O(records)) and reads the pending calls from the tai
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from .changes import AsideChange, ChangeRecord, Push, Reset, Splice
+from .changes import AsideChange, ChangeRecord, HaltChange, Push, Reset, Splice
 from .entries import (
     TURN_KIND,
+    AnyTurnEnd,
     Aside,
     Author,
     Entry,
     Halt,
+    Stopped,
     TurnEnd,
     TurnOwner,
     TurnRecord,
@@ -49,7 +51,9 @@ __all__ = [
     "STOPPED_RESULT",
     "STOP_KIND",
     "SUPERSEDED",
+    "WENT_AWAY",
     "Steering",
+    "finish_records",
     "finish_stopped",
     "is_user_text",
     "keep_superseded",
@@ -411,3 +415,50 @@ def _tool_names(value: Any) -> set[str]:
         if isinstance(name, str):
             names.add(name)
     return names
+
+
+WENT_AWAY = "the worker went away"
+"""Why a turn whose owner stayed away past its lease ended `failed`, and the error text of
+the results it gives the calls left unanswered."""
+
+
+def finish_records(
+    conversation: Conversation,
+    turn_id: AsideId,
+    end: AnyTurnEnd,
+    ids: Callable[[], MessageId],
+    at: int | None,
+    partial: Entry | None = None,
+) -> list[ChangeRecord]:
+    """The records a hub makes to finish the open turn `turn_id` whose worker is gone (SPEC
+    10), as `finish_stopped` would, all made by `Author.rig()` and dated `at`, without
+    changing `conversation`: `partial` (a draft's text, an entry with the draft's id) kept
+    as an assistant message with `Stop("aborted", ...)` (only while no call is pending), an
+    error result for each pending call, halt `stopped` when `end` is a stop (a `failed` end
+    sets none: the request stays owed), the turn record ended `end`, and the step markers
+    and stop requests removed. `ids` mints the ids of new entries."""
+    stopped = type(end) is Stopped
+    records: list[ChangeRecord] = []
+    pending = conversation.pending_calls()
+    if partial is not None and not pending and type(partial.message) is Assistant:
+        content = [part for part in partial.message.content if type(part) is not ToolCall]
+        if content:
+            stop = ABORTED if stopped else Stop("aborted", "failed")
+            message = Assistant(content, stop)
+            records.append(ChangeRecord(Push([_replace(partial, message=message)]), _RIG, at))
+    if pending:
+        text = STOPPED_RESULT if stopped else WENT_AWAY
+        results = [ToolResult(call.id, call.name, [Text(text)], is_error=True) for call in pending]
+        entry = Entry(User(results), ids(), _RIG)  # type: ignore[arg-type]
+        records.append(ChangeRecord(Push([entry]), _RIG, at))
+    if stopped:
+        records.append(ChangeRecord(HaltChange(Halt.STOPPED), _RIG, at))
+    aside = conversation.aside(turn_id)
+    if aside is not None:
+        record = msgspec.convert(aside.value, TurnRecord)
+        ended = _replace(aside, value=_replace(record, end=end).value())
+        records.append(ChangeRecord(AsideChange(turn_id, ended), _RIG, at))
+    for id_, standing in conversation.asides():
+        if standing.kind in (STEP_KIND, STOP_KIND):
+            records.append(ChangeRecord(AsideChange(id_, None), _RIG, at))
+    return records

@@ -6,10 +6,32 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 
 import pytest
+from fakelink import NOW, FakeHub, Link, run_now, settle
 
+from client.session import ReplicaSession
 from server.store import Lease, LogStore
-from sync import Aside, Assistant, Author, Conversation, Message, Text, ToolCall, TurnEnd, TurnOwner
-from sync.steer import STEP_KIND, parked, step_value, turn_owner
+from sync import (
+    Aside,
+    AsideChange,
+    Assistant,
+    Author,
+    Conversation,
+    Halt,
+    Message,
+    Stop,
+    Text,
+    ToolCall,
+    TurnEnd,
+    TurnOwner,
+    User,
+)
+from sync.entries import Failed, Stopped
+from sync.ids import default_minter
+from sync.protocol import DraftOp
+from sync.steer import STEP_KIND, STOP_KIND, WENT_AWAY, parked, step_value, turn_owner
+
+CALL = Assistant([Text("looking"), ToolCall("c1", "search", {"q": "x"})])
+RESULT = Message.tool_result("c1", "search", "found")
 
 WORKER = TurnOwner("anonymous", "worker")
 
@@ -91,3 +113,186 @@ async def test_a_store_keeps_leases_and_finds_those_due(any_store: LogStore) -> 
     await store.drop_lease("d", 2)
     await store.drop_lease("d", 2)  # gone already: nothing
     assert await store.leases_due(10_000) == [Lease("c", 0, "worker", 5_000)]
+
+
+# ---------------------------------------------------------------------- the core, no sockets
+
+GRACE = 30_000
+
+
+def _working(
+    hub: FakeHub | None = None, *, owner: TurnOwner = WORKER
+) -> tuple[FakeHub, Link, Link]:
+    """A UI asked; the worker opened a turn it owns and called a tool that has not answered."""
+    hub = hub or FakeHub(turn_grace=GRACE)
+    ui = hub.link(ReplicaSession("ui"))
+    worker = hub.link(ReplicaSession("worker"))
+    settle([ui, worker])
+    ui.session.local.push(Message.user("find x"))
+    settle([ui, worker])
+    worker.session.local.open_turn(owner)
+    worker.session.local.push(CALL)
+    settle([ui, worker])
+    return hub, ui, worker
+
+
+def _due(hub: FakeHub, at: int) -> list[Lease]:
+    return run_now(hub.store.leases_due(at))
+
+
+def _finish_due(hub: FakeHub, at: int) -> None:
+    """What a hub's lease loop does at `at`: end every turn whose lease lapsed."""
+    for lease in _due(hub, at):
+        hub.carry_out(hub.core.finish_expired(lease, at))
+
+
+def test_an_open_turn_has_a_lease_that_ends_with_it() -> None:
+    """Opening a turn writes its lease; ending it drops the lease."""
+    hub, ui, worker = _working()
+    [lease] = _due(hub, NOW + GRACE)
+    assert (lease.turn, lease.owner, lease.expires) == (0, "worker", NOW + GRACE)
+    worker.session.local.push(RESULT)
+    worker.session.local.push(Message.assistant("found"))
+    worker.session.local.end_turn(TurnEnd.answered(None))
+    settle([ui, worker])
+    assert _due(hub, NOW + 10 * GRACE) == []
+
+
+def test_a_lapsed_turn_ends_failed_and_the_request_stays_owed() -> None:
+    """The worker went away: the turn ends `failed`, its call answered with an error, no halt."""
+    hub, ui, worker = _working()
+    worker.cut()
+    _finish_due(hub, NOW + GRACE - 1)
+    assert len(hub.log) == 3  # not yet
+    _finish_due(hub, NOW + GRACE)
+    settle([ui])
+    conversation = ui.session.local
+    result = conversation.messages()[-1]
+    assert isinstance(result, User) and result.tool_results()[0].is_error
+    assert WENT_AWAY in str(result.tool_results()[0])
+    end = conversation.turns()[-1][1].end
+    assert isinstance(end, Failed) and end.why == WENT_AWAY
+    assert conversation.halted() is None and conversation.awaits_model()
+    assert all(record.by == Author.rig() for record in hub.log[3:])
+    conversation.validate()
+    assert _due(hub, NOW + 10 * GRACE) == []  # the lease went with the turn
+    assert conversation == hub.refolded()
+
+
+def test_a_connected_owner_keeps_its_turn_and_a_stale_one_is_refused() -> None:
+    """While the owner is connected its lease is renewed, not lapsed; once a hub ended its
+    turn, the old owner's pushes are refused `turn_ended` until it opens a new turn."""
+    hub, ui, worker = _working()
+    [lease] = _due(hub, NOW + GRACE)
+    hub.carry_out(hub.core.finish_expired(lease, NOW + GRACE))
+    assert len(hub.log) == 3  # the owner is here: renewed instead
+    assert _due(hub, NOW + GRACE) == []
+    worker.cut()
+    _finish_due(hub, NOW + 2 * GRACE)
+    settle([ui])
+    # The worker comes back with an answer it made while away: too late.
+    worker.session.local.push(RESULT)
+    settle([ui, worker])
+    assert hub.rejected[-1] == "turn_ended"
+    assert worker.session.local == ui.session.local and len(hub.log) == 5
+    # It starts over: a new turn is accepted.
+    worker.session.local.open_turn(WORKER)
+    worker.session.local.push(Message.assistant("x is found"))
+    settle([ui, worker])
+    assert len(hub.log) == 7 and ui.session.local.messages()[-1] == Message.assistant("x is found")
+
+
+def test_a_turn_record_naming_another_owner_is_refused() -> None:
+    """A connection cannot open a turn in another client's name."""
+    hub = FakeHub(turn_grace=GRACE)
+    ui = hub.link(ReplicaSession("ui"))
+    settle([ui])
+    ui.session.local.push(Message.user("find x"))
+    ui.session.local.open_turn(TurnOwner("anonymous", "worker"))
+    settle([ui])
+    assert hub.rejected == ["forbidden"] and hub.log == []
+
+
+def test_a_stop_not_finished_in_time_is_finished_by_the_hub_with_the_drafts_text() -> None:
+    """A stopped turn its worker does not finish within `stop_grace`: the hub finishes it
+    `stopped`, keeping the text the worker was streaming as the aborted answer."""
+    hub = FakeHub(turn_grace=GRACE, stop_grace=5_000)
+    ui = hub.link(ReplicaSession("ui", features=["drafts"]))
+    worker = hub.link(ReplicaSession("worker", features=["drafts"]))
+    settle([ui, worker])
+    ui.session.local.push(Message.user("write a poem"))
+    settle([ui, worker])
+    worker.session.local.open_turn(WORKER)
+    settle([ui, worker])
+    draft = default_minter.message_id()
+    hub.carry_out(hub.core.draft(worker, DraftOp(draft, "open"), NOW))
+    append = DraftOp(draft, "append", part="text", offset=0, text="Roses are red")
+    hub.carry_out(hub.core.draft(worker, append, NOW))
+    stop = Aside(STOP_KIND, None, Author.user(), step_value(0, NOW))
+    ui.session.local.add_aside(stop)
+    settle([ui, worker])
+    assert ui.session.live.drafts[draft].text == "Roses are red"  # still shown
+    assert draft not in worker.session.live.drafts  # its producer was told `stopping`
+    more = DraftOp(draft, "append", part="text", offset=13, text=", violets")
+    hub.carry_out(hub.core.draft(worker, more, NOW))
+    assert hub.core.drafts.text(draft) == "Roses are red"  # no more appends
+    _finish_due(hub, NOW + 4_999)
+    assert not any(record.by == Author.rig() for record in hub.log[-1:])
+    _finish_due(hub, NOW + 5_000)  # the worker is connected, but the stop lapsed
+    settle([ui, worker])
+    conversation = ui.session.local
+    answer = conversation.messages()[-1]
+    assert answer == Assistant([Text("Roses are red")], Stop("aborted", "stopped"))
+    assert isinstance(conversation.turns()[-1][1].end, Stopped)
+    assert conversation.halted() is Halt.STOPPED
+    assert not any(aside.kind == STOP_KIND for _, aside in conversation.asides())
+
+
+def test_a_parked_turn_does_not_lapse_while_its_owner_is_away() -> None:
+    """A turn waiting only for a person (a frontend tool) is kept, its lease parked."""
+    hub = FakeHub(turn_grace=GRACE)
+    ui = hub.link(ReplicaSession("ui"))
+    worker = hub.link(ReplicaSession("worker"))
+    settle([ui, worker])
+    ui.session.local.push(Message.user("pick a date"))
+    settle([ui, worker])
+    local = worker.session.local
+    local.open_turn(WORKER)
+    local.add_aside(Aside("rig.tools", None, Author.rig(), {"tools": ["pick_date"]}))
+    local.push(Assistant([ToolCall("c1", "pick_date", {})]))
+    settle([ui, worker])
+    worker.cut()
+    assert _due(hub, NOW + 100 * GRACE) == []  # parked: never due
+    revision = len(hub.log)
+    ui.session.local.push(Message.tool_result("c1", "pick_date", "tomorrow"))  # the person
+    settle([ui])
+    assert _due(hub, NOW + GRACE)  # unparked: the clock runs again
+    _finish_due(hub, NOW + GRACE)
+    assert len(hub.log) == revision + 2  # the result, then the turn ended failed
+    assert isinstance(hub.conversation.turns()[-1][1].end, Failed)
+
+
+def test_of_two_hubs_finishing_one_lapsed_turn_exactly_one_does() -> None:
+    """Two hubs sharing a store both find the lapsed lease: one append, the other folds it."""
+    first, ui, worker = _working()
+    second = FakeHub(store=first.store, turn_grace=GRACE)
+    second.carry_out(second.core.log_moved(NOW))  # it has heard of everything so far
+    other = second.link(ReplicaSession("other-ui"))
+    settle([other])
+    worker.cut()
+    [lease] = _due(first, NOW + GRACE)
+    second.carry_out(second.core.finish_expired(lease, NOW + GRACE))
+    first.carry_out(first.core.finish_expired(lease, NOW + GRACE))
+    log = first.log
+    ended = [
+        r
+        for r in log
+        if type(r.change) is AsideChange
+        and r.change.aside is not None
+        and r.change.aside.kind == "rig.turn"
+        and r.change.aside.value.get("end")
+    ]
+    assert len(ended) == 1 and len(log) == 5
+    settle([ui, other])
+    assert ui.session.local == other.session.local == first.conversation == second.conversation
+    assert _due(first, NOW + 10 * GRACE) == []
