@@ -56,6 +56,7 @@ class DraftWriter:
         """Open the draft (the `open` goes to the hub with the next send)."""
         if not self._opened:
             self._opened = True
+            self._replica.begin_step()  # a model call: input sent meanwhile waits (SPEC 10)
             self._replica._open_draft(self)
         return self
 

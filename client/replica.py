@@ -36,7 +36,20 @@ from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
-from sync import Aside, AsideId, Assistant, Author, Conversation, Halt, Stop, TurnOwner, TurnRecord
+from sync import (
+    Aside,
+    AsideId,
+    Assistant,
+    Author,
+    ChangeRecord,
+    Conversation,
+    Halt,
+    Push,
+    Splice,
+    Stop,
+    TurnOwner,
+    TurnRecord,
+)
 from sync.errors import (
     ConvsyncError,
     ProtocolError,
@@ -60,7 +73,7 @@ from sync.protocol import (
     is_kind,
 )
 from sync.providers.streams import Format
-from sync.steer import STEP_KIND, STOP_KIND, mid_step, step_value
+from sync.steer import STEP_KIND, STOP_KIND, keep_superseded, mid_step, step_value
 
 from .drafting import DraftWriter
 from .live import FEATURES, Draft, DraftChanged, DraftEnded, Presence
@@ -254,10 +267,10 @@ class Replica:
 
     def draft(self, *, after: str | None = None, author: Author | None = None) -> DraftWriter:
         """A new draft (`async with replica.draft() as d:`, or `await d.open()`), following
-        `after` (the last entry's id when omitted). The draft's commit or abort removes the
-        step marker `begin_step` put, in the same edit as the message. (`draft()` does not put
-        the marker itself yet: doing so broke drafts relayed between hubs, tests/test_bus.py,
-        for a reason not found; call `begin_step()` before the model call.)"""
+        `after` (the last entry's id when omitted). Opening it puts the step marker (SPEC 10,
+        `begin_step`): user input sent while the model streams is queued and lands right
+        after the reply; the draft's commit or abort removes the marker, in the same edit as
+        the message."""
         if after is None:
             conversation = self.conversation
             after = conversation.id(len(conversation) - 1) if len(conversation) else None
@@ -265,17 +278,43 @@ class Replica:
 
     async def answer(
         self,
-        events: AsyncIterable[Any] | Iterable[Any],
+        events: AsyncIterable[Any] | Iterable[Any] | Callable[[], Any],
         *,
         format: Format,
         author: Author | None = None,
+        attempts: int = 3,
     ) -> Assistant:
         """Stream a model call's events into a draft and commit the reply (SPEC §11): the
-        common case of `draft()` + `d.stream(...)` + `d.commit(...)`. Returns the message
-        committed. A stop while it streams closes the SDK stream and commits what was said
-        under `Stop("aborted", "stopped")`; an error from the provider commits the partial
-        reply under `Stop("error", ...)` and raises.
+        common case of `draft()` + `d.stream(...)` + `d.commit(...)`. The draft puts the step
+        marker (SPEC 10: input sent meanwhile is queued and lands right after the reply) and
+        the commit removes it. Returns the message committed. A stop while it streams closes
+        the SDK stream and commits what was said under `Stop("aborted", "stopped")`; an
+        error from the provider commits the partial reply under `Stop("error", ...)` and
+        raises.
+
+        `events` may also be a function that makes the call (returning the SDK's stream, or
+        an awaitable of it) from `replica.conversation` as it is then: when the hub refuses
+        the reply `superseded` (a request landed after the base it was made on), the reply
+        is kept as an aborted message (`Stop("aborted", "superseded")`, never read by a
+        model) and the model is called again with the new input, up to `attempts` times.
         """
+        for _ in range(max(1, attempts)):
+            stream = events() if callable(events) else events
+            if inspect.isawaitable(stream):
+                stream = await stream
+            message, draft_id = await self._answer_once(stream, format, author)
+            if not callable(events) or draft_id is None:
+                return message
+            await self.flush()
+            refused = self._take_superseded(draft_id)
+            if not refused:
+                return message
+            keep_superseded(self.conversation, refused)
+        return message
+
+    async def _answer_once(
+        self, events: Any, format: Format, author: Author | None
+    ) -> tuple[Assistant, str | None]:
         async with self.draft(author=author) as d:
             try:
                 message = await d.stream(events, format=format)
@@ -286,7 +325,20 @@ class Replica:
                 raise
             if d.status in (None, "stopped", "stopping"):
                 await d.commit(message)
-            return message
+                return message, d.id
+            return message, None
+
+    def _take_superseded(self, entry_id: str) -> list[ChangeRecord]:
+        """The refused `superseded` records that pushed entry `entry_id` (taken out)."""
+        held = self.session.superseded
+        mine = [
+            record
+            for record in held
+            if isinstance(record.change, Push | Splice)
+            and any(entry.id == entry_id for entry in record.change.entries)
+        ]
+        self.session.superseded = [record for record in held if record not in mine]
+        return mine
 
     # ------------------------------------------------------------------ steering (SPEC 10)
 

@@ -228,6 +228,8 @@ class ReplicaSession:
         self._landed: list[ChangeRecord] = []
         self._welcome: Welcome | None = None
         self.sub = "anonymous"
+        self.superseded: list[ChangeRecord] = []
+        """Records of pushes refused `superseded` (SPEC 10), until taken (`Replica.answer`)."""
         """Who the hub knows this replica as (`welcome.sub`; `anonymous` without auth)."""
         self._catching_up = False
         self._before_catch_up: Conversation | None = None
@@ -882,6 +884,8 @@ class ReplicaSession:
                 return []  # nothing overtook it here yet: they are on their way
             return events + self._rebase_local(base)
         events += [Conflict(record, reject.reason, reject.detail) for record in batch.records]
+        if reject.reason == "superseded":
+            self.superseded += batch.records  # for `Replica.answer` to keep and call again
         assert base is not None
         return events + self._rebase_local(_folded(base, batch.records))
 

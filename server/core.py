@@ -995,10 +995,14 @@ class RoomCore(Generic[C]):
         assert outcome is None or isinstance(outcome, Loaded)
         if outcome is None and not self.exists:
             return then()  # still no log: the room's fresh lineage stands, nothing to send
+        rewritten = self.exists
         self.load(outcome)
         frames = self._state_frames()
         to = list(self.subscribers)
-        ended = live_actions(self.drafts.end_all("aborted"))  # a rewrite ends every draft
+        # A rewrite ends every draft; a log another hub created where this room had none is
+        # no rewrite (its first record may well be a worker's step marker, pushed as its
+        # draft opens: ending the draft here hid it from this hub's UIs).
+        ended = live_actions(self.drafts.end_all("aborted")) if rewritten else []
         return [*(Broadcast(to, frame) for frame in frames), *ended, *then()]
 
     # ------------------------------------------------------------------ turns end (SPEC 10)

@@ -36,6 +36,7 @@ from .entries import (
     TurnEnd,
     TurnOwner,
     TurnRecord,
+    is_stopped_note,
     stopped_note,
 )
 from .fold import Fold
@@ -89,9 +90,16 @@ ABORTED = Stop("aborted", "stopped")
 
 
 def is_user_text(entry: Entry) -> bool:
-    """Whether `entry` is the user's own message (a `User` message holding no tool result)."""
+    """Whether `entry` is the user's own message (a `User` message holding no tool result),
+    and not the STOPPED note: a worker committing its answer after a halt `stopped` pushes
+    that note with it (`Conversation.push`), and the note must land with the answer, never
+    wait in the queue (it would land after the answer and clear the halt)."""
     message = entry.message
-    return type(message) is User and not any(type(part) is ToolResult for part in message.content)
+    return (
+        type(message) is User
+        and not any(type(part) is ToolResult for part in message.content)
+        and not is_stopped_note(message, entry.author)
+    )
 
 
 def user_text_push(records: Sequence[ChangeRecord]) -> bool:

@@ -1269,6 +1269,17 @@ def _steer_cases() -> Json:
     )
     queue_case("a tool result is never queued", lambda c: c.push(result), 104)
     queue_case(
+        "an answer after a stop carries the STOPPED note, never queued",
+        lambda c: (
+            c.push(Message.user("x")),
+            c.take_unsaved(),
+            c.halt("stopped"),
+            c.take_unsaved(),
+            c.push(Message.assistant("partial")),
+        ),
+        106,
+    )
+    queue_case(
         "a halt is never queued",
         lambda c: (c.push(Message.user("x")), c.take_unsaved(), c.halt("kept")),
         105,

@@ -1995,10 +1995,15 @@ export function rejectRule(reason) {
   return Object.hasOwn(REJECTS, reason) ? REJECTS[reason] : 'final';
 }
 
-/** Whether `entry` is the user's own message (a user message holding no tool result). */
+/** Whether `entry` is the user's own message (a user message holding no tool result, and not
+ * the STOPPED note, which a worker's answer after a stop carries and which never waits). */
 export function isUserText(entry) {
   const message = entry.message;
-  return message.role === 'user' && !message.content.some((part) => part.type === 'tool_result');
+  return (
+    message.role === 'user' &&
+    !message.content.some((part) => part.type === 'tool_result') &&
+    !isStopMarker(entry)
+  );
 }
 
 /** The id of the queued aside holding entry `entryId`. @param {string} entryId */
