@@ -287,8 +287,10 @@ class Replica:
         """Stream a model call's events into a draft and commit the reply (SPEC §11): the
         common case of `draft()` + `d.stream(...)` + `d.commit(...)`. The draft puts the step
         marker (SPEC 10: input sent meanwhile is queued and lands right after the reply) and
-        the commit removes it. Returns the message committed. A stop while it streams closes
-        the SDK stream and commits what was said under `Stop("aborted", "stopped")`; an
+        the commit removes it. Returns the message committed, once the hub acknowledged it
+        (with any input queued meanwhile, which lands right after it). A stop while it
+        streams closes the SDK stream and commits what was said under
+        `Stop("aborted", "stopped")`; an
         error from the provider commits the partial reply under `Stop("error", ...)` and
         raises.
 
@@ -303,9 +305,13 @@ class Replica:
             if inspect.isawaitable(stream):
                 stream = await stream
             message, draft_id = await self._answer_once(stream, format, author)
-            if not callable(events) or draft_id is None:
+            if draft_id is None:
                 return message
+            # Acknowledged before returning: input queued during the call landed with the
+            # reply, so the worker's next model call sees it (SPEC 10).
             await self.flush()
+            if not callable(events):
+                return message
             refused = self._take_superseded(draft_id)
             if not refused:
                 return message
