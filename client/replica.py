@@ -391,7 +391,9 @@ class Replica:
             return True  # asked already
         after = conversation.id(len(conversation) - 1) if len(conversation) else None
         value = step_value(open_turn, int(time.time() * 1000))
-        conversation.add_aside(Aside(STOP_KIND, after, Author.user(), value))
+        # Its author names who stopped (the hub checks it against the token, SPEC 10).
+        stopper = Author("user", name=self.session.sub)
+        conversation.add_aside(Aside(STOP_KIND, after, stopper, value))
         return True
 
     def stop_requested(self) -> bool:

@@ -642,7 +642,7 @@ class RoomCore(Generic[C]):
         turn = self._turn_refusal(batch, key, grant, client)
         if turn is not None:
             return [Send(conn, self._reject(batch, *turn))]
-        steer = self._steer_refusal(batch, key)
+        steer = self._steer_refusal(batch, key, grant.sub)
         if steer is not None:
             return [Send(conn, self._reject(batch, *steer))]
         since = len(self.conversation)
@@ -713,11 +713,15 @@ class RoomCore(Generic[C]):
             ),
         )
 
-    def _steer_refusal(self, batch: PushBatch, key: str) -> tuple[RejectReason, str] | None:
+    def _steer_refusal(
+        self, batch: PushBatch, key: str, sub: str
+    ) -> tuple[RejectReason, str] | None:
         """Why `batch` may not land as sent for steering (SPEC 10), or None: user text
         mid-step (or while a stop stands) waits as queued input; an assistant message made on
         a base older than a user request that landed since is superseded; a stop naming a
-        turn that ended is refused; a queued entry is put only as `queue_records` makes it,
+        turn that ended is refused, and so is one (with auth) whose author is not the user
+        the token names (`sub`: checked, never overwritten); a queued entry is put only as
+        `queue_records` makes it,
         and withdrawn only by whoever queued it (`key`)."""
         steering = self.steering
         conversation = self.conversation
@@ -736,6 +740,8 @@ class RoomCore(Generic[C]):
                 queuer = self._queuers.get(change.id)
                 if queuer is not None and queuer != key and change.id in steering.queue:
                     return "forbidden", "only the sender may withdraw a queued entry"
+            elif aside.kind == STOP_KIND and self.config.auth and _stopper(aside) != sub:
+                return "forbidden", "a stop request's author is the user the token names"
             elif aside.kind == STOP_KIND and _turn_ended(conversation, aside):
                 return "turn_ended", "the stop names a turn that has ended"
             elif aside.kind == QUEUED_KIND:
@@ -1542,6 +1548,12 @@ def _pushes_assistant(records: Sequence[ChangeRecord]) -> bool:
             if any(type(entry.message) is Assistant for entry in change.entries):
                 return True
     return False
+
+
+def _stopper(aside: Aside) -> str | None:
+    """Who a stop request says stopped: its `user` author's name (SPEC 10)."""
+    author = aside.author
+    return author.name if author.kind == "user" else None
 
 
 def _turn_ended(conversation: Conversation, aside: Aside) -> bool:

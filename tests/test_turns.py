@@ -296,3 +296,31 @@ def test_of_two_hubs_finishing_one_lapsed_turn_exactly_one_does() -> None:
     settle([ui, other])
     assert ui.session.local == other.session.local == first.conversation == second.conversation
     assert _due(first, NOW + 10 * GRACE) == []
+
+
+# ---------------------------------------------------------------------- who stops (auth)
+
+
+def test_with_auth_welcome_names_the_sub_and_a_stop_must_name_it_too() -> None:
+    """The hub tells a replica its `sub`; a stop request whose author names another user is
+    refused `forbidden` (checked, never overwritten), one naming the token's user lands."""
+    from server.auth import Grant
+    from server.core import AppendRecords, CoreConfig, RoomCore, Send
+    from sync import ChangeRecord, Lineage
+    from sync.protocol import Hello, PushBatch, Reject, Welcome, decode_hub_message
+
+    room: RoomCore[str] = RoomCore("c", CoreConfig(max_frame=1 << 20, auth=True))
+    room.load(None)
+    alice = Grant("alice", frozenset({"read", "write"}), ("*",), exp=NOW / 1000 + 600)
+    actions = room.join("a", Hello("ui", Lineage.EMPTY, 0), NOW, alice)
+    [welcome] = [decode_hub_message(a.frame) for a in actions if isinstance(a, Send)]
+    assert isinstance(welcome, Welcome) and welcome.sub == "alice"
+
+    def stop_by(name: str, seq: int) -> list[object]:
+        aside = Aside(STOP_KIND, None, Author("user", name=name), step_value(None, NOW))
+        put = ChangeRecord(AsideChange(f"aside_01a2345e1bff7387848aaba78257{seq:04d}", aside))
+        return room.push("a", PushBatch(seq, room.lineage, room.revision, [put]), NOW)
+
+    [refused] = [decode_hub_message(a.frame) for a in stop_by("mallory", 1) if isinstance(a, Send)]
+    assert isinstance(refused, Reject) and refused.reason == "forbidden"
+    assert isinstance(stop_by("alice", 2)[-1], AppendRecords)

@@ -2102,10 +2102,11 @@ export function midStep(conversation) {
 /**
  * Ask the running turn to stop (SPEC §10), as `Replica.stop` in Python: while a turn record
  * is open or `conversation` is mid-step, put a stop request (`rig.stop`, value `{turn, at}`);
- * otherwise halt the user's last request `stopped`. Whether anything was asked.
- * @param {Conversation} conversation @param {number} [now]
+ * otherwise halt the user's last request `stopped`. Whether anything was asked. The request's
+ * author names `sub`, who the hub knows this connection as (`welcome.sub`; the hub checks it).
+ * @param {Conversation} conversation @param {number} [now] @param {string} [sub]
  */
-export function stop(conversation, now = Date.now()) {
+export function stop(conversation, now = Date.now(), sub = 'anonymous') {
   const turns = conversation.turns();
   const last = turns.length > 0 ? turns[turns.length - 1][1] : null;
   const openTurn = last !== null && last.end === null ? last.index : null;
@@ -2113,7 +2114,8 @@ export function stop(conversation, now = Date.now()) {
   if (conversation.asides().some(([, aside]) => aside.kind === STOP_KIND)) return true;
   const after = conversation.length > 0 ? conversation.id(conversation.length - 1) : null;
   const value = { turn: openTurn, at: now };
-  conversation.addAside({ kind: STOP_KIND, after, author: Author.user(), value, saved: true });
+  const author = { kind: 'user', name: sub, request: null, title: null };
+  conversation.addAside({ kind: STOP_KIND, after, author, value, saved: true });
   return true;
 }
 
@@ -2145,6 +2147,8 @@ export class ReplicaSession {
     this.landed = [];
     /** @type {any} */
     this.welcome = null;
+    /** Who the hub knows this connection as (`welcome.sub`; `anonymous` without auth). */
+    this.sub = 'anonymous';
     /** Pushes are paced within the hub's push budget (`welcome.limits.push`), once welcomed. */
     /** @type {TokenBucket | null} */
     this.pacer = null;
@@ -2307,6 +2311,7 @@ export class ReplicaSession {
     switch (message.type) {
       case 'welcome':
         needInts(message, ['lineage', 'revision', 'acked']);
+        if (typeof message.sub === 'string') this.sub = message.sub;
         return this.#onWelcome(message);
       case 'records':
         needInts(message, ['from']);
