@@ -21,7 +21,17 @@ from client import Replica, connect
 from server import Hub, MemoryStore
 from server.store import Lease
 from server.store.postgres import PostgresStore
-from sync import AsideChange, Assistant, Message, Text, ToolCall, TurnEnd, User, decode_record
+from sync import (
+    AsideChange,
+    Assistant,
+    Conversation,
+    Message,
+    Text,
+    ToolCall,
+    TurnEnd,
+    User,
+    decode_record,
+)
 from sync.entries import Answered, Failed
 from sync.steer import WENT_AWAY
 
@@ -205,3 +215,49 @@ async def test_of_two_hubs_on_postgresql_exactly_one_ends_a_lapsed_turn(
         assert isinstance(last_end(ui_a), Failed)
         assert ui_a.conversation == ui_b.conversation
         ui_a.conversation.validate()
+
+
+async def test_of_two_hubs_on_postgresql_ending_one_step_at_once_one_lands_the_queue(
+    postgres_dsn: str, pg_schema: str
+) -> None:
+    """A frontend tool's call is pending and the user's message waits queued; a UI on hub A
+    and one on hub B answer the call at the same moment. Each hub would land the queue with
+    its answer: one append wins, so exactly one result and one copy of the message land,
+    the message right after the result."""
+    async with contextlib.AsyncExitStack() as stack:
+        first, second = [
+            await stack.enter_async_context(
+                Hub(PostgresStore(postgres_dsn, schema=pg_schema), config=hub_config())
+            )
+            for _ in range(2)
+        ]
+        ui_a = await stack.enter_async_context(connect(first.url, "queue", client="ui-a"))
+        ui_b = await stack.enter_async_context(connect(second.url, "queue", client="ui-b"))
+        ui_a.conversation.push(Message.user("pick a date"))
+        ui_a.conversation.push(Assistant([ToolCall("c1", "pick_date", {})]))
+        with anyio.fail_after(bound(10)):
+            await ui_a.flush()
+        await until(lambda: ui_b.revision == ui_a.revision)
+        ui_b.conversation.push(Message.user("and a time"))  # mid-step: queued
+        with anyio.fail_after(bound(10)):
+            await ui_b.flush()
+        await until(lambda: ui_a.revision == ui_b.revision)
+        for ui, day in ((ui_a, "monday"), (ui_b, "tuesday")):
+            ui.conversation.push(Message.tool_result("c1", "pick_date", day))
+        with anyio.fail_after(bound(20)):
+            async with anyio.create_task_group() as group:
+                group.start_soon(ui_a.flush)
+                group.start_soon(ui_b.flush)
+        async with PostgresStore(postgres_dsn, schema=pg_schema) as store:
+            loaded = await store.load("queue")
+            assert loaded is not None
+            log = Conversation()
+            for data in loaded.records:
+                log.apply(decode_record(data))
+        messages = log.messages()
+        results = [m for m in messages if isinstance(m, User) and m.tool_results()]
+        assert len(results) == 1 and messages.count(Message.user("and a time")) == 1
+        assert messages[-1] == Message.user("and a time") and messages[-2] in results
+        assert not [a for _, a in log.asides() if a.kind == "rig.queued"]
+        await until(lambda: ui_a.revision == ui_b.revision == loaded.revision)
+        assert ui_a.conversation == ui_b.conversation == log
