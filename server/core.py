@@ -725,12 +725,8 @@ class RoomCore(Generic[C]):
         and withdrawn only by whoever queued it (`key`)."""
         steering = self.steering
         conversation = self.conversation
-        if user_text_push(batch.records):
-            if steering.stops or steering.mid_step(conversation):
-                return "queued", "mid-step: the hub lands it once the step ends"
-            return None
-        if batch.revision < self._request_revision and _pushes_assistant(batch.records):
-            return "superseded", "a user request landed after the base of this answer"
+        # The steering asides first: a stop too late must be refused `turn_ended` also when
+        # a message was typed with it (the replica then replays the message alone).
         for record in batch.records:
             change = record.change
             if type(change) is not AsideChange:
@@ -750,6 +746,12 @@ class RoomCore(Generic[C]):
                     return "invalid", "a queued aside holds one user text entry, under its id"
                 if conversation.holds(entry.id) or conversation.is_retired(entry.id):  # type: ignore[arg-type]
                     return "invalid", f"entry id {entry.id} is in the log already"
+        if user_text_push(batch.records):
+            if steering.stops or steering.mid_step(conversation):
+                return "queued", "mid-step: the hub lands it once the step ends"
+            return None
+        if batch.revision < self._request_revision and _pushes_assistant(batch.records):
+            return "superseded", "a user request landed after the base of this answer"
         return None
 
     def _landing(self, steering: Steering, now: int) -> list[ChangeRecord]:

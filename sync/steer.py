@@ -56,6 +56,7 @@ __all__ = [
     "Steering",
     "finish_records",
     "finish_stopped",
+    "is_stop_request",
     "is_user_text",
     "keep_superseded",
     "landing_records",
@@ -99,6 +100,16 @@ def is_user_text(entry: Entry) -> bool:
         type(message) is User
         and not any(type(part) is ToolResult for part in message.content)
         and not is_stopped_note(message, entry.author)
+    )
+
+
+def is_stop_request(record: ChangeRecord) -> bool:
+    """Whether `record` puts a stop request (a `rig.stop` aside)."""
+    change = record.change
+    return (
+        type(change) is AsideChange
+        and change.aside is not None
+        and (change.aside.kind == STOP_KIND)
     )
 
 
@@ -186,7 +197,15 @@ def queue_records(
         if type(change) is not Push:
             replayed.append(record)
             continue
-        rest = [entry for entry in change.entries if not is_user_text(entry)]
+        # A STOPPED note pushed before the user's text goes: the landing puts one itself
+        # while the halt stands (a note alone must never land mid-step).
+        typed = any(is_user_text(entry) for entry in change.entries)
+        rest = [
+            entry
+            for entry in change.entries
+            if not is_user_text(entry)
+            and not (typed and is_stopped_note(entry.message, entry.author))
+        ]
         if rest:
             replayed.append(
                 record if len(rest) == len(change.entries) else _replace(record, change=Push(rest))

@@ -1269,6 +1269,17 @@ def _steer_cases() -> Json:
     )
     queue_case("a tool result is never queued", lambda c: c.push(result), 104)
     queue_case(
+        "a message typed after a stop: queued, its STOPPED note dropped (the landing puts one)",
+        lambda c: (
+            c.push(Message.user("x")),
+            c.take_unsaved(),
+            c.halt("stopped"),
+            c.take_unsaved(),
+            c.push(Message.user("next")),
+        ),
+        107,
+    )
+    queue_case(
         "an answer after a stop carries the STOPPED note, never queued",
         lambda c: (
             c.push(Message.user("x")),

@@ -2034,7 +2034,12 @@ export function queueRecords(records, after) {
       replayed.push(record);
       continue;
     }
-    const rest = change.entries.filter((entry) => !isUserText(entry));
+    // A STOPPED note pushed before the user's text goes: the landing puts one itself while
+    // the halt stands (a note alone must never land mid-step).
+    const typed = change.entries.some(isUserText);
+    const rest = change.entries.filter(
+      (entry) => !isUserText(entry) && !(typed && isStopMarker(entry)),
+    );
     if (rest.length > 0) {
       replayed.push(
         rest.length === change.entries.length
@@ -2627,6 +2632,10 @@ export class ReplicaSession {
     // records that overtook it, copied only when needed.
     const rule = rejectRule(reject.reason);
     if (rule === 'queue') return this.#queue(batch.records);
+    if (reject.reason === 'turn_ended') {
+      const dropped = this.#dropLateStops(batch.records, reject);
+      if (dropped !== null) return dropped;
+    }
     const pending = batch.records.concat(this.local.unsaved());
     // `forbidden` (a token without `write`) is final like `invalid`: resending cannot help.
     const final = rule === 'final';
@@ -2653,6 +2662,29 @@ export class ReplicaSession {
    * `rig.queued` asides (`queueRecords`) ahead of what was made on top, on the log as it is.
    * @param {ChangeRecord[]} records
    */
+  /**
+   * A batch refused `turn_ended` holding stop requests and other records (a stop pressed as
+   * the turn ended, a message typed next): the stops are the conflict, the rest is replayed,
+   * never lost with them (`_drop_late_stops` in Python). Null: final as a whole.
+   * @param {ChangeRecord[]} records @param {any} reject
+   */
+  #dropLateStops(records, reject) {
+    const isStop = (/** @type {ChangeRecord} */ record) =>
+      record.change.type === 'aside' &&
+      record.change.aside != null &&
+      record.change.aside.kind === STOP_KIND;
+    const stops = records.filter(isStop);
+    if (stops.length === 0 || stops.length === records.length) return null;
+    const rest = records.filter((record) => !isStop(record));
+    const before = this.confirmed.copy();
+    const events = this.#foldHeld();
+    for (const record of stops) {
+      events.push(conflict(record, reject.reason, String(reject.detail ?? '')));
+    }
+    this.local.returnUnsaved(rest);
+    return [...events, ...this.#rebaseLocal(before)];
+  }
+
   #queue(records) {
     // The base is `confirmed` before the records that overtook the batch: what it (and what
     // was made on top) was made on, so an edit there merges with what those records changed.
