@@ -991,7 +991,7 @@ class RoomCore(Generic[C]):
         return sent + then()
 
     def _reloaded_for_all(
-        self, outcome: object, then: Callable[[], list[Action[C]]]
+        self, outcome: object, then: Callable[[], list[Action[C]]], *, rewrite: bool = False
     ) -> list[Action[C]]:
         if isinstance(outcome, Exception):
             log.error("reloading %s failed", self.id, exc_info=outcome)
@@ -1003,7 +1003,7 @@ class RoomCore(Generic[C]):
         assert outcome is None or isinstance(outcome, Loaded)
         if outcome is None and not self.exists:
             return then()  # still no log: the room's fresh lineage stands, nothing to send
-        rewritten = self.exists
+        rewritten = rewrite or self.exists
         self.load(outcome)
         frames = self._state_frames()
         to = list(self.subscribers)
@@ -1275,7 +1275,9 @@ class RoomCore(Generic[C]):
             return self._forward_missing(lambda: [Raise(outcome)])
         if isinstance(outcome, Exception):
             raise outcome  # the caller of `Hub.rewrite` learns it; nothing changed here
-        return self._call(LoadLog(), lambda loaded: self._reloaded_for_all(loaded, list))
+        return self._call(
+            LoadLog(), lambda loaded: self._reloaded_for_all(loaded, list, rewrite=True)
+        )
 
     # ------------------------------------------------------------------ shutting down
 
