@@ -146,7 +146,7 @@ async def _worker(
         await _pause(fast, 1.0)
         conversation.push(Message.user(question))
         say("agent", f"user asks: {question}")
-        conversation.open_turn()
+        worker.open_turn()  # owned by this worker: a hub ends it if the worker dies
         say("agent", f"opens turn {turn}")
         await _pause(fast)
         call = ToolCall(f"call_{turn}_{tool}", tool, arguments)

@@ -56,6 +56,7 @@ class DraftWriter:
         """Open the draft (the `open` goes to the hub with the next send)."""
         if not self._opened:
             self._opened = True
+            self._replica.begin_step()  # a model call: input sent meanwhile waits (SPEC 10)
             self._replica._open_draft(self)
         return self
 
@@ -118,7 +119,8 @@ class DraftWriter:
                     with anyio.CancelScope(shield=True):
                         await _close(events)
         if scope.cancelled_caught and not fold.done:
-            return fold.partial(Stop("aborted", self.status))
+            why = "stopped" if self.status == "stopping" else self.status
+            return fold.partial(Stop("aborted", why))
         return fold.final()
 
     async def commit(self, message: AnyMessage) -> str:

@@ -37,7 +37,20 @@ from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
-from sync import Aside, AsideId, Assistant, Author, Conversation, Halt, Stop
+from sync import (
+    Aside,
+    AsideId,
+    Assistant,
+    Author,
+    ChangeRecord,
+    Conversation,
+    Halt,
+    Push,
+    Splice,
+    Stop,
+    TurnOwner,
+    TurnRecord,
+)
 from sync.errors import (
     ConvsyncError,
     ProtocolError,
@@ -63,7 +76,7 @@ from sync.protocol import (
     is_kind,
 )
 from sync.providers.streams import Format
-from sync.steer import STEP_KIND, STOP_KIND, mid_step, step_value
+from sync.steer import STEP_KIND, STOP_KIND, keep_superseded, mid_step, step_value
 
 from .drafting import DraftWriter
 from .live import FEATURES, Draft, DraftChanged, DraftEnded, Presence
@@ -268,10 +281,10 @@ class Replica:
 
     def draft(self, *, after: str | None = None, author: Author | None = None) -> DraftWriter:
         """A new draft (`async with replica.draft() as d:`, or `await d.open()`), following
-        `after` (the last entry's id when omitted). The draft's commit or abort removes the
-        step marker `begin_step` put, in the same edit as the message. (`draft()` does not put
-        the marker itself yet: doing so broke drafts relayed between hubs, tests/test_bus.py,
-        for a reason not found; call `begin_step()` before the model call.)"""
+        `after` (the last entry's id when omitted). Opening it puts the step marker (SPEC 10,
+        `begin_step`): user input sent while the model streams is queued and lands right
+        after the reply; the draft's commit or abort removes the marker, in the same edit as
+        the message."""
         if after is None:
             conversation = self.conversation
             after = conversation.id(len(conversation) - 1) if len(conversation) else None
@@ -279,17 +292,49 @@ class Replica:
 
     async def answer(
         self,
-        events: AsyncIterable[Any] | Iterable[Any],
+        events: AsyncIterable[Any] | Iterable[Any] | Callable[[], Any],
         *,
         format: Format,
         author: Author | None = None,
+        attempts: int = 3,
     ) -> Assistant:
         """Stream a model call's events into a draft and commit the reply (SPEC §11): the
-        common case of `draft()` + `d.stream(...)` + `d.commit(...)`. Returns the message
-        committed. A stop while it streams closes the SDK stream and commits what was said
-        under `Stop("aborted", "stopped")`; an error from the provider commits the partial
-        reply under `Stop("error", ...)` and raises.
+        common case of `draft()` + `d.stream(...)` + `d.commit(...)`. The draft puts the step
+        marker (SPEC 10: input sent meanwhile is queued and lands right after the reply) and
+        the commit removes it. Returns the message committed, once the hub acknowledged it
+        (with any input queued meanwhile, which lands right after it). A stop while it
+        streams closes the SDK stream and commits what was said under
+        `Stop("aborted", "stopped")`; an
+        error from the provider commits the partial reply under `Stop("error", ...)` and
+        raises.
+
+        `events` may also be a function that makes the call (returning the SDK's stream, or
+        an awaitable of it) from `replica.conversation` as it is then: when the hub refuses
+        the reply `superseded` (a request landed after the base it was made on), the reply
+        is kept as an aborted message (`Stop("aborted", "superseded")`, never read by a
+        model) and the model is called again with the new input, up to `attempts` times.
         """
+        for _ in range(max(1, attempts)):
+            stream = events() if callable(events) else events
+            if inspect.isawaitable(stream):
+                stream = await stream
+            message, draft_id = await self._answer_once(stream, format, author)
+            if draft_id is None:
+                return message
+            # Acknowledged before returning: input queued during the call landed with the
+            # reply, so the worker's next model call sees it (SPEC 10).
+            await self.flush()
+            if not callable(events):
+                return message
+            refused = self._take_superseded(draft_id)
+            if not refused:
+                return message
+            keep_superseded(self.conversation, refused)
+        return message
+
+    async def _answer_once(
+        self, events: Any, format: Format, author: Author | None
+    ) -> tuple[Assistant, str | None]:
         async with self.draft(author=author) as d:
             try:
                 message = await d.stream(events, format=format)
@@ -298,9 +343,22 @@ class Replica:
                 if partial is not None:
                     await d.commit(partial)
                 raise
-            if d.status is None or d.status == "stopped":
+            if d.status in (None, "stopped", "stopping"):
                 await d.commit(message)
-            return message
+                return message, d.id
+            return message, None
+
+    def _take_superseded(self, entry_id: str) -> list[ChangeRecord]:
+        """The refused `superseded` records that pushed entry `entry_id` (taken out)."""
+        held = self.session.superseded
+        mine = [
+            record
+            for record in held
+            if isinstance(record.change, Push | Splice)
+            and any(entry.id == entry_id for entry in record.change.entries)
+        ]
+        self.session.superseded = [record for record in held if record not in mine]
+        return mine
 
     # ------------------------------------------------------------------ steering (SPEC 10)
 
@@ -321,6 +379,13 @@ class Replica:
         self._step = conversation.add_aside(Aside(STEP_KIND, after, Author.rig(), value))
         return self._step
 
+    def open_turn(self) -> TurnRecord:
+        """Record a turn beginning now, owned by this replica (SPEC 10: `(sub, client)`, the
+        identity the hub knows this connection as): while this replica is connected its hub
+        keeps the turn's lease; if it stays away longer than the hub's `turn_grace`, any hub
+        ends the turn `failed` and the request waits for the next worker. Returns the record."""
+        return self.conversation.open_turn(TurnOwner(self.session.sub, self.client))
+
     def end_step(self) -> bool:
         """Remove the step marker this replica put; whether one stood."""
         step, self._step = self._step, None
@@ -340,7 +405,9 @@ class Replica:
             return True  # asked already
         after = conversation.id(len(conversation) - 1) if len(conversation) else None
         value = step_value(open_turn, int(time.time() * 1000))
-        conversation.add_aside(Aside(STOP_KIND, after, Author.user(), value))
+        # Its author names who stopped (the hub checks it against the token, SPEC 10).
+        stopper = Author("user", name=self.session.sub)
+        conversation.add_aside(Aside(STOP_KIND, after, stopper, value))
         return True
 
     def stop_requested(self) -> bool:

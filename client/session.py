@@ -72,7 +72,7 @@ from sync.protocol import (
     Welcome,
 )
 from sync.rebase import Conflict, needs_base, rebase, replay_pushes
-from sync.steer import QUEUED_KIND, STOP_KIND, queue_records
+from sync.steer import QUEUED_KIND, STOP_KIND, is_stop_request, queue_records
 
 from .live import DraftChanged, DraftEnded, LiveState, PresenceChanged
 
@@ -227,6 +227,10 @@ class ReplicaSession:
         self._held: list[ChangeRecord] = []  # log records that overtook the batch in flight
         self._landed: list[ChangeRecord] = []
         self._welcome: Welcome | None = None
+        self.sub = "anonymous"
+        self.superseded: list[ChangeRecord] = []
+        """Records of pushes refused `superseded` (SPEC 10), until taken (`Replica.answer`)."""
+        """Who the hub knows this replica as (`welcome.sub`; `anonymous` without auth)."""
         self._catching_up = False
         self._before_catch_up: Conversation | None = None
         self._rebase_due = False  # rebase `local` at the end of the catch-up, moved or not
@@ -465,6 +469,8 @@ class ReplicaSession:
         if self._welcome is not None:
             raise RemoteProtocolError("unexpected", "a second welcome")
         self._welcome = welcome
+        if welcome.sub is not None:
+            self.sub = welcome.sub  # who the hub knows this connection as (SPEC 10)
         budget = (welcome.limits or {}).get("push")
         self._pacer = None if budget is None else _pacer(budget)
         # A client id reused by a new process continues after the seqs the hub holds.
@@ -866,6 +872,10 @@ class ReplicaSession:
         rule = reject_rule(reject.reason)
         if rule == "queue":
             return self._queue(batch.records)
+        if reject.reason == "turn_ended":
+            dropped = self._drop_late_stops(batch.records, reject)
+            if dropped is not None:
+                return dropped
         final = rule == "final"
         pending = batch.records + self.local.unsaved()
         base = self.confirmed.copy() if needs_base(pending) or final else None
@@ -878,8 +888,25 @@ class ReplicaSession:
                 return []  # nothing overtook it here yet: they are on their way
             return events + self._rebase_local(base)
         events += [Conflict(record, reject.reason, reject.detail) for record in batch.records]
+        if reject.reason == "superseded":
+            self.superseded += batch.records  # for `Replica.answer` to keep and call again
         assert base is not None
         return events + self._rebase_local(_folded(base, batch.records))
+
+    def _drop_late_stops(self, records: list[ChangeRecord], reject: Reject) -> list[Event] | None:
+        """A batch refused `turn_ended` that holds stop requests and other records (a stop
+        pressed as the turn ended, with a message typed next): the stops are the conflict,
+        the rest is replayed on the log, never lost with them (SPEC 10). None when the batch
+        is only stops, or holds none (a stale owner's push): final as a whole."""
+        stops = [record for record in records if is_stop_request(record)]
+        if not stops or len(stops) == len(records):
+            return None
+        rest = [record for record in records if not is_stop_request(record)]
+        before = self.confirmed.copy()
+        events = self._fold_held()
+        events += [Conflict(record, reject.reason, reject.detail) for record in stops]
+        self.local.return_unsaved(rest)
+        return events + self._rebase_local(before)
 
     def _queue(self, records: list[ChangeRecord]) -> list[Event]:
         """The batch of user text `records` was refused `queued` (SPEC 10): replay it as

@@ -47,6 +47,13 @@ class HubConfig:
             delta at once).
         draft_timeout: seconds of silence after which a draft ends `timeout`.
         draft_grace: seconds a draft waits for its producer to reconnect.
+        turn_grace: seconds an open turn's worker may stay away (SPEC 10): its hub renews the
+            turn's lease while it is connected; once the lease lapses, any hub ends the turn
+            `failed` ("the worker went away") and the request is owed to the next worker.
+            A worker that reconnects within it continues its turn. A turn waiting only for
+            a person (an open approval, a frontend tool) never lapses.
+        stop_grace: seconds a worker has to finish a turn the user stopped; past it, any hub
+            finishes the turn `stopped` itself.
         draft_max_bytes: UTF-8 bytes one draft may hold (at most half of `max_frame` is used,
             so a draft's text always fits one `drafts` frame).
         draft_max_per_client: open drafts one (principal, client) may hold; one more
@@ -114,6 +121,8 @@ class HubConfig:
     draft_interval: float = 0.05
     draft_timeout: float = 30.0
     draft_grace: float = 10.0
+    turn_grace: float = 30.0
+    stop_grace: float = 10.0
     draft_max_bytes: int = 512 * 1024
     draft_max_per_client: int = 8
     draft_max_parts: int = 64
@@ -200,6 +209,8 @@ _NUMBERS: dict[str, tuple[type, float, bool, str]] = {
     "draft_interval": (float, 0, True, "seconds"),
     "draft_timeout": (float, 0, False, "seconds"),
     "draft_grace": (float, 0, True, "seconds"),
+    "turn_grace": (float, 0, False, "seconds"),
+    "stop_grace": (float, 0, False, "seconds"),
     "draft_max_bytes": (int, 1, True, "bytes"),
     "draft_max_per_client": (int, 1, True, "drafts"),
     "draft_max_parts": (int, 1, True, "parts"),

@@ -38,6 +38,7 @@ from sync import (
     Author,
     ChangeRecord,
     Conversation,
+    Entry,
     Halt,
     HaltChange,
     Lineage,
@@ -45,6 +46,7 @@ from sync import (
     Reset,
     Splice,
     ToolResult,
+    TurnEnd,
     User,
     Via,
     decode_record,
@@ -52,9 +54,11 @@ from sync import (
     encode,
 )
 from sync.budget import Budget
+from sync.entries import TURN_KIND, TurnOwner
 from sync.errors import ApplyError, ErrorCode, LocalProtocolError
 from sync.frames import RECORDS_OVERHEAD, records_frames, state_frames
 from sync.ids import IdMinter
+from sync.messages import Reasoning, Text
 from sync.protocol import (
     Ack,
     AuthOk,
@@ -75,8 +79,12 @@ from sync.rebase import place
 from sync.steer import (
     QUEUED_KIND,
     STOP_KIND,
+    WENT_AWAY,
     Steering,
+    finish_records,
     landing_records,
+    open_turn,
+    parked,
     queued_entry,
     queued_id,
     user_text_push,
@@ -87,7 +95,7 @@ from .auth import ANONYMOUS, AuthError, Grant
 from .drafts import Delta, DraftBoard, DraftConfig, Frame, Out, Owner
 from .metrics import Metrics
 from .presence import PresenceBoard
-from .store.base import ClientMark, Deleted, Loaded, LogMoved, SeqTaken
+from .store.base import ClientMark, Deleted, Lease, Loaded, LogMoved, SeqTaken
 from .tally import Tally
 
 __all__ = [
@@ -96,7 +104,9 @@ __all__ = [
     "Broadcast",
     "Close",
     "CoreConfig",
+    "DropLease",
     "LoadLog",
+    "PutLease",
     "Raise",
     "ReadMark",
     "ReadRecords",
@@ -186,13 +196,28 @@ class ReadMark(msgspec.Struct, frozen=True):
 
 
 class AppendRecords(msgspec.Struct, frozen=True):
-    """Compare-and-append `records` at `lineage`/`from_`, with `client`'s new `mark`."""
+    """Compare-and-append `records` at `lineage`/`from_`, with `client`'s new `mark` (None for
+    records the hub makes on its own: a turn it finishes)."""
 
     lineage: int
     from_: int
     records: list[bytes]
-    client: str
-    mark: ClientMark
+    client: str | None
+    mark: ClientMark | None
+
+
+class PutLease(msgspec.Struct, frozen=True):
+    """Keep `lease` for its turn in the store (`LogStore.put_lease`); its outcome is ignored
+    (a lease is a hint: a failed write is retried by the next renewal)."""
+
+    lease: Lease
+    replace: bool = True
+
+
+class DropLease(msgspec.Struct, frozen=True):
+    """Forget the lease of turn `turn` (it ended)."""
+
+    turn: int
 
 
 class LoadLog(msgspec.Struct, frozen=True):
@@ -234,7 +259,16 @@ class Raise(msgspec.Struct, frozen=True):
     error: Exception
 
 
-StoreCall = ReadRecords | AppendRecords | LoadLog | WriteSnapshot | RewriteLog | ReadMark
+StoreCall = (
+    ReadRecords
+    | AppendRecords
+    | LoadLog
+    | WriteSnapshot
+    | RewriteLog
+    | ReadMark
+    | PutLease
+    | DropLease
+)
 Action = Send[C] | Broadcast[C] | Close[C] | SendDraft[C] | SendFrames[C] | Raise | StoreCall
 _Then = Callable[[object], list[Action[C]]]
 
@@ -260,6 +294,11 @@ class CoreConfig:
     accepted record is stamped `via`; without auth, by the client id alone, as before."""
     budgets: dict[str, Budget] | None = None
     """What each socket may send (`welcome.limits`); the shell meters it, the core says it."""
+    turn_grace: int | None = None
+    """Ms an open turn's lease lasts past its owner's last renewal (SPEC 10); None: the room
+    keeps no leases (a store without them)."""
+    stop_grace: int = 10_000
+    """Ms a worker has to finish a stopped turn before any hub finishes it."""
 
 
 LIVE_FEATURES = ("drafts", "presence")
@@ -332,6 +371,14 @@ class RoomCore(Generic[C]):
         # The summary row's totals (SPEC 17: usage, queued, approvals, the latest turn), kept
         # from the records that land, so a row never rereads the log.
         self.tally = Tally()
+        # Turns end (SPEC 10): the open turn as its lease was last written, who opened turn
+        # records that name no owner (this room saw them land), when this room first saw the
+        # standing stop, and owners whose turn a hub finished (their pushes are refused
+        # `turn_ended` until they open a new turn), by mark key, with the revision it ended.
+        self._turn: _TurnState | None = None
+        self._openers: dict[str, str] = {}
+        self._stop_seen: int | None = None
+        self._stale_owners: dict[str, int] = {}
 
     # ------------------------------------------------------------------ driving
 
@@ -363,6 +410,7 @@ class RoomCore(Generic[C]):
         self._recent, self._recent_from = [], 0
         self._edited, self._edits_from = {}, 0 if loaded is None else loaded.revision
         self._request_revision = 0
+        self._turn, self._stop_seen = None, None
         if loaded is None:
             self.conversation = Conversation()
             self.lineage, self.revision, self.exists = Lineage.fresh(), 0, False
@@ -455,7 +503,10 @@ class RoomCore(Generic[C]):
         )
         if self.config.auth:
             welcome = msgspec.structs.replace(
-                welcome, scopes=grant.scope_list, expires_in=grant.expires_in(self._now / 1000)
+                welcome,
+                scopes=grant.scope_list,
+                expires_in=grant.expires_in(self._now / 1000),
+                sub=grant.sub,
             )
         actions.append(Send(conn, encode_message(welcome), True))
         lineage, revision = hello.lineage, hello.revision
@@ -521,7 +572,13 @@ class RoomCore(Generic[C]):
     def _subscribe(self, conn: C, client: str, actions: list[Action[C]]) -> list[Action[C]]:
         self.subscribers[conn] = client
         self._others.clear()
-        return actions + self._live_join(conn)
+        actions = actions + self._live_join(conn)
+        state = self._turn
+        if state is not None and state.key == self._mark_key(
+            self.grants.get(conn, ANONYMOUS), client
+        ):
+            return actions + self.renew(self._now)  # the owner is back: its turn goes on
+        return actions
 
     def _state_to(self, conn: C) -> list[Action[C]]:
         hello = self._hellos.get(conn)
@@ -559,9 +616,13 @@ class RoomCore(Generic[C]):
         """The store's key for a client's mark: the client id without auth (so stores and
         marks from before auth stay valid); with auth, the principal too, so one principal
         can never spend or read another's seqs (`/` in `sub` escaped: the key splits once)."""
+        return self._key_of(grant.sub, client)
+
+    def _key_of(self, sub: str, client: str) -> str:
+        """The mark key of identity (`sub`, `client`) (see `_mark_key`)."""
         if not self.config.auth:
             return client
-        sub = grant.sub.replace("%", "%25").replace("/", "%2F")
+        sub = sub.replace("%", "%25").replace("/", "%2F")
         return f"{sub}/{client}"
 
     # ------------------------------------------------------------------ pushing
@@ -573,6 +634,7 @@ class RoomCore(Generic[C]):
         return self._push(conn, batch, now)
 
     def _push(self, conn: C, batch: PushBatch, now: int) -> list[Action[C]]:
+        self._now = now
         if self.gone:
             return [Close(conn, "deleted", _DELETED)]
         if self.closing:
@@ -605,7 +667,10 @@ class RoomCore(Generic[C]):
         clash = self._draft_clash(conn, batch.records) if self.drafts.drafts else None
         if clash is not None:
             return [Send(conn, self._reject(batch, "invalid", clash))]
-        steer = self._steer_refusal(batch, key)
+        turn = self._turn_refusal(batch, key, grant, client)
+        if turn is not None:
+            return [Send(conn, self._reject(batch, *turn))]
+        steer = self._steer_refusal(batch, key, grant.sub)
         if steer is not None:
             return [Send(conn, self._reject(batch, *steer))]
         since = len(self.conversation)
@@ -676,21 +741,20 @@ class RoomCore(Generic[C]):
             ),
         )
 
-    def _steer_refusal(self, batch: PushBatch, key: str) -> tuple[RejectReason, str] | None:
+    def _steer_refusal(
+        self, batch: PushBatch, key: str, sub: str
+    ) -> tuple[RejectReason, str] | None:
         """Why `batch` may not land as sent for steering (SPEC 10), or None: user text
         mid-step (or while a stop stands) waits as queued input; an assistant message made on
         a base older than a user request that landed since is superseded; a stop naming a
-        turn that ended is refused; a queued entry is put only as `queue_records` makes it,
+        turn that ended is refused, and so is one (with auth) whose author is not the user
+        the token names (`sub`: checked, never overwritten); a queued entry is put only as
+        `queue_records` makes it,
         and withdrawn only by whoever queued it (`key`)."""
         steering = self.steering
         conversation = self.conversation
-        if user_text_push(batch.records):
-            if steering.stops or steering.mid_step(conversation):
-                return "queued", "mid-step: the hub lands it once the step ends"
-            # Not queued: the asides beside the user text are checked like any others (a put
-            # of a queued entry that landed, left here, landed it twice).
-        elif batch.revision < self._request_revision and _pushes_assistant(batch.records):
-            return "superseded", "a user request landed after the base of this answer"
+        # The steering asides first: a stop too late must be refused `turn_ended` also when
+        # a message was typed with it (the replica then replays the message alone).
         for record in batch.records:
             change = record.change
             if type(change) is not AsideChange:
@@ -700,6 +764,8 @@ class RoomCore(Generic[C]):
                 queuer = self._queuers.get(change.id)
                 if queuer is not None and queuer != key and change.id in steering.queue:
                     return "forbidden", "only the sender may withdraw a queued entry"
+            elif aside.kind == STOP_KIND and self.config.auth and _stopper(aside) != sub:
+                return "forbidden", "a stop request's author is the user the token names"
             elif aside.kind == STOP_KIND and _turn_ended(conversation, aside):
                 return "turn_ended", "the stop names a turn that has ended"
             elif aside.kind == QUEUED_KIND:
@@ -710,6 +776,12 @@ class RoomCore(Generic[C]):
                     if batch.revision < self.revision:  # landed since its base: rebase it
                         return "behind", f"entry id {entry.id} landed since this push's base"
                     return "invalid", f"entry id {entry.id} is in the log already"
+        if user_text_push(batch.records):
+            if steering.stops or steering.mid_step(conversation):
+                return "queued", "mid-step: the hub lands it once the step ends"
+            return None
+        if batch.revision < self._request_revision and _pushes_assistant(batch.records):
+            return "superseded", "a user request landed after the base of this answer"
         return None
 
     def _landing(self, steering: Steering, now: int) -> list[ChangeRecord]:
@@ -746,6 +818,7 @@ class RoomCore(Generic[C]):
         if isinstance(outcome, Exception):
             undo()
             return self._not_appended(conn, batch, append, outcome)
+        assert append.client is not None and append.mark is not None  # a client's push
         self.exists = True
         from_ = append.from_
         self.revision = append.mark.ack_revision
@@ -761,6 +834,8 @@ class RoomCore(Generic[C]):
                 self._queuers[change.id] = append.client
         if queue:
             self._steered(queue, self.revision)
+        if steering.touches(records):
+            self._turn_pushed(append.client, records)
         # The bare client id (a replica knows its own pushes by it), not the mark's store key.
         origin = PushOrigin(self.subscribers.get(conn, append.client), batch.seq)
         max_frame = self.config.max_frame
@@ -787,10 +862,16 @@ class RoomCore(Generic[C]):
         metrics.records_appended += len(append.records)
         metrics.pushes_accepted += 1
         metrics.pushes_placed += int(placed)
+        leases = self._lease_calls([*records, *queue])
+        if leases:
+            return actions + self._calls(leases, self._snapshot_if_due)
+        return actions + self._snapshot_if_due()
+
+    def _snapshot_if_due(self) -> list[Action[C]]:
         if self._snapshot_due():
             snapshot = WriteSnapshot(self.lineage, self.revision, self.conversation)
-            actions += self._call(snapshot, self._snapshot_written)
-        return actions
+            return self._call(snapshot, self._snapshot_written)
+        return []
 
     def _snapshot_due(self) -> bool:
         """Whether to write a snapshot now: `snapshot_every` records since the latest one, and
@@ -816,6 +897,7 @@ class RoomCore(Generic[C]):
         if isinstance(outcome, SeqTaken):
             # Another hub (or this one before a restart) appended this push: bring the room
             # and everyone up to the store, then answer with the ack the store holds.
+            assert append.client is not None
             self.marks[append.client] = outcome.mark
             ack = Send(conn, _ack(batch.seq, outcome.mark))
             return self._forward_missing(lambda: [ack])
@@ -883,14 +965,16 @@ class RoomCore(Generic[C]):
 
     # ------------------------------------------------------------------ the log moved
 
-    def log_moved(self) -> list[Action[C]]:
+    def log_moved(self, now: int | None = None) -> list[Action[C]]:
         """Another hub appended to this conversation: forward what the room lacks."""
+        self._now = self._now if now is None else now
         return self._fresh(lambda: self._forward_missing(list))
 
-    def head_check(self) -> list[Action[C]]:
+    def head_check(self, now: int | None = None) -> list[Action[C]]:
         """The periodic re-read of the head (SPEC 9) on a store other hubs share: forward the
         records the room lacks, like `log_moved`. Correctness never depends on a notice; this
         is the backstop. A read that fails changes nothing (the next check tries again)."""
+        self._now = self._now if now is None else now
 
         def check() -> list[Action[C]]:
             read = ReadRecords(self.lineage, self.revision)
@@ -931,10 +1015,14 @@ class RoomCore(Generic[C]):
         to = list(self.subscribers)
         frames = records_frames(from_, records, None, self.config.max_frame)
         landed = self._drafts_landed(decoded)
-        return [*(Broadcast(to, frame) for frame in frames), *landed, *then()]
+        sent: list[Action[C]] = [*(Broadcast(to, frame) for frame in frames), *landed]
+        leases = self._lease_calls(decoded)
+        if leases:
+            return sent + self._calls(leases, then)
+        return sent + then()
 
     def _reloaded_for_all(
-        self, outcome: object, then: Callable[[], list[Action[C]]]
+        self, outcome: object, then: Callable[[], list[Action[C]]], *, rewrite: bool = False
     ) -> list[Action[C]]:
         if isinstance(outcome, Exception):
             log.error("reloading %s failed", self.id, exc_info=outcome)
@@ -946,11 +1034,258 @@ class RoomCore(Generic[C]):
         assert outcome is None or isinstance(outcome, Loaded)
         if outcome is None and not self.exists:
             return then()  # still no log: the room's fresh lineage stands, nothing to send
+        rewritten = rewrite or self.exists
         self.load(outcome)
         frames = self._state_frames()
         to = list(self.subscribers)
-        ended = live_actions(self.drafts.end_all("aborted"))  # a rewrite ends every draft
+        # A rewrite ends every draft; a log another hub created where this room had none is
+        # no rewrite (its first record may well be a worker's step marker, pushed as its
+        # draft opens: ending the draft here hid it from this hub's UIs).
+        ended = live_actions(self.drafts.end_all("aborted")) if rewritten else []
         return [*(Broadcast(to, frame) for frame in frames), *ended, *then()]
+
+    # ------------------------------------------------------------------ turns end (SPEC 10)
+    #
+    # An open turn whose record names an owner (or whose opener this room saw) has a lease in
+    # the store beside the log: written when the turn opens, parks, unparks or is stopped
+    # (`_lease_calls`, by every hub that folds the change: they write the same thing),
+    # renewed by the owner's hub while the owner is connected (`renew`), repaired when a room
+    # loads (`loaded_turn`). Any hub that finds a lapsed lease (`finish_expired`) ends the turn
+    # by compare-and-append, so of several hubs exactly one does; the others fold its records.
+
+    @property
+    def has_open_turn(self) -> bool:
+        """Whether this room keeps the lease of an open turn."""
+        return self._turn is not None
+
+    def renew(self, now: int) -> list[Action[C]]:
+        """Renew the open turn's lease when its owner is connected to this room."""
+        self._now = now
+        state = self._turn
+        if state is None or self.config.turn_grace is None:
+            return []
+        if state.key not in self._connected_keys():
+            return []
+        return self._calls([PutLease(self._lease_of(state))], list)
+
+    def loaded_turn(self, now: int) -> list[Action[C]]:
+        """After a load: keep a lease for the open turn when the store has none (a hub that
+        appended the turn and died before writing it), never extending one that stands."""
+        self._now = now
+        if self.config.turn_grace is None:
+            return []
+        self._turn = state = self._turn_now()
+        if state is None:
+            return []
+        return self._calls([PutLease(self._lease_of(state), replace=False)], list)
+
+    def finish_expired(self, lease: Lease, now: int) -> list[Action[C]]:
+        """`lease` lapsed (the store said so at `now`): end its turn as `finish_stopped` would,
+        authored `Author.rig()` — `failed` ("the worker went away", no halt: the request
+        stays owed) or, when a stop stands, `stopped` — unless the log says otherwise (the
+        turn ended already, its owner is connected here, it is parked). The owner's open
+        draft's text is kept as the aborted message."""
+        self._now = now
+        if self.config.turn_grace is None or self.closing:
+            return []
+        return self._fresh(lambda: self._finish(lease, now))
+
+    def _finish(self, lease: Lease, now: int) -> list[Action[C]]:
+        if self._stale:
+            return []
+        self._turn = state = self._turn_now()
+        if state is None or state.index != lease.turn:
+            return self._calls([DropLease(lease.turn)], list)  # it ended meanwhile
+        stop_due = state.stopping and lease.stop_expires is not None and lease.stop_expires <= now
+        if not stop_due:
+            if state.parked or state.key in self._connected_keys():
+                return self._calls([PutLease(self._lease_of(state))], list)
+            if lease.expires is None or lease.expires > now:
+                return []
+        end = TurnEnd.stopped() if state.stopping else TurnEnd.failed(WENT_AWAY)
+        conversation = self.conversation
+        partial = self._owner_draft(state)
+        records = finish_records(
+            conversation, state.turn_id, end, lambda: self._ids.message_id(now), now, partial
+        )
+        try:
+            undo = conversation.apply_batch(records)
+        except ApplyError:
+            log.exception("finishing turn %d of %s did not fit", state.index, self.id)
+            return []
+        steering = self.steering.copy()
+        steering.track(conversation, records)
+        queue = self._landing(steering, now)
+        if queue:
+            undo = _both(undo, conversation.apply_batch(queue))
+        encoded = [encode(record) for record in [*records, *queue]]
+        append = AppendRecords(self.lineage, self.revision, encoded, None, None)
+        done = (records, queue, steering)
+        return self._call(
+            append, lambda outcome: self._finished(append, undo, done, state, outcome)
+        )
+
+    def _finished(
+        self,
+        append: AppendRecords,
+        undo: Callable[[], None],
+        done: tuple[list[ChangeRecord], list[ChangeRecord], Steering],
+        state: _TurnState,
+        outcome: object,
+    ) -> list[Action[C]]:
+        if isinstance(outcome, Exception):
+            undo()
+            if isinstance(outcome, LogMoved):  # another hub moved first (maybe finishing it)
+                return self._forward_missing(list)
+            log.error("finishing turn %d of %s failed", state.index, self.id, exc_info=outcome)
+            self._stale = True
+            return []
+        records, queue, steering = done
+        from_ = append.from_
+        self.exists = True
+        self.revision = from_ + len(append.records)
+        self._remember(append.records)
+        self._note_edits(from_, [*records, *queue])
+        self.steering = steering
+        self._steered(records, from_ + len(records))
+        if queue:
+            self._steered(queue, self.revision)
+        self._stale_owners[state.key] = self.revision
+        how = "stopped" if state.stopping else "failed"
+        log.info("turn %d of %s ended %s: its worker did not finish it", state.index, self.id, how)
+        frames = records_frames(from_, append.records, None, self.config.max_frame)
+        to = list(self.subscribers)
+        actions: list[Action[C]] = [Broadcast(to, frame) for frame in frames]
+        if self.drafts.drafts:
+            actions += self._drafts_landed(records)
+        self.metrics.records_appended += len(append.records)
+        return actions + self._calls(self._lease_calls([*records, *queue]), list)
+
+    def _calls(
+        self, calls: Sequence[StoreCall], then: Callable[[], list[Action[C]]]
+    ) -> list[Action[C]]:
+        """Carry out lease `calls` one after the other (a failure is logged: a lease is a
+        hint, renewed again soon), then `then()`."""
+        if not calls:
+            return then()
+        first, rest = calls[0], calls[1:]
+
+        def after(outcome: object) -> list[Action[C]]:
+            if isinstance(outcome, Exception):
+                log.warning("keeping the turn lease of %s failed: %s", self.id, outcome)
+            return self._calls(rest, then)
+
+        return self._call(first, after)
+
+    def _lease_calls(self, records: Sequence[ChangeRecord]) -> list[StoreCall]:
+        """The lease writes `records` (folded already) call for: a turn opened, ended,
+        parked, unparked or stopped. Nothing for records that cannot change a turn."""
+        if self.config.turn_grace is None:
+            return []
+        if not self.steering.touches(records) and (
+            self._turn is None or not any(_moves_calls(record) for record in records)
+        ):
+            return []
+        old, new = self._turn, self._turn_now()
+        if new == old:
+            return []
+        self._turn = new
+        calls: list[StoreCall] = []
+        if old is not None and (new is None or new.index != old.index):
+            calls.append(DropLease(old.index))
+        if new is not None:
+            calls.append(PutLease(self._lease_of(new)))
+        return calls
+
+    def _turn_now(self) -> _TurnState | None:
+        """The open turn as the lease sees it, read from the log; None when no turn is open or
+        nobody is known to own it."""
+        stopping = bool(self.steering.stops)
+        if not stopping:
+            self._stop_seen = None
+        elif self._stop_seen is None:
+            self._stop_seen = self._now
+        turn = open_turn(self.conversation)
+        if turn is None:
+            return None
+        id_, record = turn
+        owner = record.owner
+        key = self._key_of(owner.sub, owner.client) if owner else self._openers.get(id_)
+        if key is None:
+            return None
+        return _TurnState(id_, record.index, owner, key, parked(self.conversation), stopping)
+
+    def _lease_of(self, state: _TurnState) -> Lease:
+        grace = self.config.turn_grace or 0
+        expires = None if state.parked else self._now + grace
+        seen = self._stop_seen
+        stop = None if seen is None or not state.stopping else seen + self.config.stop_grace
+        return Lease(self.id, state.index, state.key, expires, stop)
+
+    def _connected_keys(self) -> set[str]:
+        grants = self.grants
+        return {
+            self._mark_key(grants.get(conn, ANONYMOUS), client)
+            for conn, client in self.subscribers.items()
+        }
+
+    def _owner_draft(self, state: _TurnState) -> Entry | None:
+        """The text of the owner's open assistant draft, as an entry under the draft's id (so
+        every UI's draft ends `committed` as its text lands)."""
+        if state.owner is None or not self.drafts.drafts:
+            return None
+        owner = (state.owner.sub, state.owner.client)
+        for draft in self.drafts.drafts.values():
+            if draft.owner != owner or draft.role != "assistant":
+                continue
+            reasoning, text = draft.text("reasoning"), draft.text("text")
+            content: list[Reasoning | Text] = []
+            if reasoning:
+                content.append(Reasoning(reasoning))
+            if text:
+                content.append(Text(text))
+            if content:
+                return Entry(Assistant(content), draft.id, draft.author)  # type: ignore[arg-type]
+        return None
+
+    def _turn_refusal(
+        self, batch: PushBatch, key: str, grant: Grant, client: str
+    ) -> tuple[RejectReason, str] | None:
+        """Why `batch` may not land for turns (SPEC 10), or None: its pusher's turn was ended
+        by a hub while it was away (until it opens a new turn), or a turn record names an
+        owner other than the pushing connection (checked, never overwritten)."""
+        if self._stale_owners and key in self._stale_owners and not _opens_turn(batch.records):
+            return "turn_ended", "this client's turn ended while it was away; open a new turn"
+        for record in batch.records:
+            change = record.change
+            if type(change) is not AsideChange or change.aside is None:
+                continue
+            aside = change.aside
+            if aside.kind != TURN_KIND or not isinstance(aside.value, dict):
+                continue
+            owner = aside.value.get("owner")
+            if owner is None:
+                continue
+            stored = self.conversation.aside(change.id)
+            held = stored.value.get("owner") if stored and isinstance(stored.value, dict) else None
+            if owner != held and owner != {"sub": grant.sub, "client": client}:
+                return "forbidden", "a turn record names an owner other than this connection"
+        return None
+
+    def _turn_pushed(self, key: str | None, records: Sequence[ChangeRecord]) -> None:
+        """`records` from `key` landed: remember who opened a turn record naming no owner; a
+        client whose turn a hub ended is forgiven once it opens a new one."""
+        for record in records:
+            change = record.change
+            if type(change) is not AsideChange or change.aside is None:
+                continue
+            value = change.aside.value
+            if change.aside.kind != TURN_KIND or not isinstance(value, dict):
+                continue
+            if value.get("end") is None and key is not None:
+                if value.get("owner") is None:
+                    self._openers[change.id] = key
+                self._stale_owners.pop(key, None)
 
     # ------------------------------------------------------------------ rewriting
 
@@ -971,7 +1306,9 @@ class RoomCore(Generic[C]):
             return self._forward_missing(lambda: [Raise(outcome)])
         if isinstance(outcome, Exception):
             raise outcome  # the caller of `Hub.rewrite` learns it; nothing changed here
-        return self._call(LoadLog(), lambda loaded: self._reloaded_for_all(loaded, list))
+        return self._call(
+            LoadLog(), lambda loaded: self._reloaded_for_all(loaded, list, rewrite=True)
+        )
 
     # ------------------------------------------------------------------ deleting (SPEC 15)
 
@@ -1128,13 +1465,15 @@ class RoomCore(Generic[C]):
         return live_actions(out)
 
     def _drafts_landed(self, records: Sequence[ChangeRecord]) -> list[Action[C]]:
-        """Records landed: drafts whose ids they made held end `committed`; a stop (a halt
-        `stopped` or a stop request) ends every other one `stopped`."""
+        """Records landed: drafts whose ids they made held end `committed`; a halt `stopped`
+        ends every other one `stopped`; a stop request marks them `stopping`."""
         if not self.drafts.drafts:
             return []
         out = self.drafts.end_held(_entry_ids(records), lambda owner: True)
-        if any(_stops(record) for record in records):
+        if any(_halts_stopped(record) for record in records):
             out += self.drafts.end_all("stopped")
+        elif any(_stops(record) for record in records):
+            out += self.drafts.mark_stopping()  # shown until the turn ends (SPEC 10)
         self.presence.set_drafting(self.drafts.owners())
         return live_actions(out)
 
@@ -1258,6 +1597,11 @@ def _stops(record: ChangeRecord) -> bool:
     )
 
 
+def _halts_stopped(record: ChangeRecord) -> bool:
+    change = record.change
+    return type(change) is HaltChange and change.halt is Halt.STOPPED
+
+
 def _pushes_assistant(records: Sequence[ChangeRecord]) -> bool:
     """Whether `records` push (or splice in) an assistant message."""
     for record in records:
@@ -1266,6 +1610,12 @@ def _pushes_assistant(records: Sequence[ChangeRecord]) -> bool:
             if any(type(entry.message) is Assistant for entry in change.entries):
                 return True
     return False
+
+
+def _stopper(aside: Aside) -> str | None:
+    """Who a stop request says stopped: its `user` author's name (SPEC 10)."""
+    author = aside.author
+    return author.name if author.kind == "user" else None
 
 
 def _turn_ended(conversation: Conversation, aside: Aside) -> bool:
@@ -1296,3 +1646,36 @@ def _pairs(message: object) -> bool:
     if isinstance(message, Assistant):
         return True
     return isinstance(message, User) and any(isinstance(p, ToolResult) for p in message.content)
+
+
+@dataclass(frozen=True, slots=True)
+class _TurnState:
+    """The open turn as its lease sees it (SPEC 10)."""
+
+    turn_id: str
+    index: int
+    owner: TurnOwner | None
+    key: str
+    """The owner's mark key."""
+    parked: bool
+    stopping: bool
+
+
+def _opens_turn(records: Sequence[ChangeRecord]) -> bool:
+    """Whether `records` put a turn record that has not ended (open a turn)."""
+    for record in records:
+        change = record.change
+        if type(change) is AsideChange and change.aside is not None:
+            aside = change.aside
+            if aside.kind == TURN_KIND and isinstance(aside.value, dict):
+                if aside.value.get("end") is None:
+                    return True
+    return False
+
+
+def _moves_calls(record: ChangeRecord) -> bool:
+    """Whether `record` may change the calls pending (it brings a call or a result)."""
+    change = record.change
+    if isinstance(change, Push | Splice):
+        return any(_pairs(entry.message) for entry in change.entries)
+    return isinstance(change, Reset)

@@ -168,6 +168,7 @@ class _Draft(Generic[C]):
         "parts",
         "role",
         "since",
+        "stopping",
     )
 
     def __init__(self, op: DraftOp, owner: Owner, conn: C, now: int) -> None:
@@ -186,6 +187,7 @@ class _Draft(Generic[C]):
         self.heard = now
         self.gone: int | None = None
         self.hub: str | None = None  # the hub whose socket produces it; None: this one
+        self.stopping = False  # its turn was asked to stop: shown, no more appends (SPEC 10)
 
     @classmethod
     def foreign(cls, hub: str, meta: BusDraft, now: int) -> _Draft[C]:
@@ -316,6 +318,8 @@ class DraftBoard(Generic[C]):
             draft.conn, draft.gone = conn, None
         match op.op:
             case "append":
+                if draft.stopping:
+                    return self._answer(conn, op.id, "stopping", "the turn was asked to stop")
                 return self._append(conn, draft, op, now)
             case "abort":
                 return self.end(op.id, "aborted")
@@ -449,6 +453,20 @@ class DraftBoard(Generic[C]):
         out: list[Out[C]] = []
         for draft_id in list(self.drafts):
             out += self.end(draft_id, status)
+        return out
+
+    def mark_stopping(self) -> list[Out[C]]:
+        """A stop request landed (SPEC 10): every draft produced here stops growing and stays
+        shown with its text until its turn ends; each producer is told `stopping` (so its
+        model call is cancelled), nobody else (their UIs read the stop from the log)."""
+        out: list[Out[C]] = []
+        for draft in self.drafts.values():
+            if draft.stopping or draft.hub is not None:
+                continue  # a draft another hub produces is marked by that hub
+            draft.stopping = True
+            if draft.conn is not None:
+                end = DraftEnd(draft.id, "stopping", "the turn was asked to stop")
+                out.append(Frame([draft.conn], encode_message(end)))
         return out
 
     def end_produced_by(self, conn: C, status: DraftEndStatus) -> list[Out[C]]:

@@ -69,7 +69,7 @@ from .bus import Relay, open_bus
 from .config import HubConfig
 from .limits import Caps, host_allowed, is_loopback_bind, origin_allowed, own_origins
 from .metrics import Metrics
-from .room import Room, is_shared
+from .room import Room, is_shared, keeps_leases
 from .session import Access, HubSession, Limits, conversation_id_of, is_conversation_id
 from .store import LogStore, MemoryStore, StoreError
 from .store.base import Deleted
@@ -323,6 +323,8 @@ class Hub:
         group.start_soon(self._tick_rooms)
         if self.config.retain_days is not None or self.config.keep_tombstones_days is not None:
             group.start_soon(self._retain_forever)
+        if keeps_leases(self._store):
+            group.start_soon(self._keep_turns)
         await server.start_serving()  # the store is open: take connections now
         ready.set()
         await self._stop.wait()
@@ -483,6 +485,44 @@ class Hub:
         if live_state(room) != shown:
             self._web.touched(room)  # it ended a draft or changed a status: a row shows them
         self._deadline_moved.set()  # its next deadline, in the timer's next pass
+
+    # ------------------------------------------------------------------ turns end (SPEC 10)
+
+    async def _keep_turns(self) -> None:
+        """Renew the leases of open turns whose owners are connected here (every third of
+        `turn_grace`), and end the turns whose leases lapsed, found through the store (so a
+        room that unloaded, or a hub that restarted, still ends them), every quarter of the
+        shorter grace, at least once a second."""
+        config = self.config
+        period = min(1.0, max(0.02, min(config.turn_grace, config.stop_grace) / 4))
+        renew_every = config.turn_grace / 3
+        renewed = time.monotonic()
+        while True:
+            await anyio.sleep(period)
+            if time.monotonic() - renewed >= renew_every:
+                renewed = time.monotonic()
+                for room in list(self._rooms.values()):
+                    if room.core.has_open_turn:
+                        try:
+                            await room.renew_lease()
+                        except Exception:  # a bug of ours: log it, renew the others
+                            log.exception("renewing the turn lease of %s failed", room.id)
+            try:
+                due = await self._store.leases_due(now_ms())
+            except (StoreError, UsageError) as exc:
+                log.warning("reading the turn leases failed: %s", exc)
+                continue
+            for lease in due:
+                if self._closing:
+                    return
+                room = await self._acquire(lease.conversation_id)
+                try:
+                    await room.finish_expired(lease)
+                    self._web.touched(room)
+                except Exception:  # a bug of ours: log it, the next pass tries again
+                    log.exception("ending turn %d of %s failed", lease.turn, room.id)
+                finally:
+                    self._release(room)
 
     async def rewrite(self, conversation_id: str, conversation: Conversation) -> None:
         """Rewrite the log of `conversation_id` under a fresh lineage, holding `conversation`

@@ -24,7 +24,9 @@ from .core import (
     Action,
     AppendRecords,
     CoreConfig,
+    DropLease,
     LoadLog,
+    PutLease,
     ReadMark,
     ReadRecords,
     RewriteLog,
@@ -39,10 +41,10 @@ from .metrics import Metrics
 from .mirror import Change
 from .remote import relay_pending, show_changes
 from .session import Limits
-from .store import LogStore
+from .store import Lease, LogStore
 from .subscriber import Subscriber
 
-__all__ = ["Room", "is_shared", "store_call"]
+__all__ = ["Room", "is_shared", "keeps_leases", "store_call"]
 
 
 class Room:
@@ -81,6 +83,8 @@ class Room:
                 ),
                 auth=auth,
                 hub_rebase=config.hub_rebase,
+                turn_grace=round(config.turn_grace * 1000) if keeps_leases(store) else None,
+                stop_grace=round(config.stop_grace * 1000),
                 budgets={
                     str(kind): budget
                     for kind, budget in Limits(rate=config.rate, burst=config.rate_burst)
@@ -118,8 +122,20 @@ class Room:
         return self.core.lineage
 
     async def load(self) -> None:
-        """Fold the store's log (its latest snapshot, then the records after it)."""
+        """Fold the store's log (its latest snapshot, then the records after it); keep a
+        lease for its open turn when the store has none."""
         self.core.load(await self._store.load(self.id))
+        await self._carry_out(self.core.loaded_turn(now_ms()))
+
+    async def renew_lease(self) -> None:
+        """Renew the open turn's lease when its owner is connected here (SPEC 10)."""
+        async with self.lock:
+            await self._carry_out(self.core.renew(now_ms()))
+
+    async def finish_expired(self, lease: Lease) -> None:
+        """`lease` lapsed: end its turn unless the log says otherwise (see the core)."""
+        async with self.lock:
+            await self._carry_out(self.core.finish_expired(lease, now_ms()))
 
     async def join(self, sub: Subscriber, hello: Hello, grant: Grant = ANONYMOUS) -> None:
         """Welcome `sub` (holding `grant`), bring it up to date, then deliver every record
@@ -202,12 +218,12 @@ class Room:
     async def log_moved(self) -> None:
         """Another hub appended: forward what this room lacks to its subscribers."""
         async with self.lock:
-            await self._carry_out(self.core.log_moved())
+            await self._carry_out(self.core.log_moved(now_ms()))
 
     async def head_check(self) -> None:
         """Re-read the log's head; forward what this room lacks (the periodic backstop)."""
         async with self.lock:
-            await self._carry_out(self.core.head_check())
+            await self._carry_out(self.core.head_check(now_ms()))
 
     async def rewrite(self, conversation: Conversation) -> None:
         """Replace the log with one `reset` record holding `conversation`'s state, under a
@@ -316,7 +332,16 @@ async def store_call(store: LogStore, conversation_id: str, call: StoreCall) -> 
             await store.rewrite(conversation_id, lineage, records, base=base)
         case ReadMark(client):
             return await store.client_mark(conversation_id, client)
+        case PutLease(lease, replace):
+            await store.put_lease(lease, replace=replace)
+        case DropLease(turn):
+            await store.drop_lease(conversation_id, turn)
     return None
+
+
+def keeps_leases(store: object) -> bool:
+    """Whether `store` keeps turn leases (SPEC 10); a store without them: turns never lapse."""
+    return callable(getattr(store, "leases_due", None))
 
 
 def is_shared(store: object) -> bool:

@@ -28,6 +28,7 @@ from .entries import (
     Note,
     SavedAside,
     TurnEnd,
+    TurnOwner,
     TurnRecord,
 )
 from .errors import (
@@ -102,6 +103,7 @@ __all__ = [
     "ToolCall",
     "ToolResult",
     "TurnEnd",
+    "TurnOwner",
     "TurnRecord",
     "Usage",
     "UsageError",

@@ -37,6 +37,7 @@ from .entries import (
     EntryRef,
     Halt,
     SavedAside,
+    TurnOwner,
     TurnRecord,
     is_failed_reply,
     stopped_note,
@@ -821,16 +822,17 @@ class Conversation(Fold):
         else:
             self._asides[id_] = aside
 
-    def open_turn(self) -> TurnRecord:
+    def open_turn(self, owner: TurnOwner | None = None) -> TurnRecord:
         """Record a turn beginning now, numbered after the last record and starting at
-        `turn_start()`; drawn before its first entry. Returns the record."""
+        `turn_start()`; drawn before its first entry; run by `owner` (SPEC 10; a replica's
+        `open_turn()` names itself). Returns the record."""
         turns = self.turns()
         index = turns[-1][1].index + 1 if turns else 0
         start = self.turn_start()
         at = self.start_of(start)
         after = self._entries[at - 1].id if at > 0 else None
-        record = TurnRecord(index, start, None)
-        self.add_aside(Aside(TURN_KIND, after, _RIG, msgspec.to_builtins(record)))
+        record = TurnRecord(index, start, None, owner)
+        self.add_aside(Aside(TURN_KIND, after, _RIG, record.value()))
         return record
 
     def end_turn(self, end: Any) -> bool:
@@ -842,7 +844,7 @@ class Conversation(Fold):
         id_, record = turns[-1]
         aside = self._asides[id_]
         ended = _replace(record, end=end)
-        self._put_aside(id_, _replace(aside, value=msgspec.to_builtins(ended)), aside.author)
+        self._put_aside(id_, _replace(aside, value=ended.value()), aside.author)
         return True
 
 

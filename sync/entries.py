@@ -212,12 +212,31 @@ class Stopped(TurnEnd, frozen=True, tag="stopped"):
 AnyTurnEnd = Answered | Failed | Stopped
 
 
+class TurnOwner(msgspec.Struct, frozen=True, gc=False):
+    """Who runs a turn (SPEC 10): the token's `sub` (`anonymous` without auth) and the
+    replica's client id. The hub checks it against the socket that opens the turn."""
+
+    sub: str
+    client: str
+
+
 class TurnRecord(msgspec.Struct, frozen=True, gc=False):
-    """The value of a `"rig.turn"` aside: the turn's number, where it began, how it ended."""
+    """The value of a `"rig.turn"` aside: the turn's number, where it began, how it ended,
+    and who runs it (`owner`, absent from records made before turns had owners: the hub then
+    takes the identity of the socket that opened it)."""
 
     index: int
     start: MessageId
     end: AnyTurnEnd | None = None
+    owner: TurnOwner | None = None
+
+    def value(self) -> dict[str, Any]:
+        """The record as an aside's value; `owner` only when there is one, so records without
+        one encode as they always did."""
+        value: dict[str, Any] = msgspec.to_builtins(self)
+        if self.owner is None:
+            del value["owner"]
+        return value
 
 
 TURN_KIND = "rig.turn"

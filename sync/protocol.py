@@ -183,6 +183,9 @@ class Welcome(msgspec.Struct, frozen=True, tag_field="type", tag="welcome", omit
     state_format: str | None = None
     """`msgpack` when the hub sends this connection's states as MessagePack (its hello asked
     for it); None: JSON. Every other message is JSON either way."""
+    sub: str | None = None
+    """Who the hub knows this connection as (the token's `sub`, SPEC 10): the identity a
+    replica names as a turn's owner or a stop's author. None without auth (`anonymous`)."""
 
 
 class PushOrigin(msgspec.Struct, frozen=True):
@@ -246,7 +249,12 @@ class Error(msgspec.Struct, frozen=True, tag_field="type", tag="error"):
 # list the `drafts` / `presence` feature.
 
 DraftOpKind = Literal["open", "append", "keep", "abort"]
-DraftEndStatus = Literal["committed", "aborted", "timeout", "stopped", "gap", "unknown", "refused"]
+DraftEndStatus = Literal[
+    "committed", "aborted", "timeout", "stopped", "gap", "unknown", "refused", "stopping"
+]
+"""`stopping` (SPEC 10) goes to a draft's producer only: the turn was asked to stop, so its
+appends are refused from now on, while every UI keeps showing the draft's text until the turn
+ends (then `committed` when the text lands under the draft's id, or `stopped`)."""
 """How a draft ended, for everyone: `committed`, `aborted`, `timeout`, `stopped`. To the sender
 of a refused op only (the draft, if any, goes on): `gap` (an append past the hub's length) and
 `unknown` (no such open draft): it may `open` again and resend from the lengths the hub has;

@@ -19,13 +19,26 @@ from the records that land, O(records)) and reads the pending calls from the tai
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from .changes import AsideChange, ChangeRecord, Push, Reset, Splice
-from .entries import Aside, Author, Entry, Halt, TurnEnd, stopped_note
+from .changes import AsideChange, ChangeRecord, HaltChange, Push, Reset, Splice
+from .entries import (
+    TURN_KIND,
+    AnyTurnEnd,
+    Aside,
+    Author,
+    Entry,
+    Halt,
+    Stopped,
+    TurnEnd,
+    TurnOwner,
+    TurnRecord,
+    is_stopped_note,
+    stopped_note,
+)
 from .fold import Fold
 from .ids import ASIDE_PREFIX, MESSAGE_PREFIX, AsideId, MessageId, is_message_id
 from .messages import AnyMessage, Assistant, Message, Stop, Text, ToolCall, ToolResult, User
@@ -39,18 +52,24 @@ __all__ = [
     "STOPPED_RESULT",
     "STOP_KIND",
     "SUPERSEDED",
+    "WENT_AWAY",
     "Steering",
+    "finish_records",
     "finish_stopped",
+    "is_stop_request",
     "is_user_text",
     "keep_superseded",
     "landing_records",
     "mid_step",
+    "open_turn",
+    "parked",
     "queue_records",
     "queued_entry",
     "queued_entry_id",
     "queued_id",
     "step_pending",
     "step_value",
+    "turn_owner",
     "user_text_push",
 ]
 
@@ -61,15 +80,37 @@ QUEUED_KIND = "rig.queued"
 STOP_KIND = "rig.stop"
 """The user asked the turn to stop: value `{"turn": int | None, "at": ms}`."""
 
+APPROVAL_KIND = "rig.approval"
+"""A person's decision a turn waits for (SPEC 12): value `{"turn", "state", ...}`."""
+TOOLS_KIND = "rig.tools"
+"""The tools a UI runs (frontend tools, SPEC 12)."""
+
 _RIG = Author.rig()
 _replace = msgspec.structs.replace
 ABORTED = Stop("aborted", "stopped")
 
 
 def is_user_text(entry: Entry) -> bool:
-    """Whether `entry` is the user's own message (a `User` message holding no tool result)."""
+    """Whether `entry` is the user's own message (a `User` message holding no tool result),
+    and not the STOPPED note: a worker committing its answer after a halt `stopped` pushes
+    that note with it (`Conversation.push`), and the note must land with the answer, never
+    wait in the queue (it would land after the answer and clear the halt)."""
     message = entry.message
-    return type(message) is User and not any(type(part) is ToolResult for part in message.content)
+    return (
+        type(message) is User
+        and not any(type(part) is ToolResult for part in message.content)
+        and not is_stopped_note(message, entry.author)
+    )
+
+
+def is_stop_request(record: ChangeRecord) -> bool:
+    """Whether `record` puts a stop request (a `rig.stop` aside)."""
+    change = record.change
+    return (
+        type(change) is AsideChange
+        and change.aside is not None
+        and (change.aside.kind == STOP_KIND)
+    )
 
 
 def user_text_push(records: Sequence[ChangeRecord]) -> bool:
@@ -156,7 +197,15 @@ def queue_records(
         if type(change) is not Push:
             replayed.append(record)
             continue
-        rest = [entry for entry in change.entries if not is_user_text(entry)]
+        # A STOPPED note pushed before the user's text goes: the landing puts one itself
+        # while the halt stands (a note alone must never land mid-step).
+        typed = any(is_user_text(entry) for entry in change.entries)
+        rest = [
+            entry
+            for entry in change.entries
+            if not is_user_text(entry)
+            and not (typed and is_stopped_note(entry.message, entry.author))
+        ]
         if rest:
             replayed.append(
                 record if len(rest) == len(change.entries) else _replace(record, change=Push(rest))
@@ -327,3 +376,116 @@ def keep_superseded(conversation: Conversation, records: Sequence[ChangeRecord])
 def step_value(turn: int | None, at: int) -> dict[str, Any]:
     """The value of a `rig.step` or `rig.stop` aside."""
     return {"turn": turn, "at": at}
+
+
+# ---------------------------------------------------------------------- turns (SPEC 10)
+
+
+def open_turn(conversation: Fold) -> tuple[AsideId, TurnRecord] | None:
+    """The open turn: the last turn record (by index), when it has not ended; None when no
+    turn record stands or the last one ended. O(asides)."""
+    last: tuple[AsideId, TurnRecord] | None = None
+    for id_, aside in conversation._asides.items():
+        if aside.kind != TURN_KIND:
+            continue
+        try:
+            record = msgspec.convert(aside.value, TurnRecord)
+        except msgspec.ValidationError:
+            continue
+        if last is None or record.index >= last[1].index:
+            last = (id_, record)
+    return last if last is not None and last[1].end is None else None
+
+
+def turn_owner(conversation: Fold) -> TurnOwner | None:
+    """Who runs the open turn, as its record names it (`(sub, client)`); None when no turn
+    is open or its record names no owner. The one place that says who owns a turn: only the
+    owner creates an approval (SPEC 12), and the hub keeps the owner's lease (SPEC 10)."""
+    turn = open_turn(conversation)
+    return None if turn is None else turn[1].owner
+
+
+def parked(conversation: Conversation) -> bool:
+    """Whether the open turn waits only for a person (SPEC 10): no model call is under way
+    (no `rig.step` stands) and either an approval of that turn is open (a `rig.approval`
+    aside of that turn in state `open`, SPEC 12) or every call still pending is a frontend
+    tool (named in a `rig.tools` aside), which a UI answers. A parked turn's lease does not
+    expire while its owner is away. False when no turn is open."""
+    turn = open_turn(conversation)
+    if turn is None:
+        return False
+    index = turn[1].index
+    frontend: set[str] = set()
+    for aside in conversation._asides.values():
+        if aside.kind == STEP_KIND:
+            return False
+        value = aside.value
+        if aside.kind == APPROVAL_KIND and isinstance(value, dict):
+            if value.get("state") == "open" and value.get("turn") in (index, None):
+                return True
+        elif aside.kind == TOOLS_KIND:
+            frontend |= _tool_names(value)
+    pending = conversation.pending_calls()
+    return bool(pending) and all(call.name in frontend for call in pending)
+
+
+def _tool_names(value: Any) -> set[str]:
+    """The tool names a `rig.tools` value lists: a list (or `{"tools": [...]}`) of names or
+    of `{"name": ...}` objects."""
+    if isinstance(value, dict):
+        value = value.get("tools")
+    if not isinstance(value, list):
+        return set()
+    names: set[str] = set()
+    for item in value:
+        name = item.get("name") if isinstance(item, dict) else item
+        if isinstance(name, str):
+            names.add(name)
+    return names
+
+
+WENT_AWAY = "the worker went away"
+"""Why a turn whose owner stayed away past its lease ended `failed`, and the error text of
+the results it gives the calls left unanswered."""
+
+
+def finish_records(
+    conversation: Conversation,
+    turn_id: AsideId,
+    end: AnyTurnEnd,
+    ids: Callable[[], MessageId],
+    at: int | None,
+    partial: Entry | None = None,
+) -> list[ChangeRecord]:
+    """The records a hub makes to finish the open turn `turn_id` whose worker is gone (SPEC
+    10), as `finish_stopped` would, all made by `Author.rig()` and dated `at`, without
+    changing `conversation`: `partial` (a draft's text, an entry with the draft's id) kept
+    as an assistant message with `Stop("aborted", ...)` (only while no call is pending), an
+    error result for each pending call, halt `stopped` when `end` is a stop (a `failed` end
+    sets none: the request stays owed), the turn record ended `end`, and the step markers
+    and stop requests removed. `ids` mints the ids of new entries."""
+    stopped = type(end) is Stopped
+    records: list[ChangeRecord] = []
+    pending = conversation.pending_calls()
+    if partial is not None and not pending and type(partial.message) is Assistant:
+        content = [part for part in partial.message.content if type(part) is not ToolCall]
+        if content:
+            stop = ABORTED if stopped else Stop("aborted", "failed")
+            message = Assistant(content, stop)
+            records.append(ChangeRecord(Push([_replace(partial, message=message)]), _RIG, at))
+    if pending:
+        text = STOPPED_RESULT if stopped else WENT_AWAY
+        results = [ToolResult(call.id, call.name, [Text(text)], is_error=True) for call in pending]
+        entry = Entry(User(results), ids(), _RIG)  # type: ignore[arg-type]
+        records.append(ChangeRecord(Push([entry]), _RIG, at))
+    if stopped:
+        records.append(ChangeRecord(HaltChange(Halt.STOPPED), _RIG, at))
+    aside = conversation.aside(turn_id)
+    if aside is not None:
+        record = msgspec.convert(aside.value, TurnRecord)
+        ended = _replace(aside, value=_replace(record, end=end).value())
+        records.append(ChangeRecord(AsideChange(turn_id, ended), _RIG, at))
+    for id_, standing in conversation.asides():
+        if standing.kind in (STEP_KIND, STOP_KIND):
+            records.append(ChangeRecord(AsideChange(id_, None), _RIG, at))
+    return records

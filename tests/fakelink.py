@@ -114,10 +114,17 @@ class FakeHub:
         strict_pairing: bool = True,
         hub_rebase: bool = True,
         drafts: DraftConfig | None = None,
+        store: MemoryStore | None = None,
+        turn_grace: int | None = None,
+        stop_grace: int = 10_000,
     ) -> None:
-        self.store = MemoryStore()
+        self.store = store if store is not None else MemoryStore()
         config = CoreConfig(
-            max_frame=max_frame, strict_pairing=strict_pairing, hub_rebase=hub_rebase
+            max_frame=max_frame,
+            strict_pairing=strict_pairing,
+            hub_rebase=hub_rebase,
+            turn_grace=turn_grace,
+            stop_grace=stop_grace,
         )
         if drafts is not None:
             config = dataclasses.replace(config, drafts=drafts)
@@ -181,6 +188,10 @@ class FakeHub:
         """Move the hub's clock to `now` and carry out what is due."""
         self.now = now
         self._carry_out(self.core.tick(now))
+
+    def carry_out(self, actions: list[Action[Link]]) -> None:
+        """Carry out what a core entry point a test called returned (store calls too)."""
+        self._carry_out(actions)
 
     def rewrite(self, conversation: Conversation) -> None:
         """Replace the log with one reset under a fresh lineage; every link gets the state."""

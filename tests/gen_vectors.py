@@ -141,7 +141,7 @@ def _fold_case(name: str, records: list[Json]) -> Json:
         "revision": conversation.revision,
         "halt": conversation.halted(),
         "awaits_model": conversation.awaits_model(),
-        "turns": [[id_, _json(turn)] for id_, turn in conversation.turns()],
+        "turns": [[id_, _json(turn.value())] for id_, turn in conversation.turns()],
     }
     if error is not None:
         expect["error"] = error
@@ -1269,6 +1269,28 @@ def _steer_cases() -> Json:
         103,
     )
     queue_case("a tool result is never queued", lambda c: c.push(result), 104)
+    queue_case(
+        "a message typed after a stop: queued, its STOPPED note dropped (the landing puts one)",
+        lambda c: (
+            c.push(Message.user("x")),
+            c.take_unsaved(),
+            c.halt("stopped"),
+            c.take_unsaved(),
+            c.push(Message.user("next")),
+        ),
+        107,
+    )
+    queue_case(
+        "an answer after a stop carries the STOPPED note, never queued",
+        lambda c: (
+            c.push(Message.user("x")),
+            c.take_unsaved(),
+            c.halt("stopped"),
+            c.take_unsaved(),
+            c.push(Message.assistant("partial")),
+        ),
+        106,
+    )
     queue_case(
         "a halt is never queued",
         lambda c: (c.push(Message.user("x")), c.take_unsaved(), c.halt("kept")),

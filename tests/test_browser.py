@@ -34,6 +34,7 @@ from sync import (
     encode,
 )
 from sync.ids import IdMinter
+from sync.steer import QUEUED_KIND, STOP_KIND, finish_stopped
 
 CHROMIUM = os.environ.get("CONVSYNC_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -842,3 +843,88 @@ async def test_the_dashboard_pages_and_searches_a_thousand_conversations(
     await page.wait_for_selector('[data-conversation-id="fleet.0149"]')
     assert await row_ids(page) == [f"fleet.{n:04}" for n in range(100, 150)]
     assert pages.errors == []
+
+
+# ---------------------------------------------------------------------- steering (SPEC 10)
+
+
+async def test_a_message_sent_while_a_tool_runs_is_shown_queued_then_lands_and_is_answered(
+    hub: Hub, pages: Pages
+) -> None:
+    """The composer works mid-step: the message shows as queued until the tool's result
+    lands, then lands after it and the worker answers it."""
+    call = Assistant([Text("looking"), ToolCall("c1", "search", {"q": "x"})])
+    async with connect(hub.url, "steer.1", client="worker") as worker:
+        worker.conversation.push(Message.user("find x"))
+        worker.open_turn()
+        worker.conversation.push(call)
+        await worker.flush()
+        page = await pages.open(page_url(hub, "/c/steer.1"))
+        await page.wait_for_selector("[data-entry-id]")
+        assert await page.is_enabled("button[data-action=stop]")  # a turn runs
+        await page.fill("textarea[name=message]", "also y")
+        await page.click("button[data-action=send]")
+        queued = await page.wait_for_selector("[data-queued-id]")
+        assert await queued.inner_text() == "queued\nalso y\nunsend"
+        await until(
+            worker, lambda: any(a.kind == QUEUED_KIND for _, a in worker.conversation.asides())
+        )
+        worker.conversation.push(Message.tool_result("c1", "search", "found"))
+        await worker.flush()  # the result lands, then the queued message
+        assert texts(worker)[-1] == "also y" and worker.conversation.awaits_model()
+        await page.wait_for_selector("[data-queued-id]", state="detached")
+        answer_id = worker.conversation.push(Message.assistant("x found; y too"))
+        worker.conversation.end_turn(TurnEnd.answered(answer_id))
+        await worker.flush()
+        await page.wait_for_function(
+            "() => [...document.querySelectorAll('[data-entry-id]')].some("
+            "e => e.textContent.includes('x found; y too'))"
+        )
+        assert not await page.is_enabled("button[data-action=stop]")  # nothing runs now
+
+
+async def test_unsend_withdraws_a_queued_message_before_it_lands(hub: Hub, pages: Pages) -> None:
+    """ "unsend" on a queued message takes it out of the queue: it never lands."""
+    call = Assistant([ToolCall("c1", "search", {"q": "x"})])
+    async with connect(hub.url, "steer.2", client="worker") as worker:
+        worker.conversation.push(Message.user("find x"))
+        worker.conversation.push(call)
+        await worker.flush()
+        page = await pages.open(page_url(hub, "/c/steer.2"))
+        await page.wait_for_selector("[data-entry-id]")
+        await page.fill("textarea[name=message]", "never mind")
+        await page.click("button[data-action=send]")
+        await until(
+            worker, lambda: any(a.kind == QUEUED_KIND for _, a in worker.conversation.asides())
+        )
+        await page.click("[data-queued-id] button[data-action=unsend]")
+        await until(
+            worker, lambda: not any(a.kind == QUEUED_KIND for _, a in worker.conversation.asides())
+        )
+        await page.wait_for_selector("[data-queued-id]", state="detached")
+        worker.conversation.push(Message.tool_result("c1", "search", "found"))
+        await worker.flush()
+        assert "never mind" not in texts(worker)
+
+
+async def test_stop_while_a_turn_runs_puts_a_stop_request_the_worker_sees(
+    hub: Hub, pages: Pages
+) -> None:
+    """Stop while the worker's tool runs asks the turn to stop (a `rig.stop` request, not a
+    halt the running turn would never read); the page then disables Stop."""
+    async with connect(hub.url, "steer.3", client="worker") as worker:
+        worker.conversation.push(Message.user("find x"))
+        worker.open_turn()
+        worker.conversation.push(Assistant([ToolCall("c1", "search", {"q": "x"})]))
+        await worker.flush()
+        page = await pages.open(page_url(hub, "/c/steer.3"))
+        await page.wait_for_selector("[data-entry-id]")
+        with worker.cancel_on_stop() as scope:
+            await page.click("button[data-action=stop]")
+            await anyio.sleep(bound(15))  # the tool: only the stop ends it
+        assert scope.cancelled_caught
+        assert any(a.kind == STOP_KIND for _, a in worker.conversation.asides())
+        await page.wait_for_selector("button[data-action=stop]:disabled")
+        assert finish_stopped(worker.conversation)
+        await worker.flush()
+        await page.wait_for_selector(".halt:not([hidden])")

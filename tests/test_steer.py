@@ -426,3 +426,48 @@ def test_an_edit_made_on_top_of_a_queued_batch_merges_with_what_overtook_it() ->
     assert _texts(hub.conversation)[0] == merged
     assert not [e for e in ui.events + worker.events if isinstance(e, Conflict)]
     assert ui.session.local == worker.session.local == hub.conversation
+
+
+def test_a_lost_ack_of_the_queued_aside_never_lands_the_entry_twice() -> None:
+    """The replay of a refused push (the queued aside) lands but its ack is lost: on the
+    next welcome the replica takes the aside as landed, resends nothing, and the entry lands
+    once when the step ends."""
+    hub, ui, worker = _mid_call()
+    id_ = ui.session.local.push(Message.user("also y"))
+    ui.pump()
+    ui.deliver_to_hub()  # refused `queued`
+    ui.deliver_to_replica()  # the reject: replayed as an aside
+    ui.pump()
+    ui.deliver_to_hub()  # the aside lands...
+    assert _queued(hub.conversation) == [queued_id(id_)]
+    ui.cut()  # ...and its ack is lost
+    settle([ui, worker])
+    assert _queued(ui.session.local) == [queued_id(id_)] and ui.session.pending == 0
+    worker.session.local.push(RESULT)
+    settle([ui, worker])
+    assert _texts(hub.conversation).count("also y") == 1 and hub.conversation.id(3) == id_
+    assert ui.session.local == hub.conversation == worker.session.local
+
+
+def test_a_stop_too_late_is_the_only_conflict_and_the_message_typed_with_it_lands() -> None:
+    """Stop pressed as the turn ended, a message typed right after, in one push: the hub
+    refuses it `turn_ended`; the stop comes back as a conflict, the message still lands."""
+    hub = FakeHub()
+    ui = hub.link(ReplicaSession("ui"))
+    worker = hub.link(ReplicaSession("worker"))
+    ui.session.local.push(Message.user("find x"))
+    settle([ui, worker])
+    worker.session.local.open_turn()
+    settle([ui, worker])
+    stop = Aside(STOP_KIND, None, Author.user(), step_value(0, 5))
+    ui.session.local.add_aside(stop)
+    typed = ui.session.local.push(Message.user("and y"))
+    answer = worker.session.local.push(Message.assistant("x"))
+    worker.session.local.end_turn(TurnEnd.answered(answer))
+    settle([worker])  # the turn ends before the UI's push arrives
+    settle([ui, worker])
+    assert "turn_ended" in hub.rejected
+    conflicts = [e for e in ui.events if isinstance(e, Conflict)]
+    assert [e.reason for e in conflicts] == ["turn_ended"]
+    assert hub.conversation.holds(typed) and _texts(hub.conversation)[-1] == "and y"
+    assert ui.session.local == hub.conversation

@@ -8,12 +8,14 @@ from collections.abc import AsyncIterator, Callable
 import anyio
 import pytest
 from conftest import bound, hub_config
+from fakeprovider import anthropic_stream
+from faultproxy import FaultProxy
 
 from client import Replica, connect
 from server import Hub, MemoryStore
-from sync import Assistant, Halt, Message, Text, ToolCall, User
+from sync import Aside, Assistant, Halt, Message, Push, Stop, Text, ToolCall, User
 from sync.entries import Stopped, is_stopped_note
-from sync.steer import QUEUED_KIND, STOP_KIND, STOPPED_RESULT, finish_stopped
+from sync.steer import QUEUED_KIND, STEP_KIND, STOP_KIND, STOPPED_RESULT, SUPERSEDED, finish_stopped
 
 CALL = Assistant([Text("looking"), ToolCall("c1", "search", {"q": "x"})])
 RESULT = Message.tool_result("c1", "search", "found")
@@ -171,3 +173,82 @@ async def test_a_steer_sent_mid_answer_lands_after_the_answer_and_is_answered(hu
         assert texts(ui)[-2:] == ["make it about the sea", "The sea is blue"]
         assert ui.conversation == worker.conversation
         assert ui.conversation.halted() is not Halt.STOPPED
+
+
+async def test_an_answer_refused_superseded_is_kept_aborted_and_the_model_called_again(
+    hub: Hub,
+) -> None:
+    """The reply went out before a new request landed (its push still on the way): the hub
+    refuses it `superseded`; `answer()` keeps it as an aborted message and calls the model
+    again, which sees the new request and answers it."""
+    async with (
+        FaultProxy(hub.url) as proxy,
+        connect(proxy.url, "sup", client="worker", draft_interval=0.01) as worker,
+        connect(hub.url, "sup", client="ui") as ui,
+    ):
+        await asked(ui, worker, "first question")
+        proxy.delay = 0.5  # each frame of the worker's link takes half a second
+        worker.conversation.add_aside(Aside.note("n", "busy", None))  # a push in flight
+        seen: list[list[str]] = []
+
+        def call_model() -> list[dict[str, object]]:
+            seen.append(texts(worker))
+            if len(seen) == 2:
+                proxy.delay = 0.0
+            return anthropic_stream([{"type": "text", "text": f"answer {len(seen)}"}])
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(lambda: worker.answer(call_model, format="anthropic"))
+            # Once the reply's push is on its way, a new request lands before it.
+            await until(lambda: _sending_a_reply(worker), 10)
+            ui.conversation.push(Message.user("second question"))
+            with anyio.fail_after(bound(10)):
+                await ui.flush()
+        with anyio.fail_after(bound(20)):
+            await worker.flush()
+        assert "superseded" in hub.metrics.pushes_rejected
+        assert seen[0] == ["first question"] and "second question" in seen[1]
+        await until(lambda: ui.revision == worker.revision)
+        messages = ui.conversation.messages()
+        assert isinstance(messages[-1], Assistant) and texts(ui)[-1] == "answer 2"
+        assert messages[-1].stop == Stop("stop")  # a reply the next model call reads
+        kept = [m for m in messages if isinstance(m, Assistant) and m.stop == SUPERSEDED]
+        assert [texts_of(m) for m in kept] == ["answer 1"]
+        assert ui.conversation == worker.conversation
+
+
+def _sending_a_reply(worker: Replica) -> bool:
+    batch = worker.session._inflight
+    return batch is not None and any(
+        type(record.change) is Push
+        and any(isinstance(entry.message, Assistant) for entry in record.change.entries)
+        for record in batch.records
+    )
+
+
+def texts_of(message: Assistant) -> str:
+    return "".join(p.text for p in message.content if isinstance(p, Text))
+
+
+async def test_a_draft_marks_the_step_so_a_steer_waits_for_the_answer(hub: Hub) -> None:
+    """No `begin_step()`: opening the draft puts the step marker, so a steer typed while it
+    streams is queued and lands after the answer; the commit removes the marker."""
+    async with (
+        connect(hub.url, "marked", client="worker", draft_interval=0.01) as worker,
+        connect(hub.url, "marked", client="ui") as ui,
+    ):
+        await asked(ui, worker, "write a poem")
+        async with worker.draft() as d:
+            d.append("Roses are red")
+            with anyio.fail_after(bound(10)):
+                await worker.flush()
+            assert any(aside.kind == STEP_KIND for _, aside in ui.conversation.asides())
+            ui.conversation.push(Message.user("make it about the sea"))
+            with anyio.fail_after(bound(10)):
+                await ui.flush()
+            assert queued(ui) == 1
+            await d.commit(Message.assistant("Roses are red"))
+        with anyio.fail_after(bound(10)):
+            await worker.flush()
+        assert texts(worker) == ["write a poem", "Roses are red", "make it about the sea"]
+        assert not any(aside.kind == STEP_KIND for _, aside in worker.conversation.asides())

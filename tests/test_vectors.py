@@ -71,7 +71,7 @@ def test_fold_vector(case: Any) -> None:
     assert conversation.revision == expect["revision"]
     assert conversation.halted() == expect["halt"]
     assert conversation.awaits_model() is expect["awaits_model"]
-    assert [[id_, _plain(turn)] for id_, turn in conversation.turns()] == expect["turns"]
+    assert [[id_, _plain(turn.value())] for id_, turn in conversation.turns()] == expect["turns"]
 
 
 @pytest.mark.parametrize("case", _load("rebase.json")["cases"], ids=lambda case: case["name"])

@@ -359,6 +359,8 @@ export class ReplicaSession {
     },
   );
   live: boolean;
+  /** Who the hub knows this connection as (`welcome.sub`; `anonymous` without auth). */
+  sub: string;
   drafts: Map<string, Draft>;
   presence: Map<string, PresenceItem>;
   client: string;
@@ -400,7 +402,7 @@ export function queuedEntryId(asideId: string): string;
 export function queueRecords(records: ChangeRecord[], after: string | null): ChangeRecord[] | null;
 export function stepPending(conversation: Conversation): boolean;
 export function midStep(conversation: Conversation): boolean;
-export function stop(conversation: Conversation, now?: number): boolean;
+export function stop(conversation: Conversation, now?: number, sub?: string): boolean;
 
 export const CODES: Readonly<Record<string, { close: number; retry: Retry }>>;
 export function retryOf(code: string): Retry;

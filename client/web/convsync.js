@@ -2001,10 +2001,15 @@ export function rejectRule(reason) {
   return Object.hasOwn(REJECTS, reason) ? REJECTS[reason] : 'final';
 }
 
-/** Whether `entry` is the user's own message (a user message holding no tool result). */
+/** Whether `entry` is the user's own message (a user message holding no tool result, and not
+ * the STOPPED note, which a worker's answer after a stop carries and which never waits). */
 export function isUserText(entry) {
   const message = entry.message;
-  return message.role === 'user' && !message.content.some((part) => part.type === 'tool_result');
+  return (
+    message.role === 'user' &&
+    !message.content.some((part) => part.type === 'tool_result') &&
+    !isStopMarker(entry)
+  );
 }
 
 /** The id of the queued aside holding entry `entryId`. @param {string} entryId */
@@ -2035,7 +2040,12 @@ export function queueRecords(records, after) {
       replayed.push(record);
       continue;
     }
-    const rest = change.entries.filter((entry) => !isUserText(entry));
+    // A STOPPED note pushed before the user's text goes: the landing puts one itself while
+    // the halt stands (a note alone must never land mid-step).
+    const typed = change.entries.some(isUserText);
+    const rest = change.entries.filter(
+      (entry) => !isUserText(entry) && !(typed && isStopMarker(entry)),
+    );
     if (rest.length > 0) {
       replayed.push(
         rest.length === change.entries.length
@@ -2103,10 +2113,11 @@ export function midStep(conversation) {
 /**
  * Ask the running turn to stop (SPEC §10), as `Replica.stop` in Python: while a turn record
  * is open or `conversation` is mid-step, put a stop request (`rig.stop`, value `{turn, at}`);
- * otherwise halt the user's last request `stopped`. Whether anything was asked.
- * @param {Conversation} conversation @param {number} [now]
+ * otherwise halt the user's last request `stopped`. Whether anything was asked. The request's
+ * author names `sub`, who the hub knows this connection as (`welcome.sub`; the hub checks it).
+ * @param {Conversation} conversation @param {number} [now] @param {string} [sub]
  */
-export function stop(conversation, now = Date.now()) {
+export function stop(conversation, now = Date.now(), sub = 'anonymous') {
   const turns = conversation.turns();
   const last = turns.length > 0 ? turns[turns.length - 1][1] : null;
   const openTurn = last !== null && last.end === null ? last.index : null;
@@ -2114,7 +2125,8 @@ export function stop(conversation, now = Date.now()) {
   if (conversation.asides().some(([, aside]) => aside.kind === STOP_KIND)) return true;
   const after = conversation.length > 0 ? conversation.id(conversation.length - 1) : null;
   const value = { turn: openTurn, at: now };
-  conversation.addAside({ kind: STOP_KIND, after, author: Author.user(), value, saved: true });
+  const author = { kind: 'user', name: sub, request: null, title: null };
+  conversation.addAside({ kind: STOP_KIND, after, author, value, saved: true });
   return true;
 }
 
@@ -2146,6 +2158,8 @@ export class ReplicaSession {
     this.landed = [];
     /** @type {any} */
     this.welcome = null;
+    /** Who the hub knows this connection as (`welcome.sub`; `anonymous` without auth). */
+    this.sub = 'anonymous';
     /** Pushes are paced within the hub's push budget (`welcome.limits.push`), once welcomed. */
     /** @type {TokenBucket | null} */
     this.pacer = null;
@@ -2308,6 +2322,7 @@ export class ReplicaSession {
     switch (message.type) {
       case 'welcome':
         needInts(message, ['lineage', 'revision', 'acked']);
+        if (typeof message.sub === 'string') this.sub = message.sub;
         return this.#onWelcome(message);
       case 'records':
         needInts(message, ['from']);
@@ -2623,6 +2638,10 @@ export class ReplicaSession {
     // records that overtook it, copied only when needed.
     const rule = rejectRule(reject.reason);
     if (rule === 'queue') return this.#queue(batch.records);
+    if (reject.reason === 'turn_ended') {
+      const dropped = this.#dropLateStops(batch.records, reject);
+      if (dropped !== null) return dropped;
+    }
     const pending = batch.records.concat(this.local.unsaved());
     // `forbidden` (a token without `write`) is final like `invalid`: resending cannot help.
     const final = rule === 'final';
@@ -2649,6 +2668,29 @@ export class ReplicaSession {
    * `rig.queued` asides (`queueRecords`) ahead of what was made on top, on the log as it is.
    * @param {ChangeRecord[]} records
    */
+  /**
+   * A batch refused `turn_ended` holding stop requests and other records (a stop pressed as
+   * the turn ended, a message typed next): the stops are the conflict, the rest is replayed,
+   * never lost with them (`_drop_late_stops` in Python). Null: final as a whole.
+   * @param {ChangeRecord[]} records @param {any} reject
+   */
+  #dropLateStops(records, reject) {
+    const isStop = (/** @type {ChangeRecord} */ record) =>
+      record.change.type === 'aside' &&
+      record.change.aside != null &&
+      record.change.aside.kind === STOP_KIND;
+    const stops = records.filter(isStop);
+    if (stops.length === 0 || stops.length === records.length) return null;
+    const rest = records.filter((record) => !isStop(record));
+    const before = this.confirmed.copy();
+    const events = this.#foldHeld();
+    for (const record of stops) {
+      events.push(conflict(record, reject.reason, String(reject.detail ?? '')));
+    }
+    this.local.returnUnsaved(rest);
+    return [...events, ...this.#rebaseLocal(before)];
+  }
+
   #queue(records) {
     // The base is `confirmed` before the records that overtook the batch: what it (and what
     // was made on top) was made on, so an edit there merges with what those records changed.

@@ -10,6 +10,8 @@
 import {
   Author,
   Message,
+  QUEUED_KIND,
+  STOP_KIND,
   SummaryFeed,
   connect,
   isStopMarker,
@@ -17,6 +19,8 @@ import {
   madeMs,
   mergeAside,
   mergeEntry,
+  midStep,
+  stop,
 } from './convsync.js';
 import { markdown } from './markdown.js';
 
@@ -106,10 +110,17 @@ class ConversationView {
     this.drawn = new Map();
     /** @type {Map<string, HTMLElement>} */
     this.draftElements = new Map();
+    /** @type {Map<string, HTMLElement>} */
+    this.queuedElements = new Map();
+    /** Queued asides this page put (SPEC §10: only the sender may withdraw one). */
+    this.mine = new Set();
     this.scheduled = false;
     this.build();
     this.editing = new Editing(this); // edit in place, conflicts, notes (SPEC §16)
     this.replica.on('*', () => this.schedule());
+    this.replica.on('queued', (event) => {
+      if (event.mine) for (const id of event.ids) this.mine.add(id);
+    });
     this.replica.progress.add(() => this.schedule()); // acks move no value but end "sending"
     this.replica.on('state', (event) => {
       root.dataset.connectionState = event.state;
@@ -138,7 +149,9 @@ class ConversationView {
     this.more.addEventListener('click', () => this.showEarlier());
     this.log = h('ol', { class: 'log' });
     this.drafts = h('ol', { class: 'drafts', 'aria-live': 'polite' });
-    this.scroller = h('div', { class: 'scroller' }, this.more, this.log, this.drafts);
+    // Input typed mid-step waits here until the step ends (SPEC §10), with "unsend".
+    this.queue = h('ol', { class: 'queue', 'aria-label': 'queued', 'aria-live': 'polite' });
+    this.scroller = h('div', { class: 'scroller' }, this.more, this.log, this.drafts, this.queue);
     this.scroller.addEventListener('scroll', () => {
       if (this.scroller.scrollTop < 40 && !this.more.hidden) this.showEarlier();
     });
@@ -165,7 +178,8 @@ class ConversationView {
       }
     });
     this.stop.addEventListener('click', () => {
-      this.replica.conversation.halt('stopped');
+      // A stop request while a turn runs (the worker finishes it), else a halt (SPEC §10).
+      stop(this.replica.conversation, Date.now(), this.replica.session.sub);
       this.schedule();
     });
     const header = h(
@@ -233,6 +247,8 @@ class ConversationView {
     this.renderEntries(conversation);
     this.editing.render(conversation);
     this.renderDrafts();
+    this.renderQueue(conversation);
+    this.stop.disabled = !canStop(conversation);
     this.renderPresence();
     if (atBottom) scroller.scrollTop = scroller.scrollHeight;
   }
@@ -285,8 +301,41 @@ class ConversationView {
     }
   }
 
+  /** The queued input (`rig.queued` asides), in order, each until its entry lands. */
+  renderQueue(conversation) {
+    const standing = new Map();
+    for (const [id, aside] of conversation.asides()) {
+      if (aside.kind === QUEUED_KIND) standing.set(id, aside);
+    }
+    const confirmed = this.replica.session.confirmed;
+    for (const [id, element] of this.queuedElements) {
+      if (!standing.has(id)) {
+        element.remove();
+        this.queuedElements.delete(id);
+      }
+    }
+    for (const [id, aside] of standing) {
+      // Mine: put by this page (its `queued` event), or not yet in the log at all.
+      const mine = this.mine.has(id) || confirmed.aside(id) === null;
+      let element = this.queuedElements.get(id);
+      if (element === undefined || element.dataset.mine !== String(mine)) {
+        const fresh = drawQueued(id, aside, mine && this.canWrite, () => {
+          this.replica.conversation.removeAside(id); // withdraw: only until it lands
+          this.schedule();
+        });
+        if (element !== undefined) element.replaceWith(fresh);
+        else this.queue.append(fresh);
+        element = fresh;
+        this.queuedElements.set(id, element);
+      }
+    }
+  }
+
   renderDrafts() {
     const drafts = this.replica.drafts;
+    const stopping = this.replica.conversation
+      .asides()
+      .some(([, aside]) => aside.kind === STOP_KIND);
     for (const [id, element] of this.draftElements) {
       if (!drafts.has(id)) {
         element.remove();
@@ -301,6 +350,9 @@ class ConversationView {
         this.drafts.append(element);
       }
       fillDraft(element, draft);
+      // Stopping (SPEC §10): kept on screen with its text, growing no more.
+      if (stopping) element.dataset.status = 'stopping';
+      else delete element.dataset.status;
     }
   }
 
@@ -375,6 +427,42 @@ function resultStamp(entry, results) {
     stamp += result === undefined ? '-,' : `${identity(result)},`;
   }
   return stamp;
+}
+
+
+/** Whether Stop does something now: a turn is open, a step is under way, or a request is owed
+ * (then it halts); and no stop request stands already. @param {any} conversation */
+function canStop(conversation) {
+  if (conversation.asides().some(([, aside]) => aside.kind === STOP_KIND)) return false;
+  const turns = conversation.turns();
+  const last = turns.length > 0 ? turns[turns.length - 1][1] : null;
+  return (last !== null && last.end === null) || midStep(conversation) || conversation.awaitsModel();
+}
+
+/** A queued message: its text (as text), "queued", and "unsend" for its sender.
+ * @param {string} id @param {any} aside @param {boolean} mine @param {() => void} unsend */
+function drawQueued(id, aside, mine, unsend) {
+  const message = aside.value?.message;
+  const text = Array.isArray(message?.content)
+    ? message.content
+        .filter((part) => part.type === 'text')
+        .map((part) => part.text)
+        .join('')
+    : '';
+  const body = h('div', { class: 'text', dir: 'auto' });
+  body.textContent = text;
+  const element = h(
+    'li',
+    { class: 'entry queued', 'data-queued-id': id, 'data-role': 'user', 'data-mine': String(mine) },
+    h('span', { class: 'label' }, 'queued'),
+    body,
+  );
+  if (mine) {
+    const button = h('button', { type: 'button', 'data-action': 'unsend' }, 'unsend');
+    button.addEventListener('click', unsend);
+    element.append(button);
+  }
+  return element;
 }
 
 /** One entry's element: role, author, time, its parts as text; calls with their results. */

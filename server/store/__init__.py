@@ -11,7 +11,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from sync.errors import UsageError
 
-from .base import ClientMark, Loaded, LogMoved, LogStore, SeqTaken, StoreError
+from .base import ClientMark, Lease, Loaded, LogMoved, LogStore, SeqTaken, StoreError
 from .memory import MemoryStore
 from .sqlite import SqliteStore
 
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ClientMark",
+    "Lease",
     "Loaded",
     "LogMoved",
     "LogStore",

@@ -32,6 +32,7 @@ __all__ = [
     "Closable",
     "Counted",
     "Deleted",
+    "Lease",
     "Loaded",
     "LogMoved",
     "LogStore",
@@ -47,6 +48,7 @@ __all__ = [
     "check_read_args",
     "check_records",
     "check_rewrite",
+    "merge_lease",
     "prefix_range",
 ]
 
@@ -99,6 +101,47 @@ class Loaded(msgspec.Struct, frozen=True):
     snapshot_revision: int
     records: list[bytes]
     clients: dict[str, ClientMark]
+
+
+class Lease(msgspec.Struct, frozen=True):
+    """An open turn's lease (SPEC 10), kept beside the log, never in it: a hint that tells
+    any hub when to look at a turn; the log says whether the turn is still open.
+
+    Attributes:
+        conversation_id: the conversation the turn is in.
+        turn: the turn record's index.
+        owner: the owner's mark key (as `ClientMark`s are keyed: the client id without auth,
+            `sub/client` with it).
+        expires: when the turn lapses unless the owner's hub renews it (ms since the epoch);
+            None while the turn is parked (it waits only for a person).
+        stop_expires: when a stop request lapses unless the turn finished (ms); None while
+            no stop stands. Never moved later once set.
+    """
+
+    conversation_id: str
+    turn: int
+    owner: str
+    expires: int | None
+    stop_expires: int | None = None
+
+    def due(self, now: int) -> bool:
+        """Whether a hub should look at the turn at `now` (ms)."""
+        return (self.expires is not None and self.expires <= now) or (
+            self.stop_expires is not None and self.stop_expires <= now
+        )
+
+
+def merge_lease(stored: Lease | None, lease: Lease, replace: bool) -> Lease:
+    """The lease a store keeps when `lease` is put over `stored` (SPEC 10): `lease` when none
+    is stored; the stored one when not `replace` (a hub that loads a room repairs a missing
+    lease, never extends one); else `lease` with the sooner of the two stop deadlines (a stop's
+    deadline never moves later, whichever hub renews the turn)."""
+    if stored is None:
+        return lease
+    if not replace:
+        return stored
+    stops = [t for t in (stored.stop_expires, lease.stop_expires) if t is not None]
+    return msgspec.structs.replace(lease, stop_expires=min(stops) if stops else None)
 
 
 class LogMoved(ConvsyncError):
@@ -376,6 +419,20 @@ class LogStore(Protocol):
     async def forget_deleted(self, before: float) -> int:
         """Drop the tombstones of conversations deleted before `before` (epoch seconds);
         returns how many. An id whose tombstone went may be created again."""
+        ...
+
+    # Turn leases (SPEC 10): rows beside the log, one per open turn; hints, never log records.
+
+    async def put_lease(self, lease: Lease, *, replace: bool = True) -> None:
+        """Keep `lease` for its turn, merged with the one stored as `merge_lease` says."""
+        ...
+
+    async def drop_lease(self, conversation_id: str, turn: int) -> None:
+        """Forget the lease of that turn (it ended); nothing when there is none."""
+        ...
+
+    async def leases_due(self, now: int, limit: int = 100) -> list[Lease]:
+        """At most `limit` leases due at `now` (ms; `Lease.due`), soonest first."""
         ...
 
     async def close(self) -> None:

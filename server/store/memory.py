@@ -17,6 +17,7 @@ from .base import (
     ClientMark,
     Counted,
     Deleted,
+    Lease,
     Loaded,
     check_append_args,
     check_base,
@@ -27,6 +28,7 @@ from .base import (
     check_read_args,
     check_records,
     check_rewrite,
+    merge_lease,
     prefix_range,
 )
 
@@ -55,6 +57,7 @@ class MemoryStore(Counted):
     def __init__(self) -> None:
         self._logs: dict[str, _Log] = {}
         self._deleted: dict[str, int] = {}  # tombstones (SPEC 15): id -> when (epoch seconds)
+        self._leases: dict[tuple[str, int], Lease] = {}
         self._closed = False
         self._commits = 0
         self._appends = 0
@@ -193,6 +196,8 @@ class MemoryStore(Counted):
         check_delete_args(now)
         if self._logs.pop(conversation_id, None) is None:
             return False
+        for key in [key for key in self._leases if key[0] == conversation_id]:
+            del self._leases[key]  # its turns' leases go with it
         self._deleted[conversation_id] = int(now)
         self._commits += 1
         return True
@@ -213,11 +218,31 @@ class MemoryStore(Counted):
             del self._deleted[cid]
         return len(old)
 
+    async def put_lease(self, lease: Lease, *, replace: bool = True) -> None:
+        """See `LogStore.put_lease`."""
+        self._check_open()
+        key = (lease.conversation_id, lease.turn)
+        self._leases[key] = merge_lease(self._leases.get(key), lease, replace)
+
+    async def drop_lease(self, conversation_id: str, turn: int) -> None:
+        """See `LogStore.drop_lease`."""
+        self._check_open()
+        self._leases.pop((conversation_id, turn), None)
+
+    async def leases_due(self, now: int, limit: int = 100) -> list[Lease]:
+        """See `LogStore.leases_due`."""
+        self._check_open()
+        check_list_args(limit)
+        due = [lease for lease in self._leases.values() if lease.due(now)]
+        due.sort(key=_soonest)
+        return due[:limit]
+
     async def close(self) -> None:
         """Drop every log. Idempotent."""
         self._closed = True
         self._logs.clear()
         self._deleted.clear()
+        self._leases.clear()
 
     async def __aenter__(self) -> Self:
         self._check_open()
@@ -230,3 +255,7 @@ class MemoryStore(Counted):
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+def _soonest(lease: Lease) -> int:
+    return min(t for t in (lease.expires, lease.stop_expires) if t is not None)

@@ -85,6 +85,7 @@ from .base import (
     ClientMark,
     Counted,
     Deleted,
+    Lease,
     Loaded,
     LogMoved,
     SeqTaken,
@@ -98,6 +99,7 @@ from .base import (
     check_read_args,
     check_records,
     check_rewrite,
+    merge_lease,
     prefix_range,
 )
 
@@ -447,6 +449,7 @@ class PostgresStore(Counted):
             asyncpg.Connection[asyncpg.Record], tuple[Callable[[], None], asyncio.Task[None]]
         ] = {}
         self._hubs_table = False  # `convsync_hubs` is known to exist (see `beat`)
+        self._leases_table = False  # `convsync_leases` is known to exist (see `_leases`)
 
     # Connections and errors.
 
@@ -829,6 +832,84 @@ class PostgresStore(Counted):
 
         await self._run(work)
 
+    # Turn leases (SPEC 10): rows beside the log, one per open turn, hints only. The table
+    # is made on first use, like `convsync_hubs`, so a schema of any version gains it.
+
+    async def _leases(self, conn: _Conn) -> None:
+        if not self._leases_table:
+            async with conn.transaction():  # two hubs creating it at once would clash
+                await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
+                await conn.execute(
+                    "CREATE TABLE IF NOT EXISTS convsync_leases (conversation_id text NOT NULL"
+                    ' COLLATE "C", turn bigint NOT NULL, owner text NOT NULL,'
+                    " expires bigint, stop_expires bigint, PRIMARY KEY (conversation_id, turn))"
+                )
+            self._leases_table = True
+
+    async def put_lease(self, lease: Lease, *, replace: bool = True) -> None:
+        """See `LogStore.put_lease`: the row is locked while it is merged."""
+
+        async def work(conn: _Conn) -> None:
+            await self._leases(conn)
+            async with conn.transaction():
+                row = await conn.fetchrow(
+                    "SELECT owner, expires, stop_expires FROM convsync_leases"
+                    " WHERE conversation_id = $1 AND turn = $2 FOR UPDATE",
+                    lease.conversation_id,
+                    lease.turn,
+                )
+                stored = (
+                    None
+                    if row is None
+                    else Lease(lease.conversation_id, lease.turn, row[0], row[1], row[2])
+                )
+                kept = merge_lease(stored, lease, replace)
+                if kept != stored:
+                    await conn.execute(
+                        "INSERT INTO convsync_leases"
+                        " (conversation_id, turn, owner, expires, stop_expires)"
+                        " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (conversation_id, turn)"
+                        " DO UPDATE SET owner = EXCLUDED.owner, expires = EXCLUDED.expires,"
+                        " stop_expires = EXCLUDED.stop_expires",
+                        kept.conversation_id,
+                        kept.turn,
+                        kept.owner,
+                        kept.expires,
+                        kept.stop_expires,
+                    )
+
+        await self._run(work)
+
+    async def drop_lease(self, conversation_id: str, turn: int) -> None:
+        """See `LogStore.drop_lease`."""
+
+        async def work(conn: _Conn) -> None:
+            await self._leases(conn)
+            await conn.execute(
+                "DELETE FROM convsync_leases WHERE conversation_id = $1 AND turn = $2",
+                conversation_id,
+                turn,
+            )
+
+        await self._run(work)
+
+    async def leases_due(self, now: int, limit: int = 100) -> list[Lease]:
+        """See `LogStore.leases_due`."""
+        check_list_args(limit)
+
+        async def work(conn: _Conn) -> list[Lease]:
+            await self._leases(conn)
+            rows = await conn.fetch(
+                "SELECT conversation_id, turn, owner, expires, stop_expires FROM convsync_leases"
+                " WHERE expires <= $1 OR stop_expires <= $1"
+                " ORDER BY LEAST(expires, stop_expires) LIMIT $2",
+                now,
+                limit,
+            )
+            return [Lease(*row) for row in rows]
+
+        return await self._run(work)
+
     # The `LogStore` methods.
 
     async def load(self, conversation_id: str) -> Loaded | None:
@@ -1119,6 +1200,7 @@ class PostgresStore(Counted):
         check_delete_args(now)
 
         async def work(conn: _Conn) -> bool:
+            await self._leases(conn)  # its turn leases go with it (the table may be new)
             async with conn.transaction():
                 # Marks first, then the head row: the order an append takes its locks in
                 # (`convsync_append` upserts the mark, then updates the head), so a delete
@@ -1129,7 +1211,7 @@ class PostgresStore(Counted):
                 current = await _position_in(conn, conversation_id, lock=True)
                 if current is None or current[0] == TOMBSTONE:
                     return False
-                for table in ("records", "snapshots", "clients"):
+                for table in ("records", "snapshots", "clients", "convsync_leases"):
                     await conn.execute(
                         f"DELETE FROM {table} WHERE conversation_id = $1", conversation_id
                     )

@@ -88,6 +88,7 @@ from .base import (
     ClientMark,
     Closable,
     Deleted,
+    Lease,
     Loaded,
     StoreError,
     StoreLocked,
@@ -100,6 +101,7 @@ from .base import (
     check_read_args,
     check_records,
     check_rewrite,
+    merge_lease,
     prefix_range,
 )
 
@@ -142,6 +144,17 @@ CREATE TABLE clients (
     PRIMARY KEY (conversation_id, client)
 ) WITHOUT ROWID;
 """
+
+# Turn leases (SPEC 10): hints beside the log, not part of it, so the table is made whatever
+# the schema version (a file of any version gains it when opened; an older hub ignores it).
+_LEASES = """CREATE TABLE IF NOT EXISTS turn_leases (
+    conversation_id TEXT NOT NULL,
+    turn INTEGER NOT NULL,
+    owner TEXT NOT NULL,
+    expires INTEGER,
+    stop_expires INTEGER,
+    PRIMARY KEY (conversation_id, turn)
+) WITHOUT ROWID"""
 
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 
@@ -314,6 +327,7 @@ def _create_schema(conn: sqlite3.Connection, path: str) -> None:
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         elif version != SCHEMA_VERSION:
             raise StoreError(f"{path!r} has schema version {version}, not {SCHEMA_VERSION}")
+        conn.execute(_LEASES)
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
@@ -521,7 +535,7 @@ def _delete_in(conn: _Db, conversation_id: str, now: int) -> bool:
     current = _position_in(conn, conversation_id)
     if current is None or current[0] == TOMBSTONE:
         return False
-    for table in ("records", "snapshots", "clients"):
+    for table in ("records", "snapshots", "clients", "turn_leases"):
         conn.execute(f"DELETE FROM {table} WHERE conversation_id = ?", (conversation_id,))
     conn.execute(
         "UPDATE conversations SET lineage = ?, revision = ? WHERE id = ?",
@@ -547,6 +561,43 @@ def _forget_in(conn: _Db, before: float) -> int:
     return conn.execute(
         "DELETE FROM conversations WHERE lineage = ? AND revision < ?", (TOMBSTONE, before)
     ).rowcount
+
+
+def _lease_in(conn: _Db, conversation_id: str, turn: int) -> Lease | None:
+    row = conn.execute(
+        "SELECT owner, expires, stop_expires FROM turn_leases"
+        " WHERE conversation_id = ? AND turn = ?",
+        (conversation_id, turn),
+    ).fetchone()
+    return None if row is None else Lease(conversation_id, turn, row[0], row[1], row[2])
+
+
+def _put_lease_in(conn: _Db, lease: Lease, replace: bool) -> None:
+    stored = _lease_in(conn, lease.conversation_id, lease.turn)
+    kept = merge_lease(stored, lease, replace)
+    if kept != stored:
+        conn.execute(
+            "INSERT OR REPLACE INTO turn_leases"
+            " (conversation_id, turn, owner, expires, stop_expires) VALUES (?, ?, ?, ?, ?)",
+            (kept.conversation_id, kept.turn, kept.owner, kept.expires, kept.stop_expires),
+        )
+
+
+def _drop_lease_in(conn: _Db, conversation_id: str, turn: int) -> None:
+    conn.execute(
+        "DELETE FROM turn_leases WHERE conversation_id = ? AND turn = ?", (conversation_id, turn)
+    )
+
+
+def _leases_due_in(conn: sqlite3.Connection, now: int, limit: int) -> list[Lease]:
+    rows = conn.execute(
+        "SELECT conversation_id, turn, owner, expires, stop_expires FROM turn_leases"
+        " WHERE expires <= ? OR stop_expires <= ?"
+        " ORDER BY MIN(COALESCE(expires, stop_expires), COALESCE(stop_expires, expires))"
+        " LIMIT ?",
+        (now, now, limit),
+    ).fetchall()
+    return [Lease(*row) for row in rows]
 
 
 # The writes: statements on the event loop, fsync and heavy work on the store's thread.
@@ -1365,6 +1416,24 @@ class SqliteStore(Closable):
         """See `LogStore.forget_deleted`."""
         self._check_open()
         return await self._write(functools.partial(_forget_in, before=before), is_append=False)
+
+    async def put_lease(self, lease: Lease, *, replace: bool = True) -> None:
+        """See `LogStore.put_lease`."""
+        self._check_open()
+        run = functools.partial(_put_lease_in, lease=lease, replace=replace)
+        await self._write(run, is_append=False)
+
+    async def drop_lease(self, conversation_id: str, turn: int) -> None:
+        """See `LogStore.drop_lease`."""
+        self._check_open()
+        run = functools.partial(_drop_lease_in, conversation_id=conversation_id, turn=turn)
+        await self._write(run, is_append=False)
+
+    async def leases_due(self, now: int, limit: int = 100) -> list[Lease]:
+        """See `LogStore.leases_due`."""
+        self._check_open()
+        check_list_args(limit)
+        return await self._read(functools.partial(_leases_due_in, now=now, limit=limit))
 
     async def close(self) -> None:
         """Commit every write already queued on this event loop, then stop the store's thread

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+import steering
 from harness import Chaos, run
 
 SEEDS = range(1, 1 + int(os.environ.get("CONVSYNC_CHAOS_SEEDS", "20")))
@@ -40,4 +41,20 @@ async def test_chaos_seed_on_two_hubs_sharing_postgres(
     assert not report.problems, (
         f"seed {seed} failed: {report.problems}; reproduce with "
         f"`python tests/chaos/run.py --seeds {seed}:{seed + 1} --store postgres --hubs 2`"
+    )
+
+
+STEER_SEEDS = range(1, 1 + int(os.environ.get("CONVSYNC_CHAOS_STEER_SEEDS", "4")))
+
+
+@pytest.mark.parametrize("seed", STEER_SEEDS)
+async def test_steering_chaos_seed(seed: int) -> None:
+    """UIs typing and pressing Stop at random against a worker with tool calls, over cut and
+    delayed links: every revision pairs strictly (and validates once no call is pending),
+    every typed message lands once, every turn ends, every replica equals the log."""
+    report = await steering.run(seed)
+    assert report.revisions > 0 and report.typed > 0
+    assert not report.problems, (
+        f"seed {seed} failed: {report.problems}; reproduce with "
+        f"`python tests/chaos/steering.py --seeds {seed}:{seed + 1}`"
     )

@@ -149,3 +149,25 @@ test('an edit made on top of a queued batch merges with the records that overtoo
   const merged = 'The quick RED fox jumps over the SLEEPY dog.';
   assert.equal(session.local.entry(0).message.content[0].text, merged);
 });
+
+test('a stop too late is the only conflict; the message typed with it is pushed again', () => {
+  const session = midCall();
+  assert.ok(stop(session.local, 5, 'anonymous'));
+  const id = session.local.push(Message.user('and y'));
+  assert.ok(session.nextPush().frame !== null);
+  const events = session.receive({
+    type: 'reject',
+    seq: 1,
+    reason: 'turn_ended',
+    detail: 'the stop names a turn that has ended',
+    lineage: LINEAGE,
+    revision: 2,
+  });
+  const conflicts = events.filter((event) => event.type === 'conflict');
+  assert.equal(conflicts.length, 1);
+  assert.equal(conflicts[0].record.change.aside.kind, STOP_KIND);
+  assert.ok(session.local.holds(id)); // still to be pushed
+  assert.ok(!session.local.asides().some(([, aside]) => aside.kind === STOP_KIND));
+  const [again] = session.local.unsaved();
+  assert.equal(again.change.type, 'push');
+});
