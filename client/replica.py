@@ -284,9 +284,21 @@ class Replica:
                 if partial is not None:
                     await d.commit(partial)
                 raise
-            if d.status is None or d.status == "stopped":
+            if d.status == "stopped":
+                await self._commit_stopped(d, message)
+            elif d.status is None:
                 await d.commit(message)
             return message
+
+    async def _commit_stopped(self, d: DraftWriter, partial: Assistant) -> None:
+        """Keep the partial reply of a draft a halt `stopped` ended as SPEC 10 keeps a stopped
+        answer: the partial (aborted, never read by a model), then the halt, so the STOPPED
+        note goes before the next input and not before the partial; one push carries it."""
+        conversation = self.conversation
+        if conversation.halted() is Halt.STOPPED:
+            conversation.resume()  # taken off and put back after the partial: no note first
+        await d.commit(partial)
+        conversation.halt(Halt.STOPPED)
 
     # ------------------------------------------------------------------ steering (SPEC 10)
 

@@ -18,7 +18,7 @@ from fakeprovider import FakeProvider, anthropic_stream, chat_stream, responses_
 
 from client import Replica, connect
 from server import Hub
-from sync import Assistant, Message, Reasoning, Stop, ToolCall, Usage
+from sync import Assistant, Halt, Message, Reasoning, Stop, ToolCall, Usage, User
 from sync.providers import (
     from_anthropic,
     from_openai_chat,
@@ -297,6 +297,16 @@ async def test_a_stop_closes_the_sdk_stream_and_keeps_the_partial(
         assert reply.content and reply.content[-1].text  # type: ignore[union-attr]
         await worker.flush()
         assert worker.conversation.messages()[-1] == reply
+        # Kept as SPEC 10 keeps a stopped answer: the partial right after the request, then
+        # the halt (the STOPPED note goes before the next input, not before the partial).
+        with anyio.fail_after(bound(10)):
+            await ui.wait_for(worker.revision)
+        for replica in (worker, ui):
+            assert [type(m) for m in replica.conversation.messages()] == [User, Assistant]
+            assert replica.conversation.halted() is Halt.STOPPED
+        worker.conversation.push(Message.user("go on"))
+        note = worker.conversation.messages()[-2]
+        assert isinstance(note, User) and note.content[0].text == "STOPPED"  # type: ignore[union-attr]
 
 
 # ---------------------------------------------------------------------- OpenAI Chat
@@ -569,3 +579,37 @@ async def test_openai_responses_error_event_raises(hub: Hub, provider: FakeProvi
         await worker.flush()
         last = worker.conversation.messages()[-1]
         assert isinstance(last, Assistant) and last.failed()
+
+
+# ---------------------------------------------------------------------- the demo's model
+
+
+@pytest.mark.parametrize("with_call", [False, True])
+def test_the_demos_fake_model_speaks_the_anthropic_stream_the_sdk_reads(with_call: bool) -> None:
+    """`convsync demo`'s model events are Anthropic Messages events: the SDK's own parser
+    and accumulation take them, and its final message converted with `from_anthropic` is
+    what the stream fold (`replica.answer`'s path) commits."""
+    from anthropic._models import construct_type
+    from anthropic.lib.streaming._messages import accumulate_event
+    from anthropic.types import RawMessageStreamEvent
+
+    from client.demo import model_events
+    from sync.providers.streams import stream_fold
+
+    call = ToolCall("call_0_weather", "weather", {"city": "Lisbon"}) if with_call else None
+    events = list(model_events("It is 18°C and clear in Lisbon.", call))
+    snapshot = None
+    buffers: dict[int, bytes] = {}
+    for event in events:
+        parsed = construct_type(type_=RawMessageStreamEvent, value=event)
+        snapshot = accumulate_event(event=parsed, current_snapshot=snapshot, json_bufs=buffers)
+    assert snapshot is not None
+    fold = stream_fold("anthropic")
+    for event in events:
+        fold.feed(event)
+    content = snapshot.model_dump()["content"]
+    [expected] = from_anthropic([{"role": "assistant", "content": content}])
+    final = fold.final()
+    assert final.content == expected.content  # type: ignore[union-attr]
+    assert final.stop == (Stop("tool_use") if with_call else Stop("stop"))
+    assert final.tool_calls() == ([call] if call else [])
