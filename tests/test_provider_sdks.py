@@ -253,7 +253,7 @@ async def test_anthropic_error_mid_stream_keeps_the_partial_reply(
         worker.conversation.push(Message.user("hi"))
         with anyio.fail_after(bound(10)), pytest.raises(anthropic.APIStatusError):
             async with client.messages.stream(
-                model="claude-fake", max_tokens=10, messages=[]
+                model="claude-fake", max_tokens=10, **to_anthropic(worker.conversation)
             ) as stream:
                 await worker.answer(stream, format="anthropic")
         await worker.flush()
@@ -287,7 +287,7 @@ async def test_a_stop_closes_the_sdk_stream_and_keeps_the_partial(
             async with anyio.create_task_group() as tg:
                 tg.start_soon(stop_when_drafting)
                 async with client.messages.stream(
-                    model="claude-fake", max_tokens=10, messages=[]
+                    model="claude-fake", max_tokens=10, **to_anthropic(worker.conversation)
                 ) as stream:
                     reply = await worker.answer(stream, format="anthropic")
                     # Closed by `answer` itself, not by leaving the SDK's block.
@@ -411,7 +411,9 @@ async def test_openai_chat_error_mid_stream_raises_and_keeps_the_partial(
     async with connect(hub.url, "c-err", client="worker", draft_interval=0.01) as worker:
         worker.conversation.push(Message.user("hi"))
         with anyio.fail_after(bound(10)), pytest.raises(openai.APIError):
-            async with client.chat.completions.stream(model="gpt-fake", messages=[]) as stream:
+            async with client.chat.completions.stream(
+                model="gpt-fake", **to_openai_chat(worker.conversation)
+            ) as stream:
                 await worker.answer(stream, format="openai_chat")
         await worker.flush()
         last = worker.conversation.messages()[-1]
@@ -574,7 +576,9 @@ async def test_openai_responses_error_event_raises(hub: Hub, provider: FakeProvi
     async with connect(hub.url, "r-err", client="worker", draft_interval=0.01) as worker:
         worker.conversation.push(Message.user("hi"))
         with anyio.fail_after(bound(10)), pytest.raises((openai.APIError, StreamError)):
-            async with client.responses.stream(model="gpt-fake", input=[]) as stream:
+            async with client.responses.stream(
+                model="gpt-fake", **to_openai_responses(worker.conversation)
+            ) as stream:
                 await worker.answer(stream, format="openai_responses")
         await worker.flush()
         last = worker.conversation.messages()[-1]
