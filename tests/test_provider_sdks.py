@@ -617,3 +617,53 @@ def test_the_demos_fake_model_speaks_the_anthropic_stream_the_sdk_reads(with_cal
     assert final.content == expected.content  # type: ignore[union-attr]
     assert final.stop == (Stop("tool_use") if with_call else Stop("stop"))
     assert final.tool_calls() == ([call] if call else [])
+
+
+# ---------------------------------------------------------------------- a stop, OpenAI
+
+
+@pytest.mark.parametrize("format", ["openai_chat", "openai_responses"])
+async def test_a_stop_closes_an_openai_sdk_stream_and_keeps_the_partial(
+    hub: Hub, provider: FakeProvider, format: str
+) -> None:
+    """As with Anthropic: a halt `stopped` mid-stream closes the OpenAI SDK's stream (Chat
+    and Responses) from inside `answer`, and the partial reply lands aborted, then the halt."""
+    words = "Some words before the stop"
+    if format == "openai_chat":
+        events = chat_stream(words)
+    else:
+        events = responses_stream([_message(words)])
+    provider.script([*events[:5], {"hang": True}])
+    client = openai_client(provider)
+    async with (
+        connect(hub.url, f"o-stop-{format}", client="worker", draft_interval=0.01) as worker,
+        connect(hub.url, f"o-stop-{format}", client="ui") as ui,
+    ):
+        worker.conversation.push(Message.user("hi"))
+        await worker.flush()
+
+        async def stop_when_drafting() -> None:
+            await until(lambda: any(d.text for d in ui.drafts.values()))
+            ui.conversation.halt("stopped")
+            await ui.flush()
+
+        with anyio.fail_after(bound(10)):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(stop_when_drafting)
+                if format == "openai_chat":
+                    request = to_openai_chat(worker.conversation)
+                    opened = client.chat.completions.stream(model="gpt-fake", **request)
+                else:
+                    request = to_openai_responses(worker.conversation)
+                    opened = client.responses.stream(model="gpt-fake", **request)
+                async with opened as stream:
+                    reply = await worker.answer(stream, format=format)  # type: ignore[arg-type]
+                    await anyio.to_thread.run_sync(provider.closed_early.wait, bound(2))
+                    assert provider.closed_early.is_set()
+            await worker.flush()
+            await ui.wait_for(worker.revision)
+        assert reply.stop == Stop("aborted", "stopped")
+        assert words.startswith(reply.content[-1].text)  # type: ignore[union-attr]
+        for replica in (worker, ui):
+            assert replica.conversation.messages()[-1] == reply
+            assert replica.conversation.halted() is Halt.STOPPED
