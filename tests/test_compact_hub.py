@@ -192,3 +192,27 @@ def test_readme_reject_table_names_every_reject_reason() -> None:
     readme = Path(__file__).resolve().parent.parent / "README.md"
     listed = set(re.findall(r"^\| `([a-z_]+)` \| .* \| .* \|$", readme.read_text(), re.M))
     assert set(REJECTS) <= listed
+
+
+async def test_two_people_pinning_at_once_both_keep_their_pin(hub: Hub) -> None:
+    """Two UIs pin different entries at the same moment (neither has seen the other's pin):
+    every replica ends with both pins (one `rig.pin` aside each; a single list would lose one
+    to the rebase)."""
+    async with (
+        connect(hub.url, "pins", client="a") as a,
+        connect(hub.url, "pins", client="b") as b,
+    ):
+        a.conversation.extend([Message.user("x"), Message.assistant("y")])
+        with anyio.fail_after(bound(10)):
+            await a.flush()
+            await b.wait_for(a.session.revision)
+        first, second = a.conversation.id(0), a.conversation.id(1)
+        assert first is not None and second is not None
+        pin(a.conversation, first)
+        pin(b.conversation, second)  # before either flushes
+        with anyio.fail_after(bound(10)):
+            await a.flush()
+            await b.flush()
+            await a.flush()
+            await a.wait_for(b.session.revision)
+        assert pinned(a.conversation) == pinned(b.conversation) == {first, second}
