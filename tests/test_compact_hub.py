@@ -216,3 +216,20 @@ async def test_two_people_pinning_at_once_both_keep_their_pin(hub: Hub) -> None:
             await a.flush()
             await a.wait_for(b.session.revision)
         assert pinned(a.conversation) == pinned(b.conversation) == {first, second}
+
+
+def test_readme_pins_and_compaction_example_runs() -> None:
+    """The README's pins and compaction example runs as written."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from test_readme import readme_block
+
+    root = Path(__file__).resolve().parent.parent
+    code = readme_block("### Context that fits")
+    assert "uncompact(conversation, aside_id)" in code
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=bound(60)
+    )
+    assert result.returncode == 0, result.stderr
