@@ -128,6 +128,7 @@ async def one_answer(
     watchers = await asyncio.create_subprocess_exec(
         sys.executable, "-c", UI_SCRIPT, hub_url, conversation, str(uis),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env,
+        limit=1 << 24,  # the samples come back as one JSON line
     )  # fmt: skip
     assert watchers.stdout is not None and watchers.stdin is not None
     try:
