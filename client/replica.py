@@ -273,8 +273,9 @@ class Replica:
         """Stream a model call's events into a draft and commit the reply (SPEC §11): the
         common case of `draft()` + `d.stream(...)` + `d.commit(...)`. Returns the message
         committed. A stop while it streams closes the SDK stream and commits what was said
-        under `Stop("aborted", "stopped")`; an error from the provider commits the partial
-        reply under `Stop("error", ...)` and raises.
+        under `Stop("aborted", "stopped")`, before the halt (the STOPPED note then goes before
+        the next input, as SPEC 10 keeps a stopped turn); an error from the provider commits
+        the partial reply under `Stop("error", ...)` and raises.
         """
         async with self.draft(author=author) as d:
             try:
