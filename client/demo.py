@@ -9,19 +9,24 @@ message between a call and its result would orphan the result). The worker waits
 see that message through its own mirror and answers it. At the end both replicas flush, wait
 for the hub's revision, and each must equal the hub's state read over HTTP.
 
-Every answer streams as a draft (SPEC 7): a fake model yields the answer word by word with
-small delays, the UI shows the draft growing (`ui   | ...` lines), and the worker commits the
-message when the model is done. In the last turn (with 3 turns or more) the UI stops the
-answer midway (a `stopped` halt): the worker's model call is cancelled under
-`cancel_on_end()` and the turn ends `stopped`; the next request follows a STOPPED note.
+Every model call streams as a draft (SPEC 7) through `replica.answer(events,
+format="anthropic")`, the path a worker with a real SDK takes: the fake model (`model_events`)
+speaks the Anthropic Messages stream (`message_start`, `content_block_*` deltas, `message_delta`
+with the stop reason and usage), word by word with small delays, so the UI shows the draft
+growing (`ui   | ...` lines) and `answer` commits the reply with its stop reason, origin and
+usage. In the last turn (with 3 turns or more) the UI stops the answer midway (a `stopped`
+halt): `answer` closes the model's stream, keeps what it said as an aborted reply (never read
+by a model) before the halt, and the turn ends `stopped`; the next request follows a STOPPED
+note.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, TextIO
 
 import anyio
@@ -30,12 +35,10 @@ from server.config import HubConfig
 from server.hub import Hub
 from server.store import open_store
 from sync import (
-    Assistant,
     Conversation,
     ConvsyncError,
     Halt,
     Message,
-    Stop,
     Text,
     ToolCall,
     TurnEnd,
@@ -49,7 +52,7 @@ from .replica import Replica, connect
 from .session import Applied, Conflict, Rebased, Reset
 from .tail import Watcher, describe_entry, one_line
 
-__all__ = ["SCRIPT", "DemoError", "run_demo"]
+__all__ = ["SCRIPT", "DemoError", "model_events", "run_demo"]
 
 SCRIPT: list[tuple[str, str, dict[str, Any], str, str]] = [
     (
@@ -75,6 +78,8 @@ SCRIPT: list[tuple[str, str, dict[str, Any], str, str]] = [
     ),
 ]
 INTERJECTION = "Also: keep the answers short, please."
+DEMO_MODEL = "demo-model"
+"""The model the demo's fake provider names in its replies (their `Origin`)."""
 
 
 def _wait() -> float:
@@ -120,15 +125,61 @@ def _interjected(conversation: Conversation, since: int) -> bool:
     return any(ref.is_request() for ref in refs[since:])
 
 
-async def _fake_model(answer: str, fast: bool, long: bool) -> AsyncIterator[str]:
-    """Stands in for an LLM's token stream: `answer` word by word, with small delays (a long
-    answer goes on for a while, so a stop can land midway)."""
-    words = answer.split(" ")
-    if long:
-        words += "Let me add a few more details on the history of the rate.".split(" ") * 20
+def model_events(text: str, call: ToolCall | None = None) -> Iterator[dict[str, Any]]:
+    """What the demo's fake model says, as an Anthropic Messages stream (the events' JSON
+    shape, as the SDK gives them with `model_dump()`): `text` word by word, then `call` (its
+    arguments in pieces) and stop reason `tool_use`, or stop reason `end_turn`."""
+    yield {
+        "type": "message_start",
+        "message": {
+            "id": "msg_demo",
+            "type": "message",
+            "role": "assistant",
+            "model": DEMO_MODEL,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 20, "output_tokens": 1},
+        },
+    }
+    yield {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
+    words = text.split(" ")
     for at, word in enumerate(words):
-        await anyio.sleep(0.01 if fast else 0.08)
-        yield word if at == 0 else " " + word
+        piece = word if at == 0 else " " + word
+        yield {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "text_delta", "text": piece},
+        }
+    yield {"type": "content_block_stop", "index": 0}
+    if call is not None:
+        block = {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}
+        yield {"type": "content_block_start", "index": 1, "content_block": block}
+        arguments = json.dumps(call.arguments)
+        for start in range(0, len(arguments), 8):
+            delta = {"type": "input_json_delta", "partial_json": arguments[start : start + 8]}
+            yield {"type": "content_block_delta", "index": 1, "delta": delta}
+        yield {"type": "content_block_stop", "index": 1}
+    yield {
+        "type": "message_delta",
+        "delta": {"stop_reason": "end_turn" if call is None else "tool_use", "stop_sequence": None},
+        "usage": {"output_tokens": len(words)},
+    }
+    yield {"type": "message_stop"}
+
+
+async def _fake_model(
+    text: str, fast: bool, *, call: ToolCall | None = None, long: bool = False
+) -> AsyncIterator[dict[str, Any]]:
+    """Stands in for an LLM's streamed reply (`model_events`), paced like one: a text delta
+    every few tens of milliseconds (a long answer goes on for a while, so a stop can land
+    midway)."""
+    if long:
+        text += " Let me add a few more details on the history of the rate." * 20
+    for event in model_events(text, call):
+        if event["type"] == "content_block_delta":
+            await anyio.sleep(0.01 if fast else 0.08)
+        yield event
 
 
 def _text(message: AnyMessage) -> str:
@@ -150,7 +201,8 @@ async def _worker(
         say("agent", f"opens turn {turn}")
         await _pause(fast)
         call = ToolCall(f"call_{turn}_{tool}", tool, arguments)
-        conversation.push(Assistant([Text("Let me check."), call], stop=Stop("tool_use")))
+        # Each model call goes through `answer`, as a worker with a real SDK's stream does.
+        await worker.answer(_fake_model("Let me check.", fast, call=call), format="anthropic")
         say("agent", f"calls {tool}({one_line(str(arguments), 60)})")
         await _pause(fast, 1.0)
         since = len(conversation)
@@ -171,21 +223,20 @@ async def _worker(
         else:
             text = answer
         await worker.set_status("generating")
-        streamed = ""
-        async with worker.draft() as draft:
-            with draft.cancel_on_end():  # a stop from the UI cancels the model call
-                async for token in _fake_model(text, fast, long=turn == stop_turn):
-                    draft.append(token)
-                    streamed += token
-            if draft.status == "stopped":
-                say("agent", f"stopped by the ui after {len(streamed)} characters")
-                conversation.end_turn(TurnEnd.stopped())
-                say("agent", f"ends turn {turn} (stopped)")
-            else:
-                answer_id = await draft.commit(Message.assistant(streamed, stop=Stop("stop")))
-                conversation.end_turn(TurnEnd.answered(answer_id))
-                say("agent", f"answers: {one_line(streamed, 100)}")
-                say("agent", f"ends turn {turn}")
+        # A stop from the UI closes the model's stream; `answer` keeps what was said.
+        reply = await worker.answer(
+            _fake_model(text, fast, long=turn == stop_turn), format="anthropic"
+        )
+        streamed = "".join(part.text for part in reply.content if isinstance(part, Text))
+        if reply.stop is not None and reply.stop.reason == "aborted":
+            say("agent", f"stopped by the ui after {len(streamed)} characters")
+            conversation.end_turn(TurnEnd.stopped())
+            say("agent", f"ends turn {turn} (stopped)")
+        else:
+            answer_id = conversation.id(len(conversation) - 1)
+            conversation.end_turn(TurnEnd.answered(answer_id))
+            say("agent", f"answers: {one_line(streamed, 100)}")
+            say("agent", f"ends turn {turn}")
         await worker.set_status(None)
         await worker.flush()
     worker.events_nowait()  # the worker reads the conversation, not its events

@@ -304,9 +304,9 @@ class Replica:
         the commit removes it. Returns the message committed, once the hub acknowledged it
         (with any input queued meanwhile, which lands right after it). A stop while it
         streams closes the SDK stream and commits what was said under
-        `Stop("aborted", "stopped")`; an
-        error from the provider commits the partial reply under `Stop("error", ...)` and
-        raises.
+        `Stop("aborted", "stopped")`, before the halt when a halt ended the draft (the STOPPED
+        note then goes before the next input, as SPEC 10 keeps a stopped turn); an error from
+        the provider commits the partial reply under `Stop("error", ...)` and raises.
 
         `events` may also be a function that makes the call (returning the SDK's stream, or
         an awaitable of it) from `replica.conversation` as it is then: when the hub refuses
@@ -343,7 +343,10 @@ class Replica:
                 if partial is not None:
                     await d.commit(partial)
                 raise
-            if d.status in (None, "stopped", "stopping"):
+            if d.status == "stopped":
+                await self._commit_stopped(d, message)
+                return message, d.id
+            if d.status in (None, "stopping"):
                 await d.commit(message)
                 return message, d.id
             return message, None
@@ -359,6 +362,16 @@ class Replica:
         ]
         self.session.superseded = [record for record in held if record not in mine]
         return mine
+
+    async def _commit_stopped(self, d: DraftWriter, partial: Assistant) -> None:
+        """Keep the partial reply of a draft a halt `stopped` ended as SPEC 10 keeps a stopped
+        answer: the partial (aborted, never read by a model), then the halt, so the STOPPED
+        note goes before the next input and not before the partial; one push carries it."""
+        conversation = self.conversation
+        if conversation.halted() is Halt.STOPPED:
+            conversation.resume()  # taken off and put back after the partial: no note first
+        await d.commit(partial)
+        conversation.halt(Halt.STOPPED)
 
     # ------------------------------------------------------------------ steering (SPEC 10)
 

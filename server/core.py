@@ -54,6 +54,7 @@ from sync import (
     encode,
 )
 from sync.budget import Budget
+from sync.compact import compaction_unpins
 from sync.entries import TURN_KIND, TurnOwner
 from sync.errors import ApplyError, ErrorCode, LocalProtocolError
 from sync.frames import RECORDS_OVERHEAD, records_frames, state_frames
@@ -708,6 +709,10 @@ class RoomCore(Generic[C]):
                 detail = f"strict pairing: {violation}"
                 rejected = Send(conn, self._reject(batch, "invalid", detail))
                 return [rejected, *self._drafts_refused(conn, batch.records)]
+        unpins = self._pins_refusal(landed)
+        if unpins is not None:
+            undo()
+            return [Send(conn, self._reject(batch, "pinned", unpins))]
         if self.config.auth:
             via = Via(grant.sub, client)
             records = [
@@ -783,6 +788,14 @@ class RoomCore(Generic[C]):
         if batch.revision < self._request_revision and _pushes_assistant(batch.records):
             return "superseded", "a user request landed after the base of this answer"
         return None
+
+    def _pins_refusal(self, landed: Sequence[ChangeRecord]) -> str | None:
+        """Why `landed` (folded in already) may not stay: a compaction that took a pinned
+        entry out (SPEC 11), so a pin racing a compaction wins; or None."""
+        unpins = compaction_unpins(self.conversation, landed)
+        if not unpins:
+            return None
+        return f"a compaction may not remove pinned entries: {', '.join(unpins)}"
 
     def _landing(self, steering: Steering, now: int) -> list[ChangeRecord]:
         """The records that land the queue after the push folded in already, when it leaves

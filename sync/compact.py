@@ -9,14 +9,19 @@ never a pinned entry, never the open turn or the last `keep` entries, never a ca
 result or a result without its call. The originals go into a `rig.compacted` aside after the
 summary, so `uncompact` puts them back exactly (`Conversation.restore` gives them their ids,
 authors and made times back).
+
+The hub refuses a compaction that would take a pinned entry out (`compaction_unpins`, reject
+reason `pinned`): a pin that lands while a compaction is on its way wins over it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 
+from .changes import AsideChange, ChangeRecord, Splice
 from .conversation import Conversation, Spliced
 from .entries import PINS_KIND, Aside, Author, Entry
 from .errors import UsageError
@@ -25,8 +30,10 @@ from .messages import AnyMessage, Assistant, User
 
 __all__ = [
     "COMPACTED_KIND",
+    "COMPACT_AUTHOR",
     "PIN_KIND",
     "compact",
+    "compaction_unpins",
     "migrate_pins",
     "pin",
     "pinned",
@@ -36,6 +43,8 @@ __all__ = [
 
 PIN_KIND = "rig.pin"
 COMPACTED_KIND = "rig.compacted"
+COMPACT_AUTHOR = Author.plugin("compact")
+"""Who `compact` makes its splice as, unless told otherwise."""
 
 
 def pinned(conversation: Conversation) -> set[MessageId]:
@@ -135,7 +144,7 @@ def compact(
     """
     if keep < 0:
         raise UsageError("bad_argument", "keep must be >= 0")
-    by = by or Author.plugin("compact")
+    by = by or COMPACT_AUTHOR
     messages = conversation.messages()
     limit = min(len(messages) - keep, _open_turn_start(conversation))
     held = pinned(conversation)
@@ -180,3 +189,34 @@ def uncompact(conversation: Conversation, aside_id: AsideId, by: Author | None =
     originals = msgspec.convert(aside.value["originals"], list[Entry])
     conversation.remove_aside(aside_id)
     return conversation.restore(slice(at, at + 1), originals, by or aside.author)
+
+
+def compaction_unpins(conversation: Conversation, records: Sequence[ChangeRecord]) -> list[str]:
+    """The pinned ids a compaction among `records` took out of `conversation` (its value once
+    `records` folded in), in log order; empty when there is none. The hub refuses such a push
+    (`pinned`), so a pin racing a compaction wins.
+
+    A compaction is a splice made by `Author.plugin("compact")` (`compact`'s default), or any
+    splice of a push that also puts a `rig.compacted` aside: the aside names it whatever author
+    `compact` was given, and the author names it when a large aside went in a push of its own.
+    An entry a splice hands back under its id (an edit) is not taken out.
+    """
+    splices = [record for record in records if type(record.change) is Splice]
+    if not splices:
+        return []
+    compacting = any(
+        type(record.change) is AsideChange
+        and record.change.aside is not None
+        and record.change.aside.kind == COMPACTED_KIND
+        for record in records
+    )
+    removed: dict[str, None] = {}
+    for record in splices:
+        change = record.change
+        assert type(change) is Splice
+        if compacting or record.by == COMPACT_AUTHOR:
+            removed.update(dict.fromkeys(change.removed))
+    if not removed:
+        return []
+    held = pinned(conversation)
+    return [id_ for id_ in removed if id_ in held and not conversation.holds(id_)]

@@ -118,6 +118,8 @@ REJECTS: Final[dict[str, RejectRule]] = {
     "queued": "queue",
     "superseded": "final",
     "turn_ended": "final",
+    # Pins hold (SPEC 11): a compaction that would take a pinned entry out never lands.
+    "pinned": "final",
 }
 """The one table of reject reasons and what replicas (Python and JavaScript) do with each; a
 reason not in it (a newer hub) is final."""

@@ -109,7 +109,7 @@ def is_conversation_id(value: object) -> bool:
 
 
 RejectReason = Literal[
-    "behind", "lineage", "invalid", "forbidden", "queued", "superseded", "turn_ended"
+    "behind", "lineage", "invalid", "forbidden", "queued", "superseded", "turn_ended", "pinned"
 ]
 """Why a push was rejected; `sync.errors.REJECTS` says what a replica does with each."""
 

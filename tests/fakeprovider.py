@@ -4,7 +4,8 @@ documented shape, so the real `anthropic` and `openai` SDKs parse them with thei
 `FakeProvider` runs `http.server` in a thread; `provider.script(events)` queues the events of
 the next streamed answer (each a dict: its `type` becomes the SSE `event:` line for the
 Anthropic and Responses formats; the Chat format sends bare `data:` lines and `[DONE]`), and
-`provider.requests` holds every request body as JSON, to check its shape. An event
+`provider.requests` holds every request body as JSON; a body the provider's API would refuse
+(`requestshape.request_errors`) is answered 400 `invalid_request_error` as the API does. An event
 `{"sleep": s}` pauses the stream (so a UI sees the draft grow), `{"hang": True}` holds it open
 until the client goes away.
 """
@@ -19,12 +20,16 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from requestshape import request_errors
+
 
 class FakeProvider:
     def __init__(self) -> None:
         self.requests: list[tuple[str, dict[str, Any]]] = []
         self.scripts: list[list[dict[str, Any]]] = []
         self.closed_early = threading.Event()
+        self.refused: list[list[str]] = []
+        """What was wrong with each request answered 400 (`requestshape.request_errors`)."""
         self.partial_seen: threading.Event | None = None
         """Set by a watching UI once it has shown part of the text: a stream waits for it at
         its first pause after text (`watched` arms it)."""
@@ -48,10 +53,31 @@ class FakeProvider:
             def log_message(self, format: str, *args: Any) -> None:  # quiet
                 pass
 
+            def _refuse(self, message: str) -> None:
+                error = {"type": "invalid_request_error", "message": message}
+                if self.path.endswith("/messages"):
+                    payload = {"type": "error", "error": error}
+                else:
+                    payload = {"error": error | {"param": None, "code": None}}
+                data = json.dumps(payload).encode()
+                self.send_response(400)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.send_header("connection", "close")
+                self.end_headers()
+                self.wfile.write(data)
+                self.close_connection = True
+
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
                 provider.requests.append((self.path, body))
+                errors = request_errors(self.path, body)
+                if errors:
+                    # As the real APIs answer a request they do not take.
+                    provider.refused.append(errors)
+                    self._refuse("; ".join(errors))
+                    return
                 events = provider.scripts.pop(0) if provider.scripts else []
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream")

@@ -55,6 +55,7 @@ from sync import (
     TurnEnd,
     Usage,
     User,
+    compact,
     encode,
     errors,
     steer,
@@ -1063,6 +1064,19 @@ def _session_cases() -> list[Json]:
     s.edit(lambda c: c.push(Message.user("before connecting")))
     s.hello()
     s.welcome(acked=41)
+    s.next_push()
+    cases.append(s.case())
+
+    s = _Script("reject pinned: a compaction that lost to a pin conflicts, nothing moves", 42)
+    s.log.extend([Message.user("a"), Message.assistant("b"), Message.user("c")])
+    s.hello()
+    s.welcome()
+    s.records()
+    s.edit(lambda c: compact.compact(c, keep=1, summary=Message.user("a, b")))
+    s.next_push()
+    compact.pin(s.log, s.log.entry(1).id)  # type: ignore[arg-type]
+    s.records()
+    s.receive(reject | {"reason": "pinned", "detail": "pinned", "revision": 2})
     s.next_push()
     cases.append(s.case())
     return cases

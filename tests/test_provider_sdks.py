@@ -18,7 +18,7 @@ from fakeprovider import FakeProvider, anthropic_stream, chat_stream, responses_
 
 from client import Replica, connect
 from server import Hub
-from sync import Assistant, Message, Reasoning, Stop, ToolCall, Usage
+from sync import Assistant, Halt, Message, Reasoning, Stop, ToolCall, Usage, User
 from sync.providers import (
     from_anthropic,
     from_openai_chat,
@@ -253,7 +253,7 @@ async def test_anthropic_error_mid_stream_keeps_the_partial_reply(
         worker.conversation.push(Message.user("hi"))
         with anyio.fail_after(bound(10)), pytest.raises(anthropic.APIStatusError):
             async with client.messages.stream(
-                model="claude-fake", max_tokens=10, messages=[]
+                model="claude-fake", max_tokens=10, **to_anthropic(worker.conversation)
             ) as stream:
                 await worker.answer(stream, format="anthropic")
         await worker.flush()
@@ -287,7 +287,7 @@ async def test_a_stop_closes_the_sdk_stream_and_keeps_the_partial(
             async with anyio.create_task_group() as tg:
                 tg.start_soon(stop_when_drafting)
                 async with client.messages.stream(
-                    model="claude-fake", max_tokens=10, messages=[]
+                    model="claude-fake", max_tokens=10, **to_anthropic(worker.conversation)
                 ) as stream:
                     reply = await worker.answer(stream, format="anthropic")
                     # Closed by `answer` itself, not by leaving the SDK's block.
@@ -297,6 +297,16 @@ async def test_a_stop_closes_the_sdk_stream_and_keeps_the_partial(
         assert reply.content and reply.content[-1].text  # type: ignore[union-attr]
         await worker.flush()
         assert worker.conversation.messages()[-1] == reply
+        # Kept as SPEC 10 keeps a stopped answer: the partial right after the request, then
+        # the halt (the STOPPED note goes before the next input, not before the partial).
+        with anyio.fail_after(bound(10)):
+            await ui.wait_for(worker.revision)
+        for replica in (worker, ui):
+            assert [type(m) for m in replica.conversation.messages()] == [User, Assistant]
+            assert replica.conversation.halted() is Halt.STOPPED
+        worker.conversation.push(Message.user("go on"))
+        note = worker.conversation.messages()[-2]
+        assert isinstance(note, User) and note.content[0].text == "STOPPED"  # type: ignore[union-attr]
 
 
 # ---------------------------------------------------------------------- OpenAI Chat
@@ -401,7 +411,9 @@ async def test_openai_chat_error_mid_stream_raises_and_keeps_the_partial(
     async with connect(hub.url, "c-err", client="worker", draft_interval=0.01) as worker:
         worker.conversation.push(Message.user("hi"))
         with anyio.fail_after(bound(10)), pytest.raises(openai.APIError):
-            async with client.chat.completions.stream(model="gpt-fake", messages=[]) as stream:
+            async with client.chat.completions.stream(
+                model="gpt-fake", **to_openai_chat(worker.conversation)
+            ) as stream:
                 await worker.answer(stream, format="openai_chat")
         await worker.flush()
         last = worker.conversation.messages()[-1]
@@ -564,8 +576,94 @@ async def test_openai_responses_error_event_raises(hub: Hub, provider: FakeProvi
     async with connect(hub.url, "r-err", client="worker", draft_interval=0.01) as worker:
         worker.conversation.push(Message.user("hi"))
         with anyio.fail_after(bound(10)), pytest.raises((openai.APIError, StreamError)):
-            async with client.responses.stream(model="gpt-fake", input=[]) as stream:
+            async with client.responses.stream(
+                model="gpt-fake", **to_openai_responses(worker.conversation)
+            ) as stream:
                 await worker.answer(stream, format="openai_responses")
         await worker.flush()
         last = worker.conversation.messages()[-1]
         assert isinstance(last, Assistant) and last.failed()
+
+
+# ---------------------------------------------------------------------- the demo's model
+
+
+@pytest.mark.parametrize("with_call", [False, True])
+def test_the_demos_fake_model_speaks_the_anthropic_stream_the_sdk_reads(with_call: bool) -> None:
+    """`convsync demo`'s model events are Anthropic Messages events: the SDK's own parser
+    and accumulation take them, and its final message converted with `from_anthropic` is
+    what the stream fold (`replica.answer`'s path) commits."""
+    from anthropic._models import construct_type
+    from anthropic.lib.streaming._messages import accumulate_event
+    from anthropic.types import RawMessageStreamEvent
+
+    from client.demo import model_events
+    from sync.providers.streams import stream_fold
+
+    call = ToolCall("call_0_weather", "weather", {"city": "Lisbon"}) if with_call else None
+    events = list(model_events("It is 18°C and clear in Lisbon.", call))
+    snapshot = None
+    buffers: dict[int, bytes] = {}
+    for event in events:
+        parsed = construct_type(type_=RawMessageStreamEvent, value=event)
+        snapshot = accumulate_event(event=parsed, current_snapshot=snapshot, json_bufs=buffers)
+    assert snapshot is not None
+    fold = stream_fold("anthropic")
+    for event in events:
+        fold.feed(event)
+    content = snapshot.model_dump()["content"]
+    [expected] = from_anthropic([{"role": "assistant", "content": content}])
+    final = fold.final()
+    assert final.content == expected.content  # type: ignore[union-attr]
+    assert final.stop == (Stop("tool_use") if with_call else Stop("stop"))
+    assert final.tool_calls() == ([call] if call else [])
+
+
+# ---------------------------------------------------------------------- a stop, OpenAI
+
+
+@pytest.mark.parametrize("format", ["openai_chat", "openai_responses"])
+async def test_a_stop_closes_an_openai_sdk_stream_and_keeps_the_partial(
+    hub: Hub, provider: FakeProvider, format: str
+) -> None:
+    """As with Anthropic: a halt `stopped` mid-stream closes the OpenAI SDK's stream (Chat
+    and Responses) from inside `answer`, and the partial reply lands aborted, then the halt."""
+    words = "Some words before the stop"
+    if format == "openai_chat":
+        events = chat_stream(words)
+    else:
+        events = responses_stream([_message(words)])
+    provider.script([*events[:5], {"hang": True}])
+    client = openai_client(provider)
+    async with (
+        connect(hub.url, f"o-stop-{format}", client="worker", draft_interval=0.01) as worker,
+        connect(hub.url, f"o-stop-{format}", client="ui") as ui,
+    ):
+        worker.conversation.push(Message.user("hi"))
+        await worker.flush()
+
+        async def stop_when_drafting() -> None:
+            await until(lambda: any(d.text for d in ui.drafts.values()))
+            ui.conversation.halt("stopped")
+            await ui.flush()
+
+        with anyio.fail_after(bound(10)):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(stop_when_drafting)
+                if format == "openai_chat":
+                    request = to_openai_chat(worker.conversation)
+                    opened = client.chat.completions.stream(model="gpt-fake", **request)
+                else:
+                    request = to_openai_responses(worker.conversation)
+                    opened = client.responses.stream(model="gpt-fake", **request)
+                async with opened as stream:
+                    reply = await worker.answer(stream, format=format)  # type: ignore[arg-type]
+                    await anyio.to_thread.run_sync(provider.closed_early.wait, bound(2))
+                    assert provider.closed_early.is_set()
+            await worker.flush()
+            await ui.wait_for(worker.revision)
+        assert reply.stop == Stop("aborted", "stopped")
+        assert words.startswith(reply.content[-1].text)  # type: ignore[union-attr]
+        for replica in (worker, ui):
+            assert replica.conversation.messages()[-1] == reply
+            assert replica.conversation.halted() is Halt.STOPPED

@@ -1994,6 +1994,7 @@ export const REJECTS = Object.freeze({
   queued: 'queue',
   superseded: 'final',
   turn_ended: 'final',
+  pinned: 'final',
 });
 
 /** The rule for a reject `reason`; final when unknown (a newer hub). @param {string} reason */

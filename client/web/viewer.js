@@ -272,6 +272,7 @@ class ConversationView {
     /** @type {Map<string, any>} */
     const turns = new Map();
     for (const [, turn] of conversation.turns()) turns.set(turn.start, turn);
+    const compactions = compactionsBySummary(conversation);
     const keep = new Set();
     let previous = null;
     for (let at = start; at < length; at += 1) {
@@ -280,11 +281,15 @@ class ConversationView {
       keep.add(key);
       const pending = entry.id !== null && !confirmed.holds(entry.id);
       let drawn = this.drawn.get(key);
-      const stamp = `${pending}|${turnStamp(turns.get(key))}|${resultStamp(entry, results)}|${this.editing.stamp(key)}`;
+      const compaction = compactions.get(key);
+      const stamp =
+        `${pending}|${turnStamp(turns.get(key))}|${resultStamp(entry, results)}` +
+        `|${compaction === undefined ? '' : identity(compaction)}|${this.editing.stamp(key)}`;
       // An entry being edited keeps its editor while the log changes under it.
       const changed = drawn !== undefined && drawn.entry !== entry && !this.editing.holds(key);
       if (drawn === undefined || changed || drawn.stamp !== stamp) {
         const element = this.editing.decorate(entry, drawEntry(entry, pending, results, turns.get(key)));
+        if (compaction !== undefined) element.append(drawCompacted(compaction));
         if (drawn !== undefined) drawn.element.replaceWith(element);
         drawn = { entry, element, stamp };
         this.drawn.set(key, drawn);
@@ -394,6 +399,56 @@ class ConversationView {
     }
     this.presence.replaceChildren(...items);
   }
+}
+
+// ---------------------------------------------------------------- compaction (SPEC 11)
+
+/**
+ * The `rig.compacted` asides by the id of their summary entry: what `compact` took out,
+ * kept so `uncompact` can put it back (`{summary, originals}`).
+ * @returns {Map<string, {summary: string, originals: any[]}>}
+ */
+function compactionsBySummary(conversation) {
+  const found = new Map();
+  for (const [, aside] of conversation.asides()) {
+    const value = aside.kind === 'rig.compacted' ? aside.value : null;
+    if (value && typeof value.summary === 'string' && Array.isArray(value.originals)) {
+      found.set(value.summary, value);
+    }
+  }
+  return found;
+}
+
+/**
+ * A summary's originals, folded under it: a closed `<details>` holding each original entry
+ * drawn as the log draws one (text nodes only), marked as an original, not a live entry.
+ */
+function drawCompacted(compaction) {
+  const originals = compaction.originals.filter(
+    (entry) => entry && typeof entry === 'object' && entry.message,
+  );
+  /** @type {Map<string, any>} */
+  const results = new Map();
+  for (const entry of originals) {
+    if (entry.message.role !== 'user' || !Array.isArray(entry.message.content)) continue;
+    for (const part of entry.message.content) {
+      if (part.type === 'tool_result') results.set(part.call_id, part);
+    }
+  }
+  const list = h('ol', { class: 'originals' });
+  for (const entry of originals) {
+    const element = drawEntry({ ...entry, id: entry.id ?? null }, false, results, undefined);
+    element.removeAttribute('data-entry-id'); // not in the log: nothing may act on it there
+    element.setAttribute('data-original-id', String(entry.id ?? ''));
+    list.append(element);
+  }
+  const count = originals.length;
+  return h(
+    'details',
+    { class: 'compacted', 'data-compacted': String(count) },
+    h('summary', {}, `${count} earlier message${count === 1 ? '' : 's'}, compacted`),
+    list,
+  );
 }
 
 function turnStamp(turn) {
