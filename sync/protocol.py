@@ -104,7 +104,17 @@ def is_conversation_id(value: object) -> bool:
 
 
 RejectReason = Literal[
-    "behind", "lineage", "invalid", "forbidden", "queued", "superseded", "turn_ended"
+    "behind",
+    "lineage",
+    "invalid",
+    "forbidden",
+    "queued",
+    "superseded",
+    "turn_ended",
+    "decided",
+    "asked",
+    "forged",
+    "bad_answer",
 ]
 """Why a push was rejected; `sync.errors.REJECTS` says what a replica does with each."""
 
@@ -165,12 +175,16 @@ class Welcome(msgspec.Struct, frozen=True, tag_field="type", tag="welcome", omit
     features: list[str] = []
     """Optional capabilities this hub offers (SPEC 5)."""
     scopes: list[str] | None = None
-    """What this connection may do (`read`, `write`, `presence`); None: everything (no auth)."""
+    """What this connection may do (`read`, `write`, `presence`, `approve`); None: everything
+    (no auth)."""
     expires_in: float | None = None
     """Seconds until the connection's token expires; None without auth."""
     limits: dict[str, Budget] | None = None
     """The hub's budget for each kind of message this connection sends (`sync.budget`):
     a replica paces its pushes within `push`. None: the hub meters nothing."""
+    sub: str | None = None
+    """The connection's principal, with auth (SPEC 10: what `asked_by`, `decided_by` and a
+    stop's author must equal); None without auth, where every socket is `anonymous`."""
 
 
 class PushOrigin(msgspec.Struct, frozen=True):

@@ -1988,6 +1988,10 @@ export const REJECTS = Object.freeze({
   queued: 'queue',
   superseded: 'final',
   turn_ended: 'final',
+  decided: 'final',
+  asked: 'final',
+  forged: 'final',
+  bad_answer: 'final',
 });
 
 /** The rule for a reject `reason`; final when unknown (a newer hub). @param {string} reason */
