@@ -307,7 +307,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     token.add_argument("--sub", required=True, help="the principal")
     token.add_argument(
-        "--scope", default="read", help='space-separated: read, write, presence (default "read")'
+        "--scope",
+        default="read",
+        help='space-separated: read, write, presence, approve (default "read")',
     )
     token.add_argument(
         "--conv",

@@ -480,3 +480,19 @@ def test_the_new_reasons_are_final_in_the_one_table() -> None:
     """Every approval reason is final: resending the same decision can only fail again."""
     for reason in ("decided", "asked", "forged", "bad_answer"):
         assert REJECTS[reason] == "final"
+
+
+def test_a_token_for_approve_reads_and_decides_but_does_not_write() -> None:
+    """`convsync token --scope approve` mints what the hub reads as read + approve."""
+    from server.auth import Key, KeyRing, mint_token, verify
+
+    secret = "s" * 32
+    token = mint_token(secret, "alice", ["approve"], ["*"], 60, now=1000.0)
+    grant = verify(token, KeyRing.of(Key.secret(secret)), now=1001.0)
+    assert (grant.can_read, grant.can_approve, grant.can_write) == (True, True, False)
+    writer = verify(
+        mint_token(secret, "w", ["write"], ["*"], 60, now=1000.0),
+        KeyRing.of(Key.secret(secret)),
+        now=1001.0,
+    )
+    assert not writer.can_approve
