@@ -3,6 +3,7 @@ Python replicas on the other side."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -32,6 +33,7 @@ from sync import (
     TurnEnd,
     encode,
 )
+from sync.approvals import Approval
 from sync.ids import IdMinter
 
 CHROMIUM = os.environ.get("CONVSYNC_CHROMIUM", "/usr/bin/chromium")
@@ -699,3 +701,106 @@ async def test_a_refused_token_is_asked_for_again_and_a_new_one_in_the_address_i
         await second.wait_for_selector("#app[data-connection-state=connected]")
         assert second.url == page_url(hub, "/c/renew.1")  # the token left the address bar
         assert await second.locator(".text").first.text_content() == "still here"
+
+
+# ---------------------------------------------------------------------- approvals (SPEC 12)
+
+CLICK_AT = """([at, action]) => new Promise((resolve) => setTimeout(() => {
+  const button = document.querySelector(`[data-action=${action}]`);
+  if (button) button.click();
+  resolve(button !== null);
+}, at - Date.now()))"""
+
+
+async def approval_turn(worker: Replica, call: ToolCall | None) -> None:
+    worker.conversation.push(Message.user("clean up"))
+    worker.conversation.open_turn()
+    content: list[Any] = [Text("may I?")] + ([call] if call is not None else [])
+    worker.conversation.push(Assistant(content))
+    await worker.flush()
+
+
+async def open_connected(pages: Pages, url: str) -> Any:
+    page = await pages.open(url)
+    await page.wait_for_selector("#app[data-connection-state=connected]")
+    return page
+
+
+async def test_two_pages_click_approve_and_deny_at_once_one_decision_both_show_it(
+    hub: Hub, pages: Pages
+) -> None:
+    """Both pages click at the same moment: the worker's `ask` returns one decision, and
+    both pages (and the worker) show that same decision."""
+    first = await open_connected(pages, page_url(hub, "/c/approve.race"))
+    second = await open_connected(pages, page_url(hub, "/c/approve.race"))
+    async with connect(hub.url, "approve.race", client="worker") as worker:
+        await approval_turn(worker, ToolCall("c1", "delete", {"path": "build/"}))
+        decisions: list[Approval] = []
+
+        async def ask() -> None:
+            decisions.append(await worker.ask(call="c1", prompt="delete build/?"))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(ask)
+            for page in (first, second):
+                await page.wait_for_selector("[data-approval-state=open] [data-action=approve]")
+                assert "delete build/?" in await page.inner_text(".approval")
+            # Both clicks in one turn of each page's event loop, sent before either lands.
+            await anyio.lowlevel.checkpoint()
+            async with anyio.create_task_group() as clicks:
+                clicks.start_soon(first.click, "[data-action=approve]")
+                clicks.start_soon(second.click, "[data-action=deny]")
+        (decision,) = decisions
+        assert decision.state in ("approved", "denied")
+        for page in (first, second):
+            await page.wait_for_selector(f".approval[data-approval-state={decision.state}]")
+            assert await page.locator("[data-action=approve]").count() == 0
+            assert f"{decision.state} by anonymous" in await page.inner_text(".approval")
+        assert [a.state for a in worker.approvals.values()] == [decision.state]
+        # The loser's push reached the hub and was refused `decided`: a real race, lost.
+        assert hub.metrics.pushes_rejected["decided"] == 1
+        notices = [await page.inner_text(".notice") for page in (first, second)]
+        assert sum("decided first" in notice for notice in notices) == 1
+
+
+async def test_a_question_is_answered_with_text_and_a_reason_is_shown_to_everyone(
+    pages: Pages,
+) -> None:
+    """With tokens: an approve token answers; a read token sees the question and then the
+    answer, who gave it and why, with no buttons; the worker's write token gets none either."""
+    async with auth_hub() as hub:
+        decider = await open_connected(
+            pages, page_url(hub, f"/c/approve.q#token={page_token('alice', 'read approve')}")
+        )
+        reader = await open_connected(
+            pages, page_url(hub, f"/c/approve.q#token={page_token('bob', 'read')}")
+        )
+        writer = await open_connected(
+            pages, page_url(hub, f"/c/approve.q#token={page_token('carol')}")
+        )
+        token = page_token("worker")
+        async with connect(hub.url, "approve.q", client="worker", token=token) as worker:
+            await approval_turn(worker, None)
+            answers: list[Approval] = []
+
+            async def ask() -> None:
+                ask = functools.partial(
+                    worker.ask, key="account", prompt="which account?", schema={"type": "string"}
+                )
+                answers.append(await ask())
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(ask)
+                await decider.wait_for_selector("[data-approval-state=open] input[name=answer]")
+                for page in (reader, writer):
+                    await page.wait_for_selector("[data-approval-state=open]")
+                    assert await page.locator(".approval button").count() == 0
+                    assert "waiting for a person" in await page.inner_text(".approval")
+                await decider.fill("input[name=answer]", "ops")
+                await decider.fill("input[name=reason]", "the usual one")
+                await decider.click("[data-action=approve]")
+            assert answers[0].answer == "ops" and answers[0].decided_by == "alice"
+            for page in (decider, reader, writer):
+                await page.wait_for_selector("[data-approval-state=answered]")
+                text = await page.inner_text(".approval")
+                assert "answered by alice: ops (the usual one)" in text

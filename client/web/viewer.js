@@ -7,7 +7,15 @@
 // `SummaryFeed`. Everything a model, a tool or a presence status wrote goes in with
 // `textContent` (or an attribute value): never as markup.
 
-import { Author, Message, SummaryFeed, connect, isStopMarker, madeMs } from './convsync.js';
+import {
+  Author,
+  Message,
+  SummaryFeed,
+  approvals,
+  connect,
+  isStopMarker,
+  madeMs,
+} from './convsync.js';
 import { markdown } from './markdown.js';
 
 const WINDOW = 150; // entries drawn at first
@@ -108,6 +116,12 @@ class ConversationView {
     this.replica.on('refused', (error) => {
       this.notice.replaceChildren(`refused: ${error.code} ${error.detail ?? ''}`);
       if (error.code === 'unauthorized') this.notice.append(tokenPrompt());
+      this.notice.hidden = false;
+    });
+    this.replica.on('conflict', (event) => {
+      if (event.reason !== 'decided') return;
+      // Someone decided first (SPEC §12): their decision stands and the card shows it.
+      this.notice.replaceChildren('Someone else decided first; their decision stands.');
       this.notice.hidden = false;
     });
     root.dataset.connectionState = this.replica.state;
@@ -244,6 +258,7 @@ class ConversationView {
     /** @type {Map<string, any>} */
     const turns = new Map();
     for (const [, turn] of conversation.turns()) turns.set(turn.start, turn);
+    const cards = approvalsByEntry(conversation);
     const keep = new Set();
     let previous = null;
     for (let at = start; at < length; at += 1) {
@@ -252,9 +267,13 @@ class ConversationView {
       keep.add(key);
       const pending = entry.id !== null && !confirmed.holds(entry.id);
       let drawn = this.drawn.get(key);
-      const stamp = `${pending}|${turnStamp(turns.get(key))}|${resultStamp(entry, results)}`;
+      const asked = cards.get(key) ?? [];
+      const stamp =
+        `${pending}|${turnStamp(turns.get(key))}|${resultStamp(entry, results)}|` +
+        approvalStamp(asked, this.replica);
       if (drawn === undefined || drawn.entry !== entry || drawn.stamp !== stamp) {
         const element = drawEntry(entry, pending, results, turns.get(key));
+        for (const [id, approval] of asked) element.append(this.drawApproval(id, approval));
         if (drawn !== undefined) drawn.element.replaceWith(element);
         drawn = { entry, element, stamp };
         this.drawn.set(key, drawn);
@@ -269,6 +288,66 @@ class ConversationView {
         this.drawn.delete(key);
       }
     }
+  }
+
+  /**
+   * An approval card (SPEC §12): the question, then Approve / Deny with a reason (a text
+   * answer for a question) for a token that may decide it, else who decided what; the
+   * decision and who made it are shown to everyone.
+   * @param {string} id @param {any} approval
+   */
+  drawApproval(id, approval) {
+    const question = approval.call === null;
+    const card = h('div', {
+      class: `approval ${approval.state}`,
+      'data-approval-id': id,
+      'data-approval-state': approval.state,
+      'data-approval-key': approval.key,
+    });
+    const what = question ? 'Question' : `Approve call ${approval.key}?`;
+    card.append(h('div', { class: 'approval-title' }, what));
+    if (approval.prompt) card.append(h('div', { class: 'approval-prompt', dir: 'auto' }, approval.prompt));
+    if (approval.state !== 'open') {
+      const who = approval.decided_by ? ` by ${approval.decided_by}` : '';
+      const answer =
+        approval.answer !== null && approval.answer !== undefined
+          ? `: ${typeof approval.answer === 'string' ? approval.answer : jsonText(approval.answer)}`
+          : '';
+      const why = approval.reason ? ` (${approval.reason})` : '';
+      card.append(h('div', { class: 'approval-decision' }, `${approval.state}${who}${answer}${why}`));
+      return card;
+    }
+    if (!this.replica.mayDecideOn(approval)) {
+      card.append(h('div', { class: 'approval-decision' }, 'waiting for a person'));
+      return card;
+    }
+    const answer = question
+      ? /** @type {HTMLInputElement} */ (h('input', { name: 'answer', placeholder: 'answer', 'aria-label': 'answer' }))
+      : null;
+    const reason = /** @type {HTMLInputElement} */ (
+      h('input', { name: 'reason', placeholder: 'reason (optional)', 'aria-label': 'reason' })
+    );
+    const error = h('div', { class: 'approval-error', hidden: '' });
+    const decideWith = (approve) => {
+      try {
+        this.replica.decide(id, {
+          approve,
+          answer: approve && answer !== null ? answerValue(approval.schema, answer.value) : null,
+          reason: reason.value.trim() === '' ? null : reason.value,
+        });
+      } catch (caught) {
+        error.textContent = caught instanceof Error ? caught.message : String(caught);
+        error.hidden = false;
+        return;
+      }
+      this.schedule();
+    };
+    const yes = h('button', { type: 'button', 'data-action': 'approve' }, question ? 'Answer' : 'Approve');
+    const no = h('button', { type: 'button', 'data-action': 'deny' }, 'Deny');
+    yes.addEventListener('click', () => decideWith(true));
+    no.addEventListener('click', () => decideWith(false));
+    card.append(h('div', { class: 'approval-actions' }, answer, reason, yes, no), error);
+    return card;
   }
 
   renderDrafts() {
@@ -327,6 +406,42 @@ class ConversationView {
       );
     }
     this.presence.replaceChildren(...items);
+  }
+}
+
+/** The approvals drawn under each entry (`after`), by entry id. */
+function approvalsByEntry(conversation) {
+  /** @type {Map<string, [string, any][]>} */
+  const byEntry = new Map();
+  for (const [id, approval] of approvals(conversation)) {
+    const after = conversation.aside(id)?.after;
+    if (typeof after !== 'string') continue;
+    if (!byEntry.has(after)) byEntry.set(after, []);
+    byEntry.get(after).push([id, approval]);
+  }
+  return byEntry;
+}
+
+function approvalStamp(asked, replica) {
+  return asked
+    .map(([id, a]) => `${id}:${a.state}:${a.decided_by}:${replica.mayDecideOn(a)}`)
+    .join(',');
+}
+
+/**
+ * A question's typed answer as its schema wants it: text for a string (or no schema), else
+ * the text read as JSON when it parses (a number, `true`), else the text itself (the schema
+ * check then says what is wrong).
+ */
+function answerValue(schema, text) {
+  const type = schema && typeof schema === 'object' ? schema.type : undefined;
+  if (schema === null || type === 'string' || (type === undefined && !('enum' in (schema ?? {})))) {
+    return text;
+  }
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
   }
 }
 
