@@ -11,9 +11,11 @@ for the hub's revision, and each must equal the hub's state read over HTTP.
 
 Every answer streams as a draft (SPEC 7): a fake model yields the answer word by word with
 small delays, the UI shows the draft growing (`ui   | ...` lines), and the worker commits the
-message when the model is done. In the last turn (with 3 turns or more) the UI stops the
-answer midway (a `stopped` halt): the worker's model call is cancelled under
-`cancel_on_end()` and the turn ends `stopped`; the next request follows a STOPPED note.
+message when the model is done. Before running its `weather` tool the worker asks a person
+(SPEC 12, `Replica.ask`); the UI approves it as soon as the card arrives. In the last turn
+(with 3 turns or more) the UI stops the answer midway (a `stopped` halt): the worker's model
+call is cancelled under `cancel_on_end()` and the turn ends `stopped`; the next request
+follows a STOPPED note.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from sync.messages import AnyMessage
 from .http import FetchedConversation, fetch_conversation
 from .live import DraftChanged, DraftEnded
 from .replica import Replica, connect
-from .session import Applied, Conflict, Rebased, Reset
+from .session import Applied, ApprovalAsked, Conflict, Rebased, Reset
 from .tail import Watcher, describe_entry, one_line
 
 __all__ = ["SCRIPT", "DemoError", "run_demo"]
@@ -75,6 +77,8 @@ SCRIPT: list[tuple[str, str, dict[str, Any], str, str]] = [
     ),
 ]
 INTERJECTION = "Also: keep the answers short, please."
+ASKS_BEFORE = "weather"
+"""The tool the worker asks a person about before running it (the UI approves it)."""
 
 
 def _wait() -> float:
@@ -152,6 +156,14 @@ async def _worker(
         call = ToolCall(f"call_{turn}_{tool}", tool, arguments)
         conversation.push(Assistant([Text("Let me check."), call], stop=Stop("tool_use")))
         say("agent", f"calls {tool}({one_line(str(arguments), 60)})")
+        if tool == ASKS_BEFORE:  # SPEC 12: a person approves this tool before it runs
+            await worker.flush()
+            say("agent", f"asks the ui before running {tool}")
+            decision = await worker.ask(call=call.id, prompt=f"May I run {tool}?")
+            why = f": {decision.reason}" if decision.reason else ""
+            say("agent", f"{tool} {decision.state} by {decision.decided_by}{why}")
+            if not decision.approved:
+                result = f"the user did not allow {tool}"
         await _pause(fast, 1.0)
         since = len(conversation)
         conversation.push(Message.tool_result(call.id, tool, result))
@@ -203,6 +215,10 @@ async def _ui(
         for item in events:
             if isinstance(item, Conflict):
                 say("ui   ", f"conflict: {item.reason} {item.detail}")
+            elif isinstance(item, ApprovalAsked) and item.approval.is_open:
+                say("ui   ", f"the agent asks: {item.approval.prompt}")
+                ui.decide(item.id, approve=True, reason="looks safe")
+                say("ui   ", f"user approves {item.approval.key}")
             elif isinstance(item, DraftChanged) and item.id in ui.drafts:
                 text = ui.drafts[item.id].text
                 if text and (item.id not in shown or len(text) >= shown[item.id] + 40):
