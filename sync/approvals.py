@@ -297,6 +297,8 @@ def _transition(
     after = approval_of(new) if now else None
     if now and after is None:
         return "invalid", "a rig.approval aside holds an approval (SPEC 12)"
+    if before is not None and after is not None and before == after:
+        return None  # moved (its `after`, as `normalize` moves asides), not changed
     if before is None:
         # Nothing, or a malformed approval put without these rules (a store from before
         # them): what goes in is an ask.
@@ -311,9 +313,7 @@ def _transition(
     if any(getattr(before, name) != getattr(after, name) for name in _QUESTION_FIELDS):
         return "invalid", "an approval's question never changes"
     if after.state == "open":
-        if after != before:
-            return "invalid", "an open approval carries no decision"
-        return None  # moved (its `after`), not decided
+        return "invalid", "an open approval carries no decision"
     return _decide(before, after, actor, view)
 
 

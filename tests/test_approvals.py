@@ -496,3 +496,17 @@ def test_a_token_for_approve_reads_and_decides_but_does_not_write() -> None:
         now=1001.0,
     )
     assert not writer.can_approve
+
+
+def test_a_decided_approval_may_move_but_never_change() -> None:
+    """Drawn after another entry (as `normalize` moves asides), a decision stands as it was."""
+    hub, worker, (a, b), id_ = _asked(ui_scopes="read write approve")
+    _decide(a, id_)
+    settle([worker, a, b])
+    local = worker.session.local
+    aside = local.aside(id_)
+    assert aside is not None
+    local.replace_aside(id_, Aside(aside.kind, local.id(0), aside.author, aside.value))
+    settle([worker, a, b])
+    assert hub.rejected == [] and hub.conversation.aside(id_).after == local.id(0)  # type: ignore[union-attr]
+    assert _state(hub, id_) == "approved"
