@@ -209,6 +209,6 @@ def test_readme_asking_a_person_example_runs(tmp_path: Path) -> None:
         "ui sees: Delete build/?",
         "worker got: approved by anonymous - only build output",
         "cards: 1 same decision: True",
-        "refused: bad_answer: answer: expected one of \"ops\", \"dev\"",
+        'refused: bad_answer: answer: expected one of "ops", "dev"',
         "answer: ops",
     ]
