@@ -457,6 +457,8 @@ export function decide(
     at?: number;
   },
 ): Approval;
+/** The first result answering tool call `callId` after the entry holding it, or null. */
+export function resultOf(conversation: Conversation, callId: string): any | null;
 export function decidedMeanwhile(then: unknown, held: unknown, pending: unknown): boolean;
 export function schemaProblem(schema: unknown): string | null;
 export function answerProblem(schema: unknown, value: unknown, path?: string): string | null;
@@ -537,6 +539,8 @@ export class Replica {
     schema?: any;
     key?: string;
   }): Promise<Approval>;
+  /** Resolves with the result of (frontend) tool call `callId` once one has landed. */
+  result(callId: string): Promise<any>;
   /** Decide approval `id` as this replica's principal; throws `UsageError` as `decide`. */
   decide(id: string, options?: { approve?: boolean; answer?: any; reason?: string | null }): Approval;
   /** `connecting` until the first welcome; `disconnected` (retrying) after a lost connection or

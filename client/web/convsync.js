@@ -2418,6 +2418,27 @@ export function answerProblem(schema, value, path = 'answer', depth = 0) {
   return null;
 }
 
+/** The first result answering call `callId` after the last entry holding it, or null. */
+export function resultOf(conversation, callId) {
+  let at = conversation.length - 1;
+  for (; at >= 0; at -= 1) {
+    const message = /** @type {any} */ (conversation.entry(at)).message;
+    if (
+      message.role === 'assistant' &&
+      message.content.some((p) => p.type === 'tool_call' && p.id === callId)
+    )
+      break;
+  }
+  if (at < 0) return null;
+  for (let later = at + 1; later < conversation.length; later += 1) {
+    const message = /** @type {any} */ (conversation.entry(later)).message;
+    if (message.role !== 'user') continue;
+    const found = message.content.find((p) => p.type === 'tool_result' && p.call_id === callId);
+    if (found !== undefined) return found;
+  }
+  return null;
+}
+
 /** `approval_asked` / `approval_decided` events for the approvals `records` put. */
 function approvalEvents(records) {
   const events = [];
@@ -3480,6 +3501,25 @@ export class Replica {
         } else if (found[1].state !== 'open') {
           stopListening();
           resolve(found[1]);
+        }
+      };
+      const stopListening = this.on('*', check);
+      check();
+    });
+  }
+
+  /**
+   * Resolves with the result of tool call `callId` (a frontend tool's, pushed by a UI) once
+   * one is in the conversation: the first after the call (strict pairing refuses a second).
+   * @param {string} callId
+   */
+  result(callId) {
+    return new Promise((resolve) => {
+      const check = () => {
+        const found = resultOf(this.session.local, callId);
+        if (found !== null) {
+          stopListening();
+          resolve(found);
         }
       };
       const stopListening = this.on('*', check);

@@ -12,6 +12,7 @@ import {
   approvals,
   ask,
   decide,
+  resultOf,
 } from '../convsync.js';
 
 const LINEAGE = 78;
@@ -108,4 +109,18 @@ test('an answer its schema refuses changes nothing', () => {
   );
   assert.deepEqual(plain(log.state()), before);
   assert.equal(decide(log, made.id, { answer: 3, decidedBy: 'ui' }).state, 'answered');
+});
+
+test('resultOf finds the first result after the call, and nothing before it', () => {
+  const log = new Conversation();
+  log.extend([Message.user('pick a file'), CALL]);
+  assert.equal(resultOf(log, 'c1'), null);
+  log.push({
+    role: 'user',
+    content: [
+      { type: 'tool_result', call_id: 'c1', name: 'rm', content: [{ type: 'text', text: 'a' }] },
+    ],
+  });
+  assert.equal(resultOf(log, 'c1').content[0].text, 'a');
+  assert.equal(resultOf(log, 'nope'), null);
 });
