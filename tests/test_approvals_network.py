@@ -181,3 +181,27 @@ async def test_two_uis_race_to_answer_a_frontend_tool_call_one_result_lands(hub:
         assert len(landed) == 1 and landed[0] == result
         for replica in (a, b):
             await until(lambda replica=replica: replica.conversation == worker.conversation)
+
+
+async def test_an_exported_conversation_with_decided_approvals_imports_as_it_was(
+    hub: Hub,
+) -> None:
+    """History goes back in: an ended turn's decided approval is let in by an import (no one
+    can wait on it), so export then import round-trips; an open turn's is still forged."""
+    from client import fetch_conversation, import_conversation
+    from sync import Conversation, TurnEnd, encode
+    from sync import approvals as ap
+
+    source = Conversation()
+    source.push(Message.user("clean up"))
+    source.open_turn()
+    answer = source.push(CALL)
+    id_, _, _ = ap.ask(source, key="c1", call="c1", asked_by="w", asked_client="w")
+    ap.decide(source, id_, approve=True, decided_by="alice", at=5, reason="fine")
+    source.push(Message.tool_result("c1", "delete", "done"))
+    source.end_turn(TurnEnd.answered(answer))
+    await import_conversation(hub.url, encode(source), "imported")
+    fetched = await fetch_conversation(hub.url, "imported")
+    assert fetched.conversation == source.view()
+    held = ap.approval_of(fetched.conversation.aside(id_))
+    assert held is not None and (held.state, held.decided_by) == ("approved", "alice")
