@@ -812,3 +812,28 @@ async def test_a_question_is_answered_with_text_and_a_reason_is_shown_to_everyon
                 await page.wait_for_selector("[data-approval-state=answered]")
                 text = await page.inner_text(".approval")
                 assert "answered by alice: ops (the usual one)" in text
+
+
+async def test_a_question_with_choices_is_a_form_and_its_pick_is_the_answer(
+    hub: Hub, pages: Pages
+) -> None:
+    """An `enum` question is drawn as a choice of its values; the value picked is the answer
+    the worker's `ask` returns (a number stays a number)."""
+    page = await open_connected(pages, page_url(hub, "/c/approve.form"))
+    async with connect(hub.url, "approve.form", client="worker") as worker:
+        await approval_turn(worker, None)
+        answers: list[Approval] = []
+        schema = {"enum": ["ops", 7, True]}
+
+        async def ask() -> None:
+            answers.append(await worker.ask(key="pick", prompt="which?", schema=schema))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(ask)
+            await page.wait_for_selector("[data-approval-state=open] select[name=answer]")
+            options = await page.locator("select[name=answer] option").all_inner_texts()
+            assert options == ["ops", "7", "true"]
+            await page.select_option("select[name=answer]", index=1)
+            await page.click("[data-action=approve]")
+        assert answers[0].state == "answered" and answers[0].answer == 7
+        await page.wait_for_selector("[data-approval-state=answered]")

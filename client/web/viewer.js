@@ -321,9 +321,28 @@ class ConversationView {
       card.append(h('div', { class: 'approval-decision' }, 'waiting for a person'));
       return card;
     }
-    const answer = question
-      ? /** @type {HTMLInputElement} */ (h('input', { name: 'answer', placeholder: 'answer', 'aria-label': 'answer' }))
-      : null;
+    const choices = question ? choicesOf(approval.schema) : null;
+    /** @type {HTMLInputElement | HTMLSelectElement | null} */
+    let answer = null;
+    if (choices !== null) {
+      // A simple schema (an enum, a boolean) is a form: pick one of its values.
+      answer = /** @type {HTMLSelectElement} */ (
+        h(
+          'select',
+          { name: 'answer', 'aria-label': 'answer' },
+          ...choices.map((value, at) => h('option', { value: String(at) }, displayed(value))),
+        )
+      );
+    } else if (question) {
+      answer = /** @type {HTMLInputElement} */ (
+        h('input', { name: 'answer', placeholder: 'answer', 'aria-label': 'answer' })
+      );
+    }
+    const answerOf = () => {
+      if (answer === null) return null;
+      if (choices !== null) return choices[Number(answer.value)];
+      return answerValue(approval.schema, answer.value);
+    };
     const reason = /** @type {HTMLInputElement} */ (
       h('input', { name: 'reason', placeholder: 'reason (optional)', 'aria-label': 'reason' })
     );
@@ -332,7 +351,7 @@ class ConversationView {
       try {
         this.replica.decide(id, {
           approve,
-          answer: approve && answer !== null ? answerValue(approval.schema, answer.value) : null,
+          answer: approve ? answerOf() : null,
           reason: reason.value.trim() === '' ? null : reason.value,
         });
       } catch (caught) {
@@ -426,6 +445,18 @@ function approvalStamp(asked, replica) {
   return asked
     .map(([id, a]) => `${id}:${a.state}:${a.decided_by}:${replica.mayDecideOn(a)}`)
     .join(',');
+}
+
+/** The values a simple schema allows (an `enum`, a `boolean`), or null for a free answer. */
+function choicesOf(schema) {
+  if (schema === null || typeof schema !== 'object') return null;
+  if (Array.isArray(schema.enum) && schema.enum.length > 0) return schema.enum;
+  if (schema.type === 'boolean') return [true, false];
+  return null;
+}
+
+function displayed(value) {
+  return typeof value === 'string' ? value : JSON.stringify(value);
 }
 
 /**
