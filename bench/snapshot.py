@@ -43,8 +43,7 @@ from bench._report import gc_paused, median, now, publish, spread, text
 from server.core import SNAPSHOT_SPAN, CoreConfig, RoomCore, deliver
 from server.room import store_call
 from server.store import LogStore, MemoryStore, SqliteStore
-from sync import Author, ChangeRecord, Conversation, Lineage, Message, Reset, encode
-from sync.codec import decode_state
+from sync import Author, ChangeRecord, Conversation, Lineage, Message, Reset, decode_state, encode
 from sync.protocol import Hello, PushBatch
 
 SECTION = "Hub: snapshots of a long conversation (`bench/snapshot.py`)"

@@ -30,15 +30,18 @@ if _quiet_start:
 import argparse
 import asyncio
 import contextlib
+import datetime
 import errno
 import gc
 import importlib.metadata
 import json
+import logging
+import math
 import os
 import socket
 import ssl
 import urllib.parse
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
 import anyio
@@ -128,6 +131,16 @@ def _seconds(text: str) -> float:
 
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _days(text: str) -> float:
+    try:
+        days = float(text)
+    except ValueError:
+        days = math.nan
+    if not (math.isfinite(days) and days > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of days (more than 0)")
+    return days
 
 
 def _duration(text: str) -> float:
@@ -293,6 +306,46 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--metrics-token", default=None, help="/metrics then needs this bearer token"
     )
+    serve.add_argument(
+        "--retain",
+        type=_days,
+        default=None,
+        metavar="DAYS",
+        help="delete conversations idle (nothing appended) for longer, at start and hourly "
+        "(env CONVSYNC_RETAIN_DAYS; default: keep all; `convsync delete --idle DAYS "
+        "--dry-run` shows what would go)",
+    )
+    serve.add_argument(
+        "--keep-tombstones",
+        type=_days,
+        default=None,
+        metavar="DAYS",
+        help="forget a deleted conversation's tombstone after this many days (env "
+        "CONVSYNC_KEEP_TOMBSTONES_DAYS; default: never); keep it longer than any replica "
+        "keeps an outbox",
+    )
+    serve.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default=None,
+        help="log lines on stderr as text or as one JSON object per line (env "
+        "CONVSYNC_LOG_FORMAT; default text)",
+    )
+    serve.add_argument(
+        "--trace",
+        choices=["console", "otlp"],
+        default=None,
+        help="OpenTelemetry spans (needs the otel extra): to stderr as JSON lines, or over "
+        "OTLP/HTTP to OTEL_EXPORTER_OTLP_ENDPOINT (needs opentelemetry-exporter-otlp-proto-http"
+        "); env CONVSYNC_TRACE; default off",
+    )
+    serve.add_argument(
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        default=None,
+        help="the least level logged (env CONVSYNC_LOG_LEVEL; default warning; info adds "
+        "each socket opened, closed and refused)",
+    )
 
     token = commands.add_parser(
         "token",
@@ -310,7 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
     token.add_argument(
         "--scope",
         default="read",
-        help='space-separated: read, write, presence, approve (default "read")',
+        help='space-separated: read, write, presence, admin (delete), approve (default "read")',
     )
     token.add_argument(
         "--conv",
@@ -461,6 +514,25 @@ def build_parser() -> argparse.ArgumentParser:
     rest.add_argument("file", metavar="FILE", help="the backup file")
     rest.add_argument("--db", required=True, help="the new store's SQLite file")
 
+    delete = commands.add_parser(
+        "delete",
+        help="delete conversations, by id or idle for some days",
+        description="Delete conversations on a running hub (SPEC 15; the token needs scope "
+        "admin on them): their logs leave the store, their sockets are closed (4410 "
+        "deleted, never retried) and a tombstone keeps any replica from bringing them "
+        "back. Give ids, or --idle DAYS for every conversation with no record appended for "
+        "longer (with --dry-run: only list them, with when each was last written). Prints "
+        "one line per conversation; exit 1 if one of the ids was not there.",
+    )
+    delete.add_argument(
+        "ids", nargs="*", type=_conversation_id, metavar="ID", help="conversations to delete"
+    )
+    delete.add_argument(
+        "--idle", type=_days, default=None, metavar="DAYS", help="every conversation idle longer"
+    )
+    delete.add_argument("--dry-run", action="store_true", help="with --idle: list, change nothing")
+    _client_options(delete)
+
     listing = commands.add_parser(
         "list",
         help="list conversations, or watch them live",
@@ -570,7 +642,82 @@ async def _run(command: Callable[[argparse.Namespace], Awaitable[int]], ns: Any)
 
 
 async def cmd_serve(args: argparse.Namespace) -> int:
-    """Run a hub until SIGINT or SIGTERM."""
+    """Run a hub until SIGINT or SIGTERM, logging as `--log-format` and `--log-level` say."""
+    form = args.log_format if args.log_format is not None else _env("LOG_FORMAT", "text")
+    level = args.log_level if args.log_level is not None else _env("LOG_LEVEL", "warning")
+    if form not in ("text", "json"):
+        raise CliError(f"CONVSYNC_LOG_FORMAT={form!r}: give text or json", 2)
+    if level not in ("debug", "info", "warning", "error"):
+        raise CliError(f"CONVSYNC_LOG_LEVEL={level!r}: give debug, info, warning or error", 2)
+    trace = args.trace if args.trace is not None else _env("TRACE", "") or None
+    if trace not in (None, "console", "otlp"):
+        raise CliError(f"CONVSYNC_TRACE={trace!r}: give console or otlp", 2)
+    with _serve_logging(form, level), _serve_tracing(trace):
+        return await _serve(args, json_logs=form == "json")
+
+
+@contextlib.contextmanager
+def _serve_tracing(kind: str | None) -> Iterator[None]:
+    """Spans of the hub to `kind` (console: stderr; otlp) while it runs; nothing if None."""
+    if kind is None:
+        yield
+        return
+    from server import tracing
+
+    try:
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+        from opentelemetry.sdk.trace.export import (
+            BatchSpanProcessor,
+            ConsoleSpanExporter,
+            SpanExporter,
+        )
+    except ModuleNotFoundError:
+        raise CliError("--trace needs the otel extra: pip install 'convsync[otel]'", 2) from None
+    exporter: SpanExporter
+    if kind == "otlp":
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[import-not-found,unused-ignore]
+                OTLPSpanExporter,
+            )
+        except ModuleNotFoundError:
+            raise CliError(
+                "--trace otlp needs pip install opentelemetry-exporter-otlp-proto-http", 2
+            ) from None
+        exporter = OTLPSpanExporter()
+    else:
+
+        def one_line(span: ReadableSpan) -> str:
+            return str(span.to_json(indent=None)) + "\n"
+
+        exporter = ConsoleSpanExporter(out=sys.stderr, formatter=one_line)
+    provider = TracerProvider(resource=Resource.create({"service.name": "convsync-hub"}))
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    tracing.enable(provider)
+    try:
+        yield
+    finally:
+        tracing.disable()
+        provider.shutdown()  # the spans still batched go out
+
+
+@contextlib.contextmanager
+def _serve_logging(form: str, level: str) -> Iterator[None]:
+    """Log to stderr in `form` at `level` while the hub runs (then as before: in a test run
+    in-process the logging of the test's own process is left as it was)."""
+    from server.logs import configure_logging
+
+    root = logging.getLogger()
+    before = root.level
+    handler = configure_logging("json" if form == "json" else "text", level)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(before)
+
+
+async def _serve(args: argparse.Namespace, *, json_logs: bool) -> int:
     from server.hub import Hub
     from server.store import open_store
 
@@ -602,6 +749,8 @@ async def cmd_serve(args: argparse.Namespace) -> int:
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         metrics_token=args.metrics_token,
+        retain_days=args.retain,
+        keep_tombstones_days=args.keep_tombstones,
     )
     keys, reload = _server_keys(args)
     stop = asyncio.Event()
@@ -645,7 +794,10 @@ async def cmd_serve(args: argparse.Namespace) -> int:
                     group.start_soon(_reload_keys, hub, reload)
                 await stop.wait()
                 group.cancel_scope.cancel()
-                print("convsync: stopping", file=sys.stderr, flush=True)
+                if json_logs:  # every line on stderr is then a JSON object
+                    logging.getLogger("convsync.serve").info("stopping")
+                else:
+                    print("convsync: stopping", file=sys.stderr, flush=True)
         except (OSError, BaseExceptionGroup) as exc:
             error = sole_exception(exc)
             if not isinstance(error, OSError):
@@ -947,6 +1099,48 @@ async def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------- delete
+
+
+async def cmd_delete(args: argparse.Namespace) -> int:
+    """Delete conversations by id, or those idle for `--idle` days (`--dry-run`: list)."""
+    from . import http
+
+    if bool(args.ids) == (args.idle is not None):
+        raise CliError("give conversation ids or --idle DAYS (one of the two)", 2)
+    if args.dry_run and args.idle is None:
+        raise CliError("--dry-run goes with --idle DAYS", 2)
+    url = _hub_urls(args)[0]
+    options: dict[str, Any] = {"token": args.token, "ssl": _tls(args)}
+    if args.idle is not None:
+        listed = await http.retain(
+            url, args.idle, dry_run=args.dry_run, request_timeout=max(args.timeout, 60), **options
+        )
+        for conversation_id, last in listed:
+            if args.dry_run:
+                when = datetime.datetime.fromtimestamp(last, datetime.UTC)
+                print(f"would delete\t{conversation_id}\tlast written {when:%Y-%m-%d %H:%M}Z")
+            else:
+                print(f"deleted\t{conversation_id}")
+        what = "would be deleted" if args.dry_run else "deleted"
+        print(f"{len(listed)} idle conversation(s) {what}", file=sys.stderr)
+        return 0
+    missing = 0
+    for conversation_id in args.ids:
+        try:
+            await http.delete_conversation(
+                url, conversation_id, request_timeout=args.timeout, **options
+            )
+        except HubError as exc:
+            if exc.reason != "no_conversation":
+                raise
+            missing += 1
+            print(f"convsync: {exc.message}", file=sys.stderr)
+            continue
+        print(f"deleted\t{conversation_id}")
+    return 1 if missing else 0
+
+
 # ---------------------------------------------------------------------- export
 
 
@@ -1121,6 +1315,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
     "demo": cmd_demo,
     "backup": cmd_backup,
     "restore": cmd_restore,
+    "delete": cmd_delete,
 }
 
 

@@ -192,7 +192,18 @@ def _recent(item: tuple[str, Row]) -> tuple[int, str]:
 
 # ---------------------------------------------------------------------- showing rows (the CLI)
 
-COLUMNS = ("id", "revision", "entries", "updated", "turn", "drafts", "online", "last")
+COLUMNS = (
+    "id",
+    "revision",
+    "entries",
+    "updated",
+    "turn",
+    "drafts",
+    "waiting",
+    "tokens",
+    "online",
+    "last",
+)
 
 
 def cells(row: Row) -> tuple[str, ...]:
@@ -211,6 +222,15 @@ def cells(row: Row) -> tuple[str, ...]:
     last = row.get("last")
     last_text = f"{last['role']}: {last['text']}" if isinstance(last, dict) else ""
     online = ",".join(row.get("online") or []) or "-"
+    waiting = [
+        f"{count} {label}"
+        for count, label in ((row.get("queued"), "queued"), (row.get("approvals"), "to approve"))
+        if isinstance(count, int) and count > 0
+    ]
+    usage = row.get("usage")
+    tokens = "-"
+    if isinstance(usage, dict):
+        tokens = str(sum(usage.get(k) or 0 for k in ("input_tokens", "output_tokens")))
     values = (
         str(row["id"]),
         str(row.get("revision", "")),
@@ -218,6 +238,8 @@ def cells(row: Row) -> tuple[str, ...]:
         when,
         turn_text,
         str(open_drafts),
+        ", ".join(waiting) or "-",
+        tokens,
         online,
         last_text,
     )

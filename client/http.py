@@ -20,7 +20,15 @@ import msgspec
 
 from sync import Conversation, ConversationState, ConvsyncError, decode
 
-__all__ = ["FetchedConversation", "HubError", "HubView", "check_hub", "fetch_conversation"]
+__all__ = [
+    "FetchedConversation",
+    "HubError",
+    "HubView",
+    "check_hub",
+    "delete_conversation",
+    "fetch_conversation",
+    "retain",
+]
 
 
 class HubError(ConvsyncError):
@@ -69,11 +77,12 @@ def _get(
     token: str | None = None,
     ssl: _ssl.SSLContext | None = None,
     shown: str | None = None,
+    method: str = "GET",
 ) -> tuple[int, bytes]:
-    """Status and body of a GET (blocking; an HTTP error status is an answer, not a raise),
-    with `Authorization: Bearer <token>` when a token is given, and `ssl` for `https://`.
-    An error names the hub as `shown` (the URL the user gave), else as `url`."""
-    request = urllib.request.Request(url)
+    """Status and body of a GET (or `method`; blocking; an HTTP error status is an answer,
+    not a raise), with `Authorization: Bearer <token>` when a token is given, and `ssl` for
+    `https://`. An error names the hub as `shown` (the URL the user gave), else as `url`."""
+    request = urllib.request.Request(url, method=method)
     if token is not None:
         request.add_header("Authorization", f"Bearer {token}")
     opener = _opener
@@ -100,8 +109,9 @@ async def _get_async(
     token: str | None = None,
     ssl: _ssl.SSLContext | None = None,
     shown: str | None = None,
+    method: str = "GET",
 ) -> tuple[int, bytes]:
-    return await anyio.to_thread.run_sync(_get, url, request_timeout, token, ssl, shown)
+    return await anyio.to_thread.run_sync(_get, url, request_timeout, token, ssl, shown, method)
 
 
 async def check_hub(
@@ -156,3 +166,69 @@ async def fetch_conversation(
             f"the hub's answer for {conversation_id!r} is not a conversation: {exc.message}",
         ) from exc
     return FetchedConversation(view.lineage, view.revision, conversation)
+
+
+# ---------------------------------------------------------------------- deleting (SPEC 15)
+
+
+def _refusal(status: int, body: bytes, what: str) -> HubError:
+    """The error of a refused admin request: what the hub said, in one line."""
+    detail = body.decode(errors="replace").strip()
+    if status == 401:
+        return HubError("unauthorized", f"the hub wants a valid token to {what} ({detail})")
+    if status == 403:
+        return HubError("forbidden", f"the token may not {what}: {detail} (needs scope admin)")
+    return HubError("bad_status", f"the hub answered {status} to {what}: {detail}")
+
+
+async def delete_conversation(
+    url: str,
+    conversation_id: str,
+    *,
+    request_timeout: float = 10.0,
+    token: str | None = None,
+    ssl: _ssl.SSLContext | None = None,
+) -> None:
+    """Delete a conversation on the hub at ws(s) `url` (`DELETE /v1/conversations/{id}`):
+    its log goes from the store, its sockets are closed `deleted`, a tombstone stays.
+
+    Raises:
+        HubError: `no_conversation` (nothing to delete), `unauthorized`/`forbidden` (the
+            token is missing, bad, or lacks `admin` on it), `unreachable`, `bad_status`.
+    """
+    status, body = await _get_async(
+        http_url(url, conversation_id), request_timeout, token, ssl, url, "DELETE"
+    )
+    if status == 404:
+        raise HubError("no_conversation", f"the hub has no conversation {conversation_id!r}")
+    if status != 200:
+        raise _refusal(status, body, f"delete {conversation_id!r}")
+
+
+async def retain(
+    url: str,
+    days: float,
+    *,
+    dry_run: bool,
+    request_timeout: float = 60.0,
+    token: str | None = None,
+    ssl: _ssl.SSLContext | None = None,
+) -> list[tuple[str, float]]:
+    """The conversations idle for more than `days` days on the hub at ws(s) `url`, each with
+    when its last record was stamped (epoch seconds); deleted unless `dry_run`.
+
+    Raises:
+        HubError: as `delete_conversation` (`bad_answer` for a body that is not a list).
+    """
+    where = f"{http_url(url)}/v1/retain?{urllib.parse.urlencode({'days': repr(days)})}"
+    method = "GET" if dry_run else "POST"
+    status, body = await _get_async(where, request_timeout, token, ssl, url, method)
+    if status != 200:
+        raise _refusal(status, body, "delete idle conversations")
+    try:
+        answer = msgspec.json.decode(body)
+        if dry_run:
+            return [(str(item["id"]), float(item["last"])) for item in answer["idle"]]
+        return [(str(cid), 0.0) for cid in answer["deleted"]]
+    except (msgspec.DecodeError, KeyError, TypeError, ValueError) as exc:
+        raise HubError("bad_answer", "the hub's answer is not a list of conversations") from exc

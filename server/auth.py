@@ -54,12 +54,12 @@ __all__ = [
     "verify_refresh",
 ]
 
-Scope: TypeAlias = Literal["read", "write", "presence", "approve"]
+Scope: TypeAlias = Literal["read", "write", "presence", "admin", "approve"]
 Kind: TypeAlias = Literal["agent", "ui", "dashboard", "service"]
 AuthCode: TypeAlias = Literal["unauthorized", "forbidden"]
 Algorithm: TypeAlias = Literal["HS256", "ES256", "RS256", "EdDSA"]
 
-SCOPES: Final[frozenset[str]] = frozenset({"read", "write", "presence", "approve"})
+SCOPES: Final[frozenset[str]] = frozenset({"read", "write", "presence", "admin", "approve"})
 KINDS: Final[frozenset[str]] = frozenset({"agent", "ui", "dashboard", "service"})
 AUDIENCE: Final = "convsync"
 MAX_TOKEN_BYTES: Final = 8 * 1024
@@ -312,6 +312,12 @@ class Grant:
         """May decide approvals (SPEC 12); `write` does not include it."""
         return "approve" in self.scopes
 
+    @property
+    def can_admin(self) -> bool:
+        """May delete a conversation (`DELETE /v1/conversations/{id}`, SPEC 15); implies
+        nothing else, and nothing else implies it."""
+        return "admin" in self.scopes
+
     def require(self, conversation_id: str, scope: Scope) -> None:
         """Check this grant allows `scope` on the conversation, for `hello`, `push`, presence.
 
@@ -322,7 +328,12 @@ class Grant:
         """
         if not self.allows(conversation_id):
             raise _forbidden("token does not allow this conversation")
-        allowed = {"read": self.can_read, "write": self.can_write, "presence": self.can_presence}
+        allowed = {
+            "read": self.can_read,
+            "write": self.can_write,
+            "presence": self.can_presence,
+            "admin": self.can_admin,
+        }
         if not allowed[scope]:
             raise _forbidden(f"token lacks the {scope} scope")
 
@@ -550,7 +561,7 @@ def mint_token(
         signing_key: an HS256 secret (as `Key.secret` takes it), or a private key whose type
             picks ES256, RS256 or EdDSA.
         sub: the principal.
-        scopes: from `read`, `write`, `presence`, `approve`.
+        scopes: from `read`, `write`, `presence`, `admin`, `approve`.
         convs: conversation ids, prefixes ending in `*`, or `*`.
         ttl_s: seconds the token lives.
         kind: `agent`, `ui`, `dashboard` or `service`.
@@ -568,7 +579,7 @@ def mint_token(
     if not sub or len(sub) > _MAX_SUB or has_control(sub):
         raise UsageError("bad_token", "sub must be 1-256 printable characters")
     if not scope_set <= SCOPES:
-        raise UsageError("bad_token", "scopes are read, write, presence and approve")
+        raise UsageError("bad_token", "scopes are read, write, presence, admin and approve")
     if any(_PATTERN.fullmatch(pattern) is None for pattern in conv_list):
         raise UsageError("bad_token", "a conversation pattern is an id, a prefix ending in *, or *")
     if not ttl_s > 0 or not math.isfinite(ttl_s):

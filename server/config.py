@@ -49,6 +49,13 @@ class HubConfig:
         draft_grace: seconds a draft waits for its producer to reconnect.
         draft_max_bytes: UTF-8 bytes one draft may hold (at most half of `max_frame` is used,
             so a draft's text always fits one `drafts` frame).
+        draft_max_per_client: open drafts one (principal, client) may hold; one more
+            `open` is answered `draft_end refused`.
+        draft_max_parts: parts one draft may hold (`text`, `reasoning`, each `call:<id>`);
+            an append that would start one more ends the draft `aborted`.
+        draft_max_per_conversation: open drafts one conversation may hold, whoever owns
+            them; one more `open` is answered `draft_end refused`. With `draft_max_bytes`
+            this bounds a conversation's drafts (64 x 512 KiB = 32 MiB by default).
         bus: where hubs sharing a store (PostgreSQL) relay drafts and presence to each other
             (SPEC 9): a `redis://` or `rediss://` URL for Redis pub/sub (needs the `redis`
             extra), or None for `NOTIFY` on the store's own database. Unused on a store only
@@ -85,6 +92,13 @@ class HubConfig:
         hub_rebase: place a stale push (made on an older revision) by intent when all its
             records replay cleanly, for replicas that list the `hub_rebase` feature (SPEC
             2.4.6); off, every stale push is rejected `behind` and its replica rebases it.
+        retain_days: delete conversations idle (no record appended) for longer than this
+            many days (SPEC 15), checked at start and every `retain_every` seconds; None
+            (default) keeps every conversation.
+        retain_every: seconds between two retention sweeps.
+        keep_tombstones_days: days a deleted conversation's tombstone is kept (it refuses
+            the id's hellos and pushes, so no replica's outbox brings it back); None (default)
+            keeps them for good. Keep it longer than any replica keeps an outbox.
     """
 
     max_frame: int = MAX_FRAME
@@ -101,6 +115,9 @@ class HubConfig:
     draft_timeout: float = 30.0
     draft_grace: float = 10.0
     draft_max_bytes: int = 512 * 1024
+    draft_max_per_client: int = 8
+    draft_max_parts: int = 64
+    draft_max_per_conversation: int = 64
     bus: str | None = None
     heartbeat_interval: float = 1.0
     heartbeat_ttl: float = 5.0
@@ -120,6 +137,9 @@ class HubConfig:
     tls_key: str | None = None
     expiry_grace: float = 30.0
     hub_rebase: bool = True
+    retain_days: float | None = None
+    retain_every: float = 3600.0
+    keep_tombstones_days: float | None = None
 
     def __post_init__(self) -> None:
         for field in fields(self):
@@ -181,6 +201,9 @@ _NUMBERS: dict[str, tuple[type, float, bool, str]] = {
     "draft_timeout": (float, 0, False, "seconds"),
     "draft_grace": (float, 0, True, "seconds"),
     "draft_max_bytes": (int, 1, True, "bytes"),
+    "draft_max_per_client": (int, 1, True, "drafts"),
+    "draft_max_parts": (int, 1, True, "parts"),
+    "draft_max_per_conversation": (int, 1, True, "drafts"),
     "heartbeat_interval": (float, 0, False, "seconds"),
     "heartbeat_ttl": (float, 0, False, "seconds"),
     "hello_timeout": (float, 0, False, "seconds"),
@@ -191,11 +214,15 @@ _NUMBERS: dict[str, tuple[type, float, bool, str]] = {
     "rate_burst": (float, 1, True, "messages"),
     "flood_after": (float, 0, False, "seconds"),
     "expiry_grace": (float, 0, True, "seconds"),
+    "retain_days": (float, 0, False, "days"),
+    "retain_every": (float, 1, True, "seconds"),
+    "keep_tombstones_days": (float, 0, False, "days"),
 }
 
 # Settings that may be None (off).
 _OPTIONAL = {"ping_interval", "compression", "bus", "public_url", "metrics_token", "tls_cert"}
-_OPTIONAL |= {"tls_key"}
+_DAYS = ("retain_days", "keep_tombstones_days")
+_OPTIONAL |= {"tls_key", *_DAYS}
 _FLAGS = {"strict_pairing", "insecure", "hub_rebase"}
 _TEXTS = {"compression", "bus", "public_url", "allow_origin", "audience", "metrics_token"}
 _TEXTS |= {"tls_cert", "tls_key"}
@@ -272,7 +299,7 @@ def _parse(name: str, raw: str, default: Any) -> Any:
             return None
         if isinstance(default, int):
             return int(raw)
-        if isinstance(default, float) or name == "ping_interval":
+        if isinstance(default, float) or name in ("ping_interval", *_DAYS):
             return float(raw)
         return raw
     except ValueError:

@@ -25,7 +25,7 @@ clock of its own and imports no I/O library; the test fake link drives it direct
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -88,7 +88,8 @@ from .auth import ANONYMOUS, AuthError, Grant
 from .drafts import Delta, DraftBoard, DraftConfig, Frame, Out, Owner
 from .metrics import Metrics
 from .presence import PresenceBoard
-from .store.base import ClientMark, Loaded, LogMoved, SeqTaken
+from .store.base import ClientMark, Deleted, Loaded, LogMoved, SeqTaken
+from .tally import Tally
 
 __all__ = [
     "SNAPSHOT_SPAN",
@@ -104,12 +105,15 @@ __all__ = [
     "RoomCore",
     "Send",
     "SendDraft",
+    "SendFrames",
     "StoreCall",
     "WriteSnapshot",
     "deliver",
 ]
 
 log = logging.getLogger("convsync.hub")
+
+_DELETED = "the conversation was deleted"
 
 HUB_REBASE = "hub_rebase"
 """The feature a replica lists when it takes a placed push's records as its batch."""
@@ -139,6 +143,15 @@ class Broadcast(msgspec.Struct, Generic[C], frozen=True):
 
     to: list[C]
     frame: bytes
+
+
+class SendFrames(msgspec.Struct, Generic[C], frozen=True):
+    """Write the frames of `frames` to `to`, in order, as catch-up (never `lagging`): built
+    one at a time as they are read, so a shell that reads the next only once the last was
+    sent holds one at a time (the `drafts` snapshot, issue 27)."""
+
+    to: C
+    frames: Iterator[bytes]
 
 
 class Close(msgspec.Struct, Generic[C], frozen=True):
@@ -223,7 +236,7 @@ class Raise(msgspec.Struct, frozen=True):
 
 
 StoreCall = ReadRecords | AppendRecords | LoadLog | WriteSnapshot | RewriteLog | ReadMark
-Action = Send[C] | Broadcast[C] | Close[C] | SendDraft[C] | Raise | StoreCall
+Action = Send[C] | Broadcast[C] | Close[C] | SendDraft[C] | SendFrames[C] | Raise | StoreCall
 _Then = Callable[[object], list[Action[C]]]
 
 
@@ -289,6 +302,7 @@ class RoomCore(Generic[C]):
         self._placing: set[C] = set()  # connections whose stale pushes the hub may place
         self._answered: dict[C, int] = {}  # connection -> the last push seq it was answered
         self.closing = False
+        self.gone = False  # the conversation was deleted (SPEC 15): the room serves no one
         self._recent: list[bytes] = []
         self._recent_from = 0
         # The revision that last replaced each entry's content or each aside, since
@@ -316,6 +330,9 @@ class RoomCore(Generic[C]):
         self._request_revision = 0
         self._queuers: dict[str, str] = {}  # queued aside -> the mark key of who queued it
         self._ids = IdMinter(lambda: self._now)  # the STOPPED note before a landing queue
+        # The summary row's totals (SPEC 17: usage, queued, approvals, the latest turn), kept
+        # from the records that land, so a row never rereads the log.
+        self.tally = Tally()
         # Approvals (SPEC 12): who opened each turn record, as this room saw it land (the log
         # does not say it yet without auth; issue 26 puts the owner in the record).
         self._turn_owners: dict[str, tuple[str, str]] = {}
@@ -332,6 +349,8 @@ class RoomCore(Generic[C]):
         it returned, or the exception it raised."""
         then, self._then = self._then, None
         assert then is not None, "resume without a store call"
+        if isinstance(outcome, Deleted):  # whatever asked: the log is gone (SPEC 15)
+            return self.deleted()
         return then(outcome)
 
     def _call(self, call: StoreCall, then: _Then[C]) -> list[Action[C]]:
@@ -353,6 +372,7 @@ class RoomCore(Generic[C]):
             self.lineage, self.revision, self.exists = Lineage.fresh(), 0, False
             self.marks = {}
             self.steering.rebuild(self.conversation)
+            self.tally.rebuild(self.conversation)
             return
         conversation = decode_state(loaded.snapshot) if loaded.snapshot else Conversation()
         for data in loaded.records:
@@ -360,6 +380,7 @@ class RoomCore(Generic[C]):
         conversation.continue_log(loaded.lineage, loaded.revision)
         self.conversation = conversation
         self.steering.rebuild(conversation)
+        self.tally.rebuild(conversation)
         self.lineage, self.revision, self.exists = loaded.lineage, loaded.revision, True
         self.marks = dict(loaded.clients)
         keep = self.config.recent_records
@@ -399,6 +420,8 @@ class RoomCore(Generic[C]):
             grant.require(self.id, "read")
         except AuthError as refused:
             return [Close(conn, refused.code, refused.detail)]
+        if self.gone:
+            return [Close(conn, "deleted", _DELETED)]
         self._now = self._now if now is None else now
         self._hellos[conn] = hello
         self.grants[conn] = grant
@@ -554,6 +577,8 @@ class RoomCore(Generic[C]):
         return self._push(conn, batch, now)
 
     def _push(self, conn: C, batch: PushBatch, now: int) -> list[Action[C]]:
+        if self.gone:
+            return [Close(conn, "deleted", _DELETED)]
         if self.closing:
             return [Close(conn, "shutting_down", "the hub is shutting down; reconnect later")]
         if self._stale:
@@ -668,8 +693,9 @@ class RoomCore(Generic[C]):
         if user_text_push(batch.records):
             if steering.stops or steering.mid_step(conversation):
                 return "queued", "mid-step: the hub lands it once the step ends"
-            return None
-        if batch.revision < self._request_revision and _pushes_assistant(batch.records):
+            # Not queued: the asides beside the user text are checked like any others (a put
+            # of a queued entry that landed, left here, landed it twice).
+        elif batch.revision < self._request_revision and _pushes_assistant(batch.records):
             return "superseded", "a user request landed after the base of this answer"
         for record in batch.records:
             change = record.change
@@ -687,6 +713,8 @@ class RoomCore(Generic[C]):
                 if entry is None or queued_id(entry.id) != change.id:  # type: ignore[arg-type]
                     return "invalid", "a queued aside holds one user text entry, under its id"
                 if conversation.holds(entry.id) or conversation.is_retired(entry.id):  # type: ignore[arg-type]
+                    if batch.revision < self.revision:  # landed since its base: rebase it
+                        return "behind", f"entry id {entry.id} landed since this push's base"
                     return "invalid", f"entry id {entry.id} is in the log already"
         return None
 
@@ -722,6 +750,7 @@ class RoomCore(Generic[C]):
     def _steered(self, records: Sequence[ChangeRecord], revision: int) -> None:
         """`records` landed, the log now at `revision`: follow them in the steering index,
         and note when a user request landed."""
+        self.tally.track(self.conversation, records)
         if self.steering.touches(records):
             self.steering.track(self.conversation, records)
             queue = self.steering.queue
@@ -972,6 +1001,24 @@ class RoomCore(Generic[C]):
             raise outcome  # the caller of `Hub.rewrite` learns it; nothing changed here
         return self._call(LoadLog(), lambda loaded: self._reloaded_for_all(loaded, list))
 
+    # ------------------------------------------------------------------ deleting (SPEC 15)
+
+    def deleted(self) -> list[Action[C]]:
+        """The conversation was deleted (by this hub, or another sharing the store): close
+        every connection `deleted` (4410, never retried), drop the log, drafts and presence
+        the room held; from now on a hello or a push on this room is closed the same way."""
+        self.gone = True
+        self.exists = False
+        self._then = None
+        conns = list(dict.fromkeys([*self.subscribers, *self.grants]))
+        for conn in conns:
+            self.leave(conn, self._now)
+        self.conversation = Conversation()
+        self.revision, self.marks, self._recent, self._recent_from = 0, {}, [], 0
+        self.drafts.end_all("aborted")  # nobody is left to tell
+        self._hellos.clear()
+        return [Close(conn, "deleted", _DELETED) for conn in conns]
+
     # ------------------------------------------------------------------ shutting down
 
     def shut_down(self) -> list[Action[C]]:
@@ -1071,7 +1118,7 @@ class RoomCore(Generic[C]):
             self.presence.join(conn, principal, client, kind, grant.name, self._now)
         actions: list[Action[C]] = []
         if "drafts" in hello.features:
-            actions += [Send(conn, frame, True) for frame in self.drafts.subscribe(conn)]
+            actions.append(SendFrames(conn, self.drafts.subscribe(conn)))
         if "presence" in hello.features:
             actions.append(Send(conn, self.presence.subscribe(conn), True))
         return actions + self.tick(self._now)
@@ -1133,12 +1180,15 @@ def deliver(
     close: Callable[[C, ErrorCode, str], None],
     send_draft: Callable[[C, SendDraft[C]], None] | None = None,
     broadcast: Callable[[list[C], bytes], None] | None = None,
+    send_frames: Callable[[C, Iterator[bytes]], None] | None = None,
 ) -> StoreCall | None:
     """Carry out the frame actions of `actions` in order with `send(to, frame, catch_up)` and
     `close(to, code, detail)` (and `send_draft(to, action)` for draft deltas, if given; else
     they go through `send`; and `broadcast(to, frame)` for a frame to several, if given; else
-    `send` to each); return the store call that ends the list, if any (the caller awaits it
-    and hands the outcome to `RoomCore.resume`). A `Raise` raises its error."""
+    `send` to each; and `send_frames(to, frames)` for frames built as they are read, if
+    given; else `send` each at once, as catch-up); return the store call that ends the
+    list, if any (the caller awaits it and hands the outcome to `RoomCore.resume`). A
+    `Raise` raises its error."""
     call: StoreCall | None = None
     for action in actions:  # `isinstance`, most frequent first: not `match`, which costs more
         if isinstance(action, Broadcast):
@@ -1158,6 +1208,12 @@ def deliver(
                     send(conn, action.frame, False)
         elif isinstance(action, Close):
             close(action.to, action.code, action.detail)
+        elif isinstance(action, SendFrames):
+            if send_frames is not None:
+                send_frames(action.to, action.frames)
+            else:
+                for frame in action.frames:
+                    send(action.to, frame, True)
         elif isinstance(action, Raise):
             raise action.error
         else:

@@ -20,20 +20,21 @@ Nothing here awaits or reads a clock; times are milliseconds from the caller.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable
+import collections
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 import msgspec
 
 from sync.entries import Author
+from sync.frames import FRAME_FILL
 from sync.ids import is_message_id
 from sync.protocol import (
     DraftEnd,
     DraftEndStatus,
     DraftInfo,
     DraftOp,
-    Drafts,
     DraftState,
     DraftUpdate,
     encode_message,
@@ -119,6 +120,30 @@ class Delta(Generic[C]):
 
 
 Out = Frame[C] | Delta[C]
+
+
+_DRAFTS_HEAD = b'{"type":"drafts","drafts":['
+_DRAFTS_MORE = b'],"more":true}'
+_DRAFTS_LAST = b"]}"
+
+
+def _snapshot_frames(infos: collections.deque[DraftInfo], fill: int) -> Iterator[bytes]:
+    """`drafts` frames holding `infos`, each filled to `fill` bytes of encoded drafts (a draft
+    larger than that goes alone), built one at a time: each draft is encoded once, and let go
+    of once its frame is built. The frame is `encode_message(Drafts(infos, more))`, assembled
+    from the drafts' encodings (a test holds the two equal)."""
+    pieces: list[bytes] = []
+    size = 0
+    while infos:
+        piece = _json.encode(infos.popleft())
+        # From what is encoded, not from the text's bytes: escapes (`\u0000` is six bytes
+        # for one) made one `drafts` frame 52 times `max_frame` (issue 27).
+        if pieces and size + len(piece) + 1 > fill:
+            yield b"".join((_DRAFTS_HEAD, b",".join(pieces), _DRAFTS_MORE))
+            pieces, size = [], 0
+        pieces.append(piece)
+        size += len(piece) + 1
+    yield b"".join((_DRAFTS_HEAD, b",".join(pieces), _DRAFTS_LAST))
 
 
 def valid_part(part: str) -> bool:
@@ -253,25 +278,17 @@ class DraftBoard(Generic[C]):
 
     # ------------------------------------------------------------------ subscribers
 
-    def subscribe(self, conn: C) -> list[bytes]:
+    def subscribe(self, conn: C) -> Iterator[bytes]:
         """`conn` gets deltas from now on; returns the `drafts` frames with every open draft
-        and its text so far (several when large, all but the last with `more`)."""
+        and its text as of now (several when large, all but the last with `more`), encoded
+        one at a time as they are read: a shell that reads the next only once the last was
+        sent holds one frame of the snapshot at a time, not all of them (issue 27: 64
+        drafts at their caps built at once took a hub 50 MiB over its bar)."""
         self._subs[conn] = _Subscriber()
-        budget = self.max_frame - _FRAME_MARGIN
-        groups: list[list[DraftInfo]] = [[]]
-        size = 0
-        for draft in self.drafts.values():
-            info = draft.info()
-            # From what is encoded, not from the text's bytes: escapes (`\u0000` is six bytes
-            # for one) made one `drafts` frame 52 times `max_frame` (issue 27).
-            weight = len(encode_message(info)) + 1
-            if groups[-1] and size + weight > budget:
-                groups.append([])
-                size = 0
-            groups[-1].append(info)
-            size += weight
-        last = len(groups) - 1
-        return [encode_message(Drafts(infos, at < last)) for at, infos in enumerate(groups)]
+        # The drafts as they are now (their texts are the board's own strings, shared, not
+        # copied): later appends reach `conn` as deltas after the snapshot's last frame.
+        infos = collections.deque(draft.info() for draft in self.drafts.values())
+        return _snapshot_frames(infos, min(self.max_frame, FRAME_FILL) - _FRAME_MARGIN)
 
     def unsubscribe(self, conn: C, now: int) -> None:
         """`conn` is gone: it gets nothing more; drafts it produced wait `grace` for it."""

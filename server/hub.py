@@ -26,10 +26,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import json
 import logging
+import math
 import random
 import ssl
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
@@ -37,6 +40,7 @@ from typing import Any, Self
 from urllib.parse import urlsplit
 
 import anyio
+import msgspec
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
@@ -60,7 +64,7 @@ from sync.protocol import (
     encode_message,
 )
 
-from .auth import AuthError, KeyRing, bearer_token, verify
+from .auth import ANONYMOUS, AuthError, Grant, KeyRing, bearer_token, verify
 from .bus import Relay, open_bus
 from .config import HubConfig
 from .limits import Caps, host_allowed, is_loopback_bind, origin_allowed, own_origins
@@ -68,8 +72,9 @@ from .metrics import Metrics
 from .room import Room, is_shared
 from .session import Access, HubSession, Limits, conversation_id_of, is_conversation_id
 from .store import LogStore, MemoryStore, StoreError
+from .store.base import Deleted
 from .subscriber import CLOSE_DEADLINE, Subscriber, cut_if_open
-from .web import Web, is_summary_path
+from .web import Web, is_summary_path, live_state
 
 __all__ = ["Hub"]
 
@@ -80,6 +85,56 @@ MAX_QUEUE = 2
 `max_size`, four times `max_frame`); past it, reading pauses until the hub takes one. Its
 default, 16, let one socket make the hub hold 16 frames of 64 MiB while a room was busy."""
 _PONG = encode_message(Pong())
+
+RETAIN_PATH = "/v1/retain"
+"""`GET` lists idle conversations (`?days=N`), `POST` deletes them (SPEC 15)."""
+
+_IDLE_PAGE = 500
+"""Conversations read per store call when looking for idle ones."""
+_DELETE_CHUNK = 100
+"""Deletes a retention sweep runs at once (SQLite commits those queued together in one
+transaction, and rewrites its file once for them)."""
+
+
+class _Stamp(msgspec.Struct):
+    """The one field of a record retention reads (msgspec skips the rest unparsed)."""
+
+    at: int | None = None
+
+
+_decode_stamp = msgspec.json.Decoder(_Stamp).decode
+
+
+def _not_allowed(connection: ServerConnection, allow: str) -> Response:
+    response = connection.respond(405, f"method not allowed (allowed: {allow})\n")
+    response.headers["Allow"] = allow
+    return response
+
+
+def _json_response(value: object) -> Response:
+    body = json.dumps(value).encode()
+    headers = Headers([("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+    return Response(200, "OK", headers, body)
+
+
+def _days(text: str) -> float | None:
+    """`text` as a number of days, more than 0, or None."""
+    try:
+        days = float(text)
+    except ValueError:
+        return None
+    return days if math.isfinite(days) and days > 0 else None
+
+
+def _stamped_at(record: bytes | None) -> int | None:
+    """When `record` was stamped (ms since the epoch), or None when it cannot say."""
+    if record is None:
+        return None
+    try:
+        return _decode_stamp(record).at
+    except msgspec.DecodeError:
+        return None
+
 
 _DATA_OPCODES = (Opcode.TEXT, Opcode.BINARY, Opcode.CONT)
 _SINGLE_HEADERS = ("Host", "Origin", "Authorization", "Upgrade")
@@ -266,6 +321,8 @@ class Hub:
             self._relay = Relay(open_bus(self.config, self._store), self.config, self._rooms)
             await group.start(self._relay.run)  # drafts and presence of other hubs
         group.start_soon(self._tick_rooms)
+        if self.config.retain_days is not None or self.config.keep_tombstones_days is not None:
+            group.start_soon(self._retain_forever)
         await server.start_serving()  # the store is open: take connections now
         ready.set()
         await self._stop.wait()
@@ -341,6 +398,7 @@ class Hub:
                 auth=self.auth,
             )
             await room.load()
+            room.on_gone = self._room_gone
             if self._relay is not None:
                 self._relay.attach(room)  # other hubs' drafts, before anyone joins
             self._rooms[conversation_id] = room
@@ -414,6 +472,7 @@ class Hub:
                 await moved.wait()
 
     async def _tick(self, room: Room) -> None:
+        shown = live_state(room)
         try:
             await room.tick()
         except Exception:  # a bug of ours: log it; the timer keeps serving the others
@@ -421,6 +480,8 @@ class Hub:
             return  # retried when the timer next wakes, not at once (no busy loop)
         finally:
             self._ticking.discard(room)
+        if live_state(room) != shown:
+            self._web.touched(room)  # it ended a draft or changed a status: a row shows them
         self._deadline_moved.set()  # its next deadline, in the timer's next pass
 
     async def rewrite(self, conversation_id: str, conversation: Conversation) -> None:
@@ -436,6 +497,8 @@ class Hub:
         try:
             await room.rewrite(conversation)
             self._web.touched(room)
+            if room.core.gone:
+                raise Deleted(conversation_id, time.time())
         finally:
             self._release(room)
 
@@ -508,10 +571,13 @@ class Hub:
         try:
             while True:
                 self._following[room] = False
+                head = (room.lineage, room.revision)
                 try:
                     await room.head_check()
                 except Exception:  # a bug of ours: log it, the next check tries again
                     log.exception("checking the head of %s failed", room.id)
+                if (room.lineage, room.revision) != head:
+                    self._web.touched(room)  # another hub's records: summary rows follow
                 if not self._following.get(room):
                     return
         finally:
@@ -520,7 +586,10 @@ class Hub:
     async def room_for_read(self, conversation_id: str) -> Room | None:
         """The room of `conversation_id` for a read, loading it for the moment if needed;
         None when the conversation has no log."""
-        room = await self._acquire(conversation_id)
+        try:
+            room = await self._acquire(conversation_id)
+        except Deleted:
+            return None  # a deleted conversation reads as absent (SPEC 15)
         self._release(room)
         if room.exists:
             return room
@@ -530,6 +599,144 @@ class Hub:
             del self._rooms[room.id]
             self.metrics.conversations_loaded = len(self._rooms)
         return None
+
+    # ------------------------------------------------------------------ deleting (SPEC 15)
+    #
+    # A delete goes through the conversation's room when one is loaded (or loading), under
+    # its lock, so an append under way lands or fails before the log goes and every socket
+    # is closed `deleted`; the store keeps a tombstone, which answers `Deleted` to every
+    # later load, append and rewrite of the id, here and on every hub sharing the store.
+    # Another hub's room learns it from the store's notice or its periodic head check (its
+    # re-read finds the tombstone) and closes its sockets the same way (`RoomCore.deleted`).
+
+    async def delete(self, conversation_id: str, now: float | None = None) -> bool:
+        """Delete `conversation_id` (SPEC 15): its records, snapshot and marks leave the store,
+        its sockets are closed `deleted` (4410, never retried), and it reads as absent from
+        then on (HTTP, the list, the summary feed, a hello), here and on every hub sharing
+        the store. `now` (epoch seconds) dates the tombstone.
+
+        Returns:
+            Whether there was a conversation to delete (False: no log, or deleted before).
+
+        Raises:
+            StoreError: the store failed; the conversation may or may not be deleted.
+        """
+        when = time.time() if now is None else now
+        room = await self._room_if_loaded(conversation_id)
+        if room is not None:
+            deleted = await room.delete(when)
+        else:
+            deleted = await self._store.delete(conversation_id, when)
+        # A load that began while the store deleted may have read the log before it went.
+        late = await self._room_if_loaded(conversation_id)
+        if late is not None and deleted:
+            await late.forget()
+        if deleted:
+            log.info("deleted conversation %s", conversation_id)
+        return deleted
+
+    async def delete_all(self, ids: list[str], now: float | None = None) -> list[str]:
+        """Delete each of `ids` (`delete`), up to `_DELETE_CHUNK` at once, so that a SQLite
+        store commits (and scrubs the file for) many of them together; returns those that
+        were there, in `ids`' order.
+
+        Raises:
+            StoreError: the store failed; the deletes not yet done were not tried.
+        """
+        when = time.time() if now is None else now
+        found: set[str] = set()
+        failures: list[StoreError] = []
+
+        async def one(conversation_id: str) -> None:
+            try:
+                if await self.delete(conversation_id, when):
+                    found.add(conversation_id)
+            except StoreError as exc:
+                failures.append(exc)
+
+        for start in range(0, len(ids), _DELETE_CHUNK):
+            async with anyio.create_task_group() as group:
+                for conversation_id in ids[start : start + _DELETE_CHUNK]:
+                    group.start_soon(one, conversation_id)
+            if failures:
+                raise failures[0]
+        return [cid for cid in ids if cid in found]
+
+    async def _room_if_loaded(self, conversation_id: str) -> Room | None:
+        """The room of `conversation_id` if it is loaded, or once a load under way is done;
+        None when there is none (a load that failed, a deleted log, counts as none)."""
+        room = self._rooms.get(conversation_id)
+        loading = self._loading.get(conversation_id)
+        if room is None and loading is not None:
+            with contextlib.suppress(Exception):
+                room = await asyncio.shield(loading)
+        return room if room is not None and not room.core.gone else None
+
+    def _room_gone(self, room: Room) -> None:
+        """`room`'s conversation was deleted (here or by another hub): unload it now."""
+        if self._rooms.get(room.id) is room:
+            del self._rooms[room.id]
+            self.metrics.conversations_loaded = len(self._rooms)
+        self._web.touched(room)  # summary feeds read it as gone
+
+    async def idle_conversations(
+        self, days: float, now: float | None = None, prefix: str = ""
+    ) -> list[tuple[str, float]]:
+        """The conversations no record was appended to for more than `days` days before `now`
+        (epoch seconds), with when their last record was stamped (epoch seconds), by id.
+
+        Idleness is the `at` of a conversation's last record (the hub stamps a record sent
+        without one). A conversation with a socket open on this hub is not idle, nor one with
+        no record to date it by."""
+        when = time.time() if now is None else now
+        before_ms = (when - days * 86400) * 1000
+        idle: list[tuple[str, float]] = []
+        after: str | None = None
+        while True:
+            page = await self._store.last_records(prefix, after=after, limit=_IDLE_PAGE)
+            for conversation_id, last in page:
+                at = _stamped_at(last)
+                room = self._rooms.get(conversation_id)
+                if at is None or at >= before_ms or (room is not None and room.core.subscribers):
+                    continue
+                idle.append((conversation_id, at / 1000))
+            if len(page) < _IDLE_PAGE:
+                return idle
+            after = page[-1][0]
+
+    async def retain(
+        self, days: float, now: float | None = None, *, dry_run: bool = False
+    ) -> list[str]:
+        """Delete every conversation idle for more than `days` days (`idle_conversations`);
+        with `dry_run`, change nothing. Returns the ids deleted (or that would be). Then
+        drops tombstones older than `keep_tombstones_days`, when that is set."""
+        when = time.time() if now is None else now
+        ids = [cid for cid, _ in await self.idle_conversations(days, when)]
+        if dry_run:
+            return ids
+        gone = await self.delete_all(ids, when)
+        keep = self.config.keep_tombstones_days
+        if keep is not None:
+            await self._store.forget_deleted(when - keep * 86400)
+        return gone
+
+    async def _retain_forever(self) -> None:
+        """`--retain DAYS` and `--keep-tombstones DAYS`: a sweep at start, then every
+        `retain_every` seconds."""
+        days, keep = self.config.retain_days, self.config.keep_tombstones_days
+        while True:
+            try:
+                if days is not None:
+                    gone = await self.retain(days)
+                    if gone:
+                        log.info("retention deleted %d idle conversation(s)", len(gone))
+                elif keep is not None:
+                    await self._store.forget_deleted(time.time() - keep * 86400)
+            except StoreError as exc:
+                log.warning("a retention sweep failed (%s); the next one tries again", exc)
+            except Exception:  # a bug of ours: log it; the hub serves on, the next sweep runs
+                log.exception("a retention sweep failed")
+            await anyio.sleep(self.config.retain_every)
 
     # ------------------------------------------------------------------ HTTP
 
@@ -570,11 +777,18 @@ class Hub:
             response = connection.respond(200, self.metrics.render())
             response.headers["Content-Type"] = "text/plain; version=0.0.4"
             return response
+        if path == RETAIN_PATH:
+            return await self._retain_http(connection, request)
         conversation_id = conversation_id_of(path)
         if conversation_id is None:
             return connection.respond(404, "not found\n")
         if not is_conversation_id(conversation_id):
             return connection.respond(400, "bad conversation id\n")
+        method = getattr(request, "method", "GET")
+        if method == "DELETE":
+            return await self._delete_http(connection, request, conversation_id)
+        if method not in ("GET", "HEAD"):
+            return _not_allowed(connection, "GET, HEAD, DELETE")
         keys = self.keys
         if keys is not None:
             token = bearer_token(headers.get("Authorization"))
@@ -593,6 +807,70 @@ class Hub:
             [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
         )
         return Response(200, "OK", response_headers, body)
+
+    def _admin_grant(
+        self, connection: ServerConnection, request: Request, conversation_id: str | None
+    ) -> Grant | Response:
+        """The grant of a request that needs `admin` (on `conversation_id`, when given), or
+        the 401/403 answer. Without auth: `ANONYMOUS`, which may do anything."""
+        keys = self.keys
+        if keys is None:
+            return ANONYMOUS
+        token = bearer_token(request.headers.get("Authorization"))
+        try:
+            grant = verify(token, keys, now=time.time(), audience=self.config.audience)
+            if conversation_id is not None:
+                grant.require(conversation_id, "admin")
+            elif not grant.can_admin:
+                raise AuthError("forbidden", "token lacks the admin scope")
+        except AuthError as refused:
+            status = 401 if refused.code == "unauthorized" else 403
+            return connection.respond(status, f"{refused.code}: {refused.detail}\n")
+        return grant
+
+    async def _delete_http(
+        self, connection: ServerConnection, request: Request, conversation_id: str
+    ) -> Response:
+        """`DELETE /v1/conversations/{id}` (SPEC 15): 200 once deleted, 404 when there is no
+        such conversation, 401/403 without a token holding `admin` on it."""
+        grant = self._admin_grant(connection, request, conversation_id)
+        if isinstance(grant, Response):
+            return grant
+        try:
+            deleted = await self.delete(conversation_id)
+        except StoreError as exc:
+            log.warning("deleting %s failed: %s", conversation_id, exc)
+            return connection.respond(503, "the store failed; try again\n")
+        if not deleted:
+            return connection.respond(404, "no such conversation\n")
+        return _json_response({"deleted": conversation_id})
+
+    async def _retain_http(self, connection: ServerConnection, request: Request) -> Response:
+        """`GET /v1/retain?days=N` lists the conversations idle for more than N days (a dry
+        run: nothing changes); `POST` deletes them. Needs `admin`; a token's `convs` limit
+        both to the conversations it allows."""
+        method = getattr(request, "method", "GET")
+        if method not in ("GET", "HEAD", "POST"):
+            return _not_allowed(connection, "GET, HEAD, POST")
+        query = urllib.parse.parse_qs(urlsplit(request.path).query, keep_blank_values=True)
+        given = query.get("days", [])
+        days = _days(given[0]) if len(given) == 1 and set(query) == {"days"} else None
+        if days is None:
+            return connection.respond(400, "give days=N once (a number of days, more than 0)\n")
+        grant = self._admin_grant(connection, request, None)
+        if isinstance(grant, Response):
+            return grant
+        now = time.time()
+        try:
+            listed = await self.idle_conversations(days, now)
+            idle = [(cid, at) for cid, at in listed if grant.allows(cid)]
+            if method != "POST":
+                return _json_response({"idle": [{"id": cid, "last": at} for cid, at in idle]})
+            deleted = await self.delete_all([cid for cid, _ in idle], now)
+        except StoreError as exc:
+            log.warning("a retention request failed: %s", exc)
+            return connection.respond(503, "the store failed; try again\n")
+        return _json_response({"deleted": deleted})
 
     # ------------------------------------------------------------------ websockets
 
@@ -742,8 +1020,8 @@ class Hub:
                         self._web.touched(held.room)  # a row shows statuses
                     case Ping():
                         sub.send(_PONG)  # a frozen hub sends none: that is the point
-            except (ProtocolError, AuthError) as error:
-                self._fail(sub, error)
+            except (ProtocolError, AuthError, Deleted) as error:
+                self._fail(sub, error)  # Deleted: a hello on a tombstone, `deleted` (4410)
                 break
             except Exception:  # a bug of ours: this socket goes, the hub and the log stay
                 log.exception("connection to %s failed", conversation_id)

@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from sync.entries import Author
-from sync.protocol import DraftEndStatus, PresenceEntry
+from sync.protocol import DraftEndStatus, DraftHead, PresenceEntry
 from sync.text import joined
 
 __all__ = [
@@ -42,16 +41,8 @@ __all__ = [
 ]
 
 
-class BusDraft(msgspec.Struct, frozen=True, tag="draft", omit_defaults=True):
+class BusDraft(DraftHead, frozen=True, tag="draft", omit_defaults=True):
     """Draft `id` is open on the sending hub (its parts follow as `BusGrow`s from 0)."""
-
-    id: str
-    role: str
-    principal: str
-    client: str
-    since: int
-    author: Author | None = None
-    after: str | None = None
 
 
 class BusGrow(msgspec.Struct, frozen=True, tag="grow", omit_defaults=True):

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from sync import Conversation, Lineage
 from sync.ids import now_ms
 from sync.protocol import DraftOp, Hello, PushBatch, StatusUpdate
 
+from . import tracing
 from .auth import ANONYMOUS, Grant
 from .config import HubConfig
 from .core import (
@@ -73,6 +74,9 @@ class Room:
                     timeout=round(config.draft_timeout * 1000),
                     grace=round(config.draft_grace * 1000),
                     max_bytes=min(config.draft_max_bytes, config.max_frame // 2),
+                    max_per_owner=config.draft_max_per_client,
+                    max_parts=config.draft_max_parts,
+                    max_per_conversation=config.draft_max_per_conversation,
                     relay=is_shared(store),
                 ),
                 auth=auth,
@@ -93,6 +97,8 @@ class Room:
         self._on_deadline = on_deadline
         # Set by the hub's relay when a bus runs (SPEC 9): this room has news for other hubs.
         self.on_relay: Callable[[Room], None] | None = None
+        # Set by the hub: the conversation was found deleted (SPEC 15); the hub drops the room.
+        self.on_gone: Callable[[Room], None] | None = None
 
     @property
     def exists(self) -> bool:
@@ -118,6 +124,8 @@ class Room:
     async def join(self, sub: Subscriber, hello: Hello, grant: Grant = ANONYMOUS) -> None:
         """Welcome `sub` (holding `grant`), bring it up to date, then deliver every record
         appended after."""
+        if tracing.TRACER is not None:
+            return await self._join_traced(sub, hello, grant)
         async with self.lock:
             await self._carry_out(self.core.join(sub, hello, now_ms(), grant))
 
@@ -132,6 +140,11 @@ class Room:
 
     async def draft(self, sub: Subscriber, op: DraftOp) -> None:
         """Hand draft op `op` to the core (SPEC 7)."""
+        if tracing.TRACER is not None:
+            with tracing.draft_span(self.id, op):
+                async with self.lock:
+                    await self._carry_out(self.core.draft(sub, op, now_ms()))
+            return
         async with self.lock:
             await self._carry_out(self.core.draft(sub, op, now_ms()))
 
@@ -151,6 +164,8 @@ class Room:
 
     async def push(self, sub: Subscriber, batch: PushBatch) -> None:
         """Hand `batch` to the core; answer `sub`, broadcast, append, as it says."""
+        if tracing.TRACER is not None:
+            return await self._push_traced(sub, batch)
         started = time.monotonic()
         metrics = self._metrics
         accepted = metrics.pushes_accepted
@@ -158,6 +173,31 @@ class Room:
             await self._carry_out(self.core.push(sub, batch, now_ms()))
         if metrics.pushes_accepted != accepted:
             metrics.observe_append(time.monotonic() - started)
+
+    # ------------------------------------------------------------------ traced (the otel extra)
+
+    async def _join_traced(self, sub: Subscriber, hello: Hello, grant: Grant) -> None:
+        """`join`, in a `convsync.hello` span (server/tracing.py)."""
+        with tracing.hello_span(self.id, hello, grant) as span:
+            async with self.lock:
+                await self._carry_out(self.core.join(sub, hello, now_ms(), grant))
+                tracing.joined(span, hello, self.core.lineage, self.core.revision)
+
+    async def _push_traced(self, sub: Subscriber, batch: PushBatch) -> None:
+        """`push`, in a `convsync.push` span ending with its ack or reject."""
+        metrics = self._metrics
+        with tracing.push_span(self.id, batch) as span:
+            started = time.monotonic()
+            accepted, rejected = metrics.pushes_accepted, +metrics.pushes_rejected
+            async with self.lock:
+                await self._carry_out(self.core.push(sub, batch, now_ms()))
+            if metrics.pushes_accepted != accepted:
+                metrics.observe_append(time.monotonic() - started)
+                tracing.pushed(span, batch.records, self.core.revision, None)
+            else:
+                reasons = metrics.pushes_rejected - rejected
+                if reasons:
+                    tracing.pushed(span, batch.records, self.core.revision, min(reasons))
 
     async def log_moved(self) -> None:
         """Another hub appended: forward what this room lacks to its subscribers."""
@@ -175,6 +215,25 @@ class Room:
         async with self.lock:
             await self._carry_out(self.core.rewrite(conversation, Lineage.fresh(), now_ms()))
 
+    async def delete(self, now: float) -> bool:
+        """Delete the conversation from the store (SPEC 15) and close every subscriber
+        `deleted`, under the room's lock (an operation under way finishes first). Returns
+        whether there was a log to delete."""
+        async with self.lock:
+            if self.core.gone:
+                return False
+            if not await self._store.delete(self.id, now):
+                return False  # no log (nothing to close for: a room with none is fresh)
+            await self._carry_out(self.core.deleted())
+            return True
+
+    async def forget(self) -> None:
+        """The store holds this conversation's tombstone (a load raced a delete): close every
+        subscriber `deleted`, as `delete` does, writing nothing."""
+        async with self.lock:
+            if not self.core.gone:
+                await self._carry_out(self.core.deleted())
+
     async def shut_down(self) -> None:
         """Close every subscriber once an operation under way has finished."""
         async with self.lock:
@@ -185,19 +244,25 @@ class Room:
         return self.core.snapshot_json()
 
     async def _carry_out(self, actions: list[Action[Subscriber]]) -> None:
-        while (call := deliver(actions, _send, _fail, _send_draft, _broadcast)) is not None:
+        while (call := _deliver(actions)) is not None:
             try:
-                outcome: object = await store_call(self._store, self.id, call)
+                if tracing.TRACER is not None:
+                    with tracing.store_span(self.id, call):
+                        outcome: object = await store_call(self._store, self.id, call)
+                else:
+                    outcome = await store_call(self._store, self.id, call)
             except Exception as exc:
                 outcome = exc
             actions = self.core.resume(outcome)
         self._deadline_moved()
+        if self.core.gone and self.on_gone is not None:
+            self.on_gone(self)
 
     def show_remote(self, changes: list[Change]) -> None:
         """Show other hubs' drafts and presence changes to this room's subscribers. Needs no
         lock: it touches the live boards only (see `server.remote`)."""
         changes_shown = show_changes(self.core, changes, now_ms())
-        deliver(changes_shown, _send, _fail, _send_draft, _broadcast)
+        _deliver(changes_shown)
         self._deadline_moved()
 
     def _deadline_moved(self) -> None:
@@ -205,6 +270,10 @@ class Room:
             self._on_deadline(self.core.next_deadline())
         if self.on_relay is not None and relay_pending(self.core):
             self.on_relay(self)
+
+
+def _deliver(actions: list[Action[Subscriber]]) -> StoreCall | None:
+    return deliver(actions, _send, _fail, _send_draft, _broadcast, _send_frames)
 
 
 def _send(sub: Subscriber, frame: bytes, catch_up: bool) -> None:
@@ -222,6 +291,10 @@ def _fail(sub: Subscriber, code: str, detail: str) -> None:
 
 def _send_draft(sub: Subscriber, action: SendDraft[Subscriber]) -> None:
     sub.send_draft(action.key, action.message, action.frame)
+
+
+def _send_frames(sub: Subscriber, frames: Iterator[bytes]) -> None:
+    sub.send_frames(frames)
 
 
 async def store_call(store: LogStore, conversation_id: str, call: StoreCall) -> object:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+from collections.abc import Iterator
 
 from websockets.asyncio.server import ServerConnection, broadcast
 from websockets.exceptions import ConnectionClosed
@@ -89,6 +90,16 @@ class _HeldDelta:
         )
 
 
+class _Frames:
+    """Frames built as the writer reads them (a `drafts` snapshot): it stays at the head of
+    the queue until its last frame went, so what was sent after it waits behind it."""
+
+    __slots__ = ("frames",)
+
+    def __init__(self, frames: Iterator[bytes]) -> None:
+        self.frames = frames
+
+
 class Subscriber:
     """The sending side of one connection: a bounded queue of frames and one writer task."""
 
@@ -97,7 +108,9 @@ class Subscriber:
         # Frames waiting for the writer, each with the bytes it counts against the limit: a
         # catch-up counts none (it is bounded by the log, and a large one must not look like
         # lagging), live frames count their size.
-        self._queue: collections.deque[tuple[bytes | _HeldDelta, int]] = collections.deque()
+        self._queue: collections.deque[tuple[bytes | _HeldDelta | _Frames, int]] = (
+            collections.deque()
+        )
         self._held: dict[tuple[str, str], _HeldDelta] = {}  # draft deltas in `_queue`
         self._queued = 0  # live bytes in `_queue`
         self._limit = limit
@@ -156,6 +169,15 @@ class Subscriber:
         self._queue.append((held, 0))
         self._wake.set()
 
+    def send_frames(self, frames: Iterator[bytes]) -> None:
+        """Send the frames of `frames` in order, as catch-up (never `lagging`), each built
+        only once the one before it was written and drained: however many there are, the
+        queue holds one at a time."""
+        if self._closing is not None:
+            return
+        self._queue.append((_Frames(frames), 0))
+        self._wake.set()
+
     def _write(self, frame: bytes) -> None:
         if self._plain:
             try:
@@ -211,6 +233,13 @@ class Subscriber:
                         if self._held.get(frame.key) is frame:
                             del self._held[frame.key]
                         frame = frame.frame()
+                    elif isinstance(frame, _Frames):
+                        built = next(frame.frames, None)
+                        if built is None:
+                            self._sending = False
+                            continue
+                        queue.appendleft((frame, 0))  # its next frame, once this one went
+                        frame = built
                     await ws.send(frame, text=True)
                     self._sending = False
                 if self._closing is not None:

@@ -30,14 +30,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
+import msgspec
 from websockets.asyncio.server import ServerConnection
 from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from sync.conversation import Conversation
+from sync.entries import TURN_KIND, TurnRecord
 from sync.errors import close_code_of
-from sync.ids import is_message_id, made_ms
+from sync.ids import AsideId, is_message_id, made_ms
 from sync.messages import (
     Assistant,
     Document,
@@ -65,6 +67,7 @@ __all__ = [
     "SUMMARY_INTERVAL",
     "SUMMARY_PATH",
     "Web",
+    "live_state",
     "preview_of",
 ]
 
@@ -75,6 +78,7 @@ SUMMARY_PATH: Final = "/v1/summary"
 SUMMARY_INTERVAL: Final = 0.25  # seconds: at most one diff per conversation per interval
 CSP: Final = "default-src 'self'; frame-ancestors 'none'"
 PREVIEW_CHARS: Final = 160
+ROW_CACHE: Final = 10_000  # rows kept built (and encoded) at most: about 10 MB
 ROW_LIST: Final = 16  # at most this many statuses and draft producers in a row: rows stay small
 DEFAULT_LIMIT: Final = 100
 MAX_LIMIT: Final = 1000
@@ -160,20 +164,33 @@ def row_of(room: Room) -> Row:
         "online": clients,
         "status": dict(sorted(status.items())[:ROW_LIST]),
         "drafts": {"open": len(core.drafts.drafts), "producers": producers[:ROW_LIST]},
-        "turn": _turn_of(conversation),
+        "turn": _turn_of(conversation, core.tally.latest_turn),
+        "queued": len(core.tally.queued),
+        "approvals": len(core.tally.approvals),
+        "usage": core.tally.usage(),
     }
 
 
-def _turn_of(conversation: Conversation) -> Row | None:
-    """The last turn record as `{index, state, owner}`: `running` until it ends, then how it
-    ended (`answered`, `failed`, `stopped`); `owner` is who wrote the record (its author's
-    name, else its kind)."""
-    turns = conversation.turns()
-    if not turns:
+def live_state(room: Room) -> tuple[object, ...]:
+    """What of a row lives in memory only (open drafts, shown statuses), to compare before and
+    after a room's tick: the hub touches the room only when a tick changed it."""
+    core = room.core
+    drafts = tuple(draft.owner[1] for draft in core.drafts.drafts.values())
+    return drafts, tuple((e.client, e.shown) for e in core.presence.entries.values())
+
+
+def _turn_of(conversation: Conversation, aside_id: AsideId | None) -> Row | None:
+    """Turn record `aside_id` (the latest, from the room's tally) as `{index, state, owner}`:
+    `running` until it ends, then how it ended (`answered`, `failed`, `stopped`); `owner` is
+    who wrote the record (its author's name, else its kind). The one place a row reads a turn."""
+    aside = None if aside_id is None else conversation.aside(aside_id)
+    if aside is None or aside.kind != TURN_KIND:
         return None
-    aside_id, turn = max(turns, key=lambda item: item[1].index)
-    aside = conversation.aside(aside_id)
-    owner = None if aside is None else (aside.author.name or aside.author.kind)
+    try:
+        turn = msgspec.convert(aside.value, TurnRecord)
+    except msgspec.ValidationError:
+        return None
+    owner = aside.author.name or aside.author.kind
     state = "running" if turn.end is None else turn.end.__struct_config__.tag
     return {"index": turn.index, "state": state, "owner": owner}
 
@@ -208,12 +225,38 @@ class Web:
         self._hub = hub
         self._static_dir = static_dir
         self._watchers: set[_Touched] = set()  # one per summary socket
+        # Each conversation's row as last built, and its JSON, by id: built once per change
+        # whatever the number of feeds showing it (20 dashboards built and encoded each row
+        # 20 times). Dropped by `touched`, which follows every change of a room.
+        self._rows: dict[str, tuple[Row, str]] = {}
 
     def touched(self, room: Room) -> None:
         """The hub changed `room` (or who is in it): summary sockets look at it next tick."""
+        self._rows.pop(room.id, None)
         for watcher in self._watchers:
             watcher.rooms[room.id] = room
             watcher.wake.set()
+
+    def row(self, room: Room) -> Row:
+        """The row of `room` (loaded, its lock free), from the cache when it did not change."""
+        cached = self._rows.get(room.id)
+        if cached is not None:
+            return cached[0]
+        row = row_of(room)
+        if len(self._rows) >= ROW_CACHE:
+            self._rows.clear()  # bounded: rebuilt from the rows asked for next
+        self._rows[room.id] = (row, json.dumps(row))
+        return row
+
+    def encode(self, message: Row) -> str:
+        """`message` as JSON, its `rows` from the cached JSON of each row still current."""
+        rows: list[Row] = message["rows"]
+        head = json.dumps({key: value for key, value in message.items() if key != "rows"})
+        texts = []
+        for row in rows:
+            cached = self._rows.get(row["id"])
+            texts.append(cached[1] if cached is not None and cached[0] is row else json.dumps(row))
+        return f'{head[:-1]}, "rows": [{", ".join(texts)}]}}'
 
     # ------------------------------------------------------------------ access (the auth hook)
 
@@ -352,7 +395,7 @@ class Web:
         if room is None:
             return None
         async with room.lock:
-            return row_of(room)
+            return self.row(room)
 
     # ------------------------------------------------------------------ the summary socket
 
@@ -410,7 +453,7 @@ class Web:
                 snapshot = await window.snapshot()
                 if pings:
                     snapshot["features"] = ["ping"]
-                await ws.send(json.dumps(snapshot))
+                await ws.send(self.encode(snapshot))
                 del snapshot
                 while True:
                     # Asleep until a room is touched, a window is asked for or the token's time
@@ -430,7 +473,7 @@ class Web:
                         watcher.wake = anyio.Event()
                         watcher.rooms.clear()  # the snapshot reads them fresh
                         window = _Window(self, page, feed.visible)
-                        await ws.send(json.dumps(await window.snapshot()))
+                        await ws.send(self.encode(await window.snapshot()))
                         continue
                     await anyio.sleep(SUMMARY_INTERVAL)  # coalesce: one diff per interval
                     watcher.wake = anyio.Event()
@@ -441,7 +484,7 @@ class Web:
                     if watcher.rooms:
                         watcher.wake.set()  # a room under an append: look again next interval
                     if diff is not None:
-                        await ws.send(json.dumps(diff))
+                        await ws.send(self.encode(diff))
         except ConnectionClosed:
             return
         finally:
@@ -561,6 +604,10 @@ class _Window:
         rooms, watcher.rooms = watcher.rooms, {}
         fresh: dict[str, Row] = {}
         again = False  # the window's members must be read again
+        entering = False  # a row from outside may rank into an "updated" window
+        by_id = page.order == "id"
+        edge: str | None = None  # the last id of a full "id" window
+        worst: tuple[int, str] | None = None  # the least recent row of a full "updated" one
         more = self.more
         for conversation_id, room in rooms.items():
             if not page.holds(conversation_id) or not self._visible(conversation_id):
@@ -572,22 +619,37 @@ class _Window:
             if not room.exists:
                 again = again or inside
                 continue
-            row = row_of(room)
-            if page.order == "id":
+            row = self._web.row(room)
+            if by_id:
                 if inside:
                     fresh[conversation_id] = row
-                elif len(known) < page.limit or conversation_id < max(known):
+                    continue
+                if len(known) == page.limit and edge is None:
+                    edge = max(known)  # once per tick, not once per room
+                if edge is None or conversation_id < edge:
                     again = True
                 else:
                     more = True
-            else:
-                if inside and recency(row) > recency(known[conversation_id]):
+                continue
+            rank = recency(row)
+            if inside:
+                if rank > recency(known[conversation_id]):
                     again = True  # it went back: an untouched row may now rank above it
                 fresh[conversation_id] = row
+                continue
+            if len(known) == page.limit and worst is None:
+                worst = max(map(recency, known.values()))
+            # Rows of the window only move up, so one that does not beat the window's least
+            # recent row now stays out.
+            if worst is None or rank < worst:
+                entering = True
+                fresh[conversation_id] = row
+            else:
+                more = True
         if again:
             rows, more = await self._web.rows(page, self._visible)
             members = {row["id"]: row for row in rows}
-        elif page.order == "updated":
+        elif entering:
             pool = {**known, **fresh}
             ranked = sorted(pool.values(), key=recency)
             members = {row["id"]: row for row in ranked[: page.limit]}
@@ -595,7 +657,12 @@ class _Window:
         else:
             members = {**known, **fresh}
         left = [conversation_id for conversation_id in known if conversation_id not in members]
-        sent = [row for i, row in members.items() if known.get(i) != row]
+        # A row unchanged since the last tick is the same object (the cache): no deep compare.
+        sent = []
+        for conversation_id, row in members.items():
+            before = known.get(conversation_id)
+            if before is not row and before != row:
+                sent.append(row)
         self.known = members
         message: Row = {"type": "summary_diff", "rows": sent}
         if left:

@@ -17,8 +17,8 @@ from .changes import (
     Splice,
     Via,
 )
-from .codec import decode, decode_message, decode_record, decode_state, encode
-from .conversation import Conversation, Spliced
+from .codec import decode, decode_message, decode_record, encode
+from .conversation import Conversation, Spliced, decode_state
 from .entries import (
     Aside,
     Author,

@@ -106,8 +106,9 @@ class Approval(msgspec.Struct, frozen=True, kw_only=True):
     """The value of a `rig.approval` aside (SPEC 12).
 
     `asked_client` goes past the spec's listing: the asker's client id, which the hub checks
-    like `asked_by`, so that without auth (every socket `anonymous`) the asking client can
-    still be told apart from the others and never decides its own approval.
+    like `asked_by` when given, so that without auth (every socket `anonymous`) the asking
+    client can still be told apart from the others and never decides its own approval (when
+    it is left out, the turn owner's client stands for it, as far as the hub knows it)
     """
 
     turn: int
@@ -119,7 +120,7 @@ class Approval(msgspec.Struct, frozen=True, kw_only=True):
     answer: Any = None
     reason: str | None = None
     asked_by: str
-    asked_client: str
+    asked_client: str | None = None
     decided_by: str | None = None
     decided_at: int | None = None
 
@@ -314,7 +315,7 @@ def _transition(
         return "invalid", "an approval's question never changes"
     if after.state == "open":
         return "invalid", "an open approval carries no decision"
-    return _decide(before, after, actor, view)
+    return _decide(before, after, actor, view, owner_of)
 
 
 def _ask(
@@ -358,7 +359,7 @@ def _ask(
         return "forged", "an approval is asked open, with no decision"
     if approval.reason is not None:
         return "invalid", "an open approval has no reason yet"
-    if approval.asked_by != actor.sub or approval.asked_client != actor.client:
+    if approval.asked_by != actor.sub or approval.asked_client not in (None, actor.client):
         return "forged", "asked_by and asked_client must be the asking socket's"
     if turn is None or turn[1].index != approval.turn:
         return "turn_ended", f"turn {approval.turn} is not the open turn"
@@ -378,21 +379,29 @@ def _decide(
     after: Approval,
     actor: Actor,
     view: Callable[[], Iterator[tuple[AsideId, Aside]]],
+    owner_of: Callable[[AsideId], Owner | None],
 ) -> Refusal | None:
     if after.decided_by != actor.sub:
         return "forged", "decided_by must be the deciding socket's principal"
-    if type(after.decided_at) is not int:
-        return "invalid", "a decision says when it was made (decided_at, ms)"
+    if after.decided_at is not None and type(after.decided_at) is not int:
+        return "invalid", "decided_at is a time in ms"
     if after.reason is not None and len(after.reason) > MAX_REASON:
         return "invalid", f"a reason is at most {MAX_REASON} characters"
-    asker = (before.asked_by, before.asked_client)
+    asked_client = before.asked_client
+    if asked_client is None:  # left out (SPEC 12 does not list it): the turn's owner asked
+        for turn_id, aside in view():
+            record = _turn_of(aside) if aside.kind == TURN_KIND else None
+            if record is not None and record.index == before.turn:
+                owner = turn_owner(aside) or owner_of(turn_id)
+                asked_client = owner[1] if owner is not None else None
+    asker = (before.asked_by, asked_client)
     if after.state == "cancelled":
         if not _same(asker, actor):
             return "forbidden", "only the asker cancels an approval (a stop cancels it too)"
         return None
     if not actor.may_decide:
         return "forbidden", "deciding an approval needs the approve scope"
-    if actor.sub == before.asked_by if actor.auth else actor.client == before.asked_client:
+    if actor.sub == before.asked_by if actor.auth else actor.client == asked_client:
         return "forbidden", "the asker cannot decide its own approval"
     if after.state == "denied":
         if after.answer is not None:
@@ -411,7 +420,7 @@ def _decide(
     return None
 
 
-def _same(owner: Owner, actor: Actor) -> bool:
+def _same(owner: tuple[str, str | None], actor: Actor) -> bool:
     """Whether `actor` is `owner`: the same principal and client (without auth every
     principal is `anonymous`, so that is the client)."""
     return owner == actor.owner

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -11,10 +11,7 @@ from .changes import ChangeRecord, ConversationState
 from .errors import DecodeError
 from .messages import AnyMessage
 
-if TYPE_CHECKING:
-    from .conversation import Conversation
-
-__all__ = ["decode", "decode_message", "decode_record", "decode_state", "encode"]
+__all__ = ["decode", "decode_message", "decode_record", "decode_state_value", "encode"]
 
 T = TypeVar("T")
 
@@ -65,13 +62,7 @@ def decode_message(data: bytes | str) -> AnyMessage:
     return _run(_message_decoder, data)
 
 
-def decode_state(data: bytes | str) -> Conversation:
-    """A `Conversation` from its state JSON, with lineage `DETACHED` and revision 0.
-
-    Raises:
-        DecodeError: the JSON is malformed or is not a state.
-        ApplyError: the state is well-typed but inconsistent (repeated or bad ids).
-    """
-    from .conversation import Conversation
-
-    return Conversation.from_state(_run(_state_decoder, data))
+def decode_state_value(data: bytes | str) -> ConversationState:
+    """The `ConversationState` in a state's JSON (`sync.decode_state` makes a `Conversation`
+    of it); raises `DecodeError` saying where the input is wrong."""
+    return _run(_state_decoder, data)

@@ -28,7 +28,7 @@ from .changes import (
     Reset,
     Splice,
 )
-from .codec import encode
+from .codec import decode_state_value, encode
 from .entries import (
     TURN_KIND,
     Aside,
@@ -47,7 +47,7 @@ from .ids import AsideId, IdMinter, MessageId, default_minter, is_message_id
 from .lineage import Lineage
 from .messages import AnyMessage, Message, ToolCall, User
 
-__all__ = ["Conversation", "EntryLike", "Range", "Spliced"]
+__all__ = ["Conversation", "EntryLike", "Range", "Spliced", "decode_state"]
 
 EntryLike = Entry | Message
 Range = slice | range | EllipsisType
@@ -844,3 +844,13 @@ class Conversation(Fold):
         ended = _replace(record, end=end)
         self._put_aside(id_, _replace(aside, value=msgspec.to_builtins(ended)), aside.author)
         return True
+
+
+def decode_state(data: bytes | str) -> Conversation:
+    """A `Conversation` from its state JSON, with lineage `DETACHED` and revision 0.
+
+    Raises:
+        DecodeError: the JSON is malformed or is not a state.
+        ApplyError: the state is well-typed but inconsistent (repeated or bad ids).
+    """
+    return Conversation.from_state(decode_state_value(data))

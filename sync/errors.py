@@ -62,6 +62,7 @@ ErrorCode = Literal[
     "shutting_down",
     "internal",
     "replaced",
+    "deleted",
 ]
 """Every code the hub sends in an `error` message (and as the reason of the close after it)."""
 
@@ -89,6 +90,8 @@ CODES: Final[dict[ErrorCode, CodeInfo]] = {
     "unauthorized": CodeInfo(4001, "new_token"),
     "forbidden": CodeInfo(4003, "never"),
     "replaced": CodeInfo(4009, "never"),
+    # The conversation was deleted (SPEC 15): its tombstone answers every hello, for good.
+    "deleted": CodeInfo(4410, "never"),
     # Transient: the hub could not serve this socket now.
     "rate_limited": CodeInfo(4008, "backoff"),
     "lagging": CodeInfo(4000, "at_once"),
@@ -143,6 +146,7 @@ _BY_CLOSE: Final[dict[int, ErrorCode]] = {
     4003: "forbidden",
     4008: "rate_limited",
     4009: "replaced",
+    4410: "deleted",
 }
 
 

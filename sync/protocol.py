@@ -33,6 +33,7 @@ __all__ = [
     "ClientMessage",
     "DraftEnd",
     "DraftEndStatus",
+    "DraftHead",
     "DraftInfo",
     "DraftOp",
     "DraftState",
@@ -280,8 +281,10 @@ class StatusUpdate(msgspec.Struct, frozen=True, tag_field="type", tag="status"):
     detail: Any = None
 
 
-class DraftInfo(msgspec.Struct, frozen=True, omit_defaults=True):
-    """An open draft with its text so far, as `drafts` lists it."""
+class DraftHead(msgspec.Struct, frozen=True, omit_defaults=True):
+    """What a draft is, declared once: whose (`principal`, `client`), which `role`, open since
+    (ms), written as `author`, to land `after` a message. `DraftInfo` adds its text, the hubs'
+    bus (`server.mirror.BusDraft`) sends it as it is."""
 
     id: str
     role: str
@@ -290,6 +293,11 @@ class DraftInfo(msgspec.Struct, frozen=True, omit_defaults=True):
     since: int
     author: Author | None = None
     after: str | None = None
+
+
+class DraftInfo(DraftHead, frozen=True, omit_defaults=True):
+    """An open draft with its text so far, as `drafts` lists it."""
+
     parts: dict[str, str] = {}
     names: dict[str, str] = {}
 

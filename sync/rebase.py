@@ -37,7 +37,7 @@ from .entries import Aside, Entry
 from .errors import ApplyError, UsageError
 from .ids import MessageId
 from .merge import merge_aside, merge_entry
-from .steer import queued_entry_id
+from .steer import QUEUED_KIND, queued_entry_id
 
 __all__ = ["Conflict", "needs_base", "place", "rebase", "replay_pushes"]
 
@@ -355,6 +355,11 @@ def _retarget(
                 if local.holds(queued_entry_id(id_)):  # SPEC 10: too late to withdraw
                     return Conflict(record, "landed", "the queued entry has landed")
                 return None
+            if aside.kind == QUEUED_KIND:
+                entry_id = queued_entry_id(id_)
+                if local.holds(entry_id) or local.is_retired(entry_id):
+                    # Put again (moved, say) after its queue landed: landing it twice.
+                    return Conflict(record, "landed", "the queued entry has landed")
             return record
         case Reset():
             return record

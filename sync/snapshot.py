@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Final
 
 import msgspec
 
+from .compact import pinned
 from .conversation import Conversation
 from .entries import PINS_KIND, Aside, Author
 from .errors import SnapshotError
@@ -89,10 +90,7 @@ class ConversationSnapshot(msgspec.Struct, frozen=True):
     @classmethod
     def from_conversation(cls, conversation: Conversation) -> ConversationSnapshot:
         """The messages of `conversation`, pinned as its `rig.pin` asides and its latest old
-        `"pins"` aside say, each
-        reply without its token `usage`."""
-        from .compact import pinned  # compact imports what this module does; read late
-
+        `"pins"` aside say, each reply without its token `usage`."""
         pins: set[Any] = pinned(conversation)
         entries = conversation.entries()
         messages = [_without_usage(message) for message in conversation.messages()]

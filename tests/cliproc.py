@@ -86,6 +86,37 @@ class Running:
         for reader in self._readers:
             reader.start()
 
+    def cpu_seconds(self) -> float | None:
+        """The CPU time (user + system) the process has used so far, from `/proc`; None
+        once it has ended. A moment of its start-up measured this way is the same moment on
+        a quiet machine and on one loaded ten times over, unlike a wall-clock delay."""
+        try:
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rpartition(")")[2].split()
+        except (FileNotFoundError, ProcessLookupError):
+            return None
+        if fields[0] == "Z":  # exited, not yet reaped
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def run_for_cpu(self, seconds: float, within: float = TIMEOUT) -> None:
+        """Wait until the process has used `seconds` of CPU time, has ended, or has used none
+        for half a second (it waits: a hub serving).
+
+        Raises:
+            TimeoutError: it is alive and has not used that much within `within` seconds.
+        """
+        deadline = time.monotonic() + within
+        last, since = -1.0, time.monotonic()
+        while (used := self.cpu_seconds()) is not None and used < seconds:
+            now = time.monotonic()
+            if used != last:
+                last, since = used, now
+            elif now - since > 0.5:  # using none for half a second: it is waiting (serving)
+                return
+            if now > deadline:
+                raise TimeoutError(f"{used:.3f} s of CPU within {within:g}s, not {seconds:g}")
+            time.sleep(0.002)
+
     def wait_for(self, text: str, within: float = TIMEOUT) -> str:
         """The next stdout line holding `text`.
 

@@ -870,6 +870,7 @@ def _codes() -> Json | None:
         return None
     closes = [(4000, ""), (4001, ""), (1008, ""), (1008, "bad_client"), (1011, "unavailable")]
     closes += [(1006, ""), (4999, "whatever"), (1000, ""), (1009, "over size limit")]
+    closes += [(4410, "")]  # a conversation deleted (SPEC 15): a bare close still means it
     return {
         "codes": {code: {"close": info.close, "retry": info.retry} for code, info in table.items()},
         "unknown_retry": errors.retry_of("some_newer_code"),  # type: ignore[attr-defined]

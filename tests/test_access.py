@@ -39,6 +39,7 @@ from client import Disconnected, connect
 from client.http import _get
 from server import Hub, MemoryStore
 from server.auth import Key, KeyRing, mint_token
+from server.logs import JsonFormatter, TextFormatter
 from sync import Conversation, Message, Text, UsageError
 from sync.errors import Refused
 from sync.protocol import SUBPROTOCOL
@@ -785,7 +786,11 @@ async def test_no_token_in_any_log_line(caplog: pytest.LogCaptureFixture) -> Non
     ours = [r for r in caplog.records if r.name != "websockets.client"]
     assert any(r.name.startswith("convsync.hub") for r in ours), "the capture is not working"
     assert any("refused by the hub" in r.getMessage() for r in ours)  # the refusals were logged
-    text = "\n".join(f"{r.getMessage()} {r.__dict__}" for r in ours)
+    # Each record also as `convsync serve` writes it, in either `--log-format`.
+    forms = (TextFormatter(), JsonFormatter())
+    text = "\n".join(
+        f"{r.getMessage()} {r.__dict__} " + " ".join(form.format(r) for form in forms) for r in ours
+    )
     for value in used:
         assert value not in text
         assert value.rsplit(".", 1)[1] not in text

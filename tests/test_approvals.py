@@ -510,3 +510,28 @@ def test_a_decided_approval_may_move_but_never_change() -> None:
     settle([worker, a, b])
     assert hub.rejected == [] and hub.conversation.aside(id_).after == local.id(0)  # type: ignore[union-attr]
     assert _state(hub, id_) == "approved"
+
+
+def test_an_approval_as_the_spec_lists_it_without_asked_client_is_taken() -> None:
+    """`asked_client` may be left out (SPEC 12 does not list it), and `decided_at` too: the
+    turn owner's client then stands for the asker and still cannot decide it."""
+    hub = FakeHub()
+    worker = hub.link(ReplicaSession("worker"))
+    ui = hub.link(ReplicaSession("ui"))
+    settle([worker, ui])
+    local = worker.session.local
+    local.push(Message.user("go"))
+    local.open_turn()
+    settle([worker, ui])
+    value = ap.ask_value(turn=0, key="k", asked_by="anonymous", asked_client="worker")
+    del value["asked_client"]
+    id_ = local.add_aside(Aside(ap.APPROVAL_KIND, None, CALL_AUTHOR, value))
+    settle([worker, ui])
+    assert _state(hub, id_) == "open", hub.rejected
+    decided = value | {"state": "approved", "decided_by": "anonymous"}
+    local.replace_aside(id_, Aside(ap.APPROVAL_KIND, None, CALL_AUTHOR, decided))
+    settle([worker, ui])
+    assert hub.rejected == ["forbidden"] and _state(hub, id_) == "open"
+    ui.session.local.replace_aside(id_, Aside(ap.APPROVAL_KIND, None, CALL_AUTHOR, decided))
+    settle([worker, ui])
+    assert _state(hub, id_) == "approved"

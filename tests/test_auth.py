@@ -213,7 +213,7 @@ def test_read_only_token_lacks_write() -> None:
 
 def test_unknown_scope_or_kind_is_refused() -> None:
     """Scopes and kinds come from fixed lists; anything else makes the token invalid."""
-    assert refused(hs256(claims(scope="read admin")), SECRET_RING).detail == "unknown scope"
+    assert refused(hs256(claims(scope="read root")), SECRET_RING).detail == "unknown scope"
     assert refused(hs256(claims(scope=["read"])), SECRET_RING).detail == "malformed scope"
     assert refused(hs256(claims(kind="robot")), SECRET_RING).detail == "unknown kind"
     grant = verify(hs256(claims(kind="agent", name="Writer")), SECRET_RING, now=NOW)
@@ -428,7 +428,7 @@ def test_mint_token_refuses_what_a_hub_would_refuse() -> None:
     """`mint_token` signs only tokens a hub could accept."""
     bad_calls: list[dict[str, Any]] = [
         {"sub": ""},
-        {"scopes": ["admin"]},
+        {"scopes": ["root"]},
         {"convs": ["a*b"]},
         {"ttl_s": 0},
         {"ttl_s": float("nan")},

@@ -3,6 +3,7 @@ Python replicas on the other side."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import os
@@ -701,6 +702,148 @@ async def test_a_refused_token_is_asked_for_again_and_a_new_one_in_the_address_i
         await second.wait_for_selector("#app[data-connection-state=connected]")
         assert second.url == page_url(hub, "/c/renew.1")  # the token left the address bar
         assert await second.locator(".text").first.text_content() == "still here"
+
+
+# ---------------------------------------------------------------------- the dashboard (SPEC 17)
+
+FLEET = 1000  # conversations under the prefix
+ACTIVE = 50  # of them kept busy by agents
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def fleet() -> AsyncIterator[tuple[Hub, list[str]]]:
+    """A hub holding 1,000 conversations, 50 of them with an agent pushing every 0.5 s."""
+    from fleet import active_ids, fleet_ids, keep_busy, seed_fleet
+
+    config = hub_config(idle_unload=5.0)
+    async with Hub(MemoryStore(), host="127.0.0.1", port=0, config=config) as running:
+        ids = fleet_ids(FLEET)
+        await seed_fleet(running.store, ids)
+        busy = active_ids(ids, ACTIVE)
+        done = anyio.Event()
+        # A task of its own: a fixture's setup and teardown run in different tasks, so a
+        # task group cannot span its `yield`.
+        agents = asyncio.ensure_future(keep_busy(running.url, busy, 0.5, done))
+        try:
+            yield running, busy
+        finally:
+            done.set()
+            with anyio.fail_after(bound(30)):
+                await agents
+
+
+async def place_of(page: Any, conversation_id: str) -> Any:
+    """Where row `conversation_id` is drawn (x, y, width, height), read in one go."""
+    return await page.evaluate(
+        'id => { const r = document.querySelector(`[data-conversation-id="${id}"]`)'
+        "?.getBoundingClientRect(); return r && [r.x, r.y, r.width, r.height]; }",
+        conversation_id,
+    )
+
+
+async def row_ids(page: Any) -> list[str]:
+    ids = await page.eval_on_selector_all(
+        "[data-conversation-id]", "rows => rows.map(row => row.dataset.conversationId)"
+    )
+    return list(ids)
+
+
+async def test_a_row_under_the_pointer_holds_its_place_while_others_change(
+    fleet: tuple[Hub, list[str]], pages: Pages
+) -> None:
+    """Sorted by activity with 50 agents busy, the row under the pointer stays where it is
+    for 2 s (the list's order is held while the pointer is on it) though others change and
+    would reorder it; off the list, the order follows activity again."""
+    hub, busy = fleet
+    page = await pages.open(
+        page_url(hub, "/?order=updated"), viewport={"width": 1280, "height": 900}
+    )
+    await page.wait_for_function(
+        "() => document.querySelectorAll('[data-conversation-id]').length === 50"
+    )
+    await page.locator("[data-conversation-id]").nth(5).hover()
+    held = (await row_ids(page))[5]
+    box = await place_of(page, held)
+    assert held in busy and box is not None
+    before = dict(
+        zip(
+            await row_ids(page),
+            await page.eval_on_selector_all(
+                "[data-conversation-id]", "rows => rows.map(row => row.dataset.revision)"
+            ),
+            strict=True,
+        )
+    )
+    reordered = False
+    with anyio.fail_after(bound(10)):
+        for _ in range(20):  # 2 s
+            await anyio.sleep(0.1)
+            now = await place_of(page, held)
+            under = await page.evaluate(
+                f"document.elementFromPoint({box[0] + 5}, {box[1] + box[3] / 2})"
+                "?.closest('[data-conversation-id]')?.dataset.conversationId"
+            )
+            assert under == held and now == box, (under, now, box)
+            order = await page.evaluate("globalThis.convsyncView.ordered().map(row => row.id)")
+            reordered = reordered or order[5] != held
+    after = dict(
+        zip(
+            await row_ids(page),
+            await page.eval_on_selector_all(
+                "[data-conversation-id]", "rows => rows.map(row => row.dataset.revision)"
+            ),
+            strict=True,
+        )
+    )
+    changed = [i for i in before if i != held and after.get(i) != before[i]]
+    assert len(changed) >= 10, changed  # others changed all along
+    assert reordered, "the activity never would have moved the row: the test shows nothing"
+    await page.mouse.move(1270, 890)  # off the list: the latest activity first again
+    await page.wait_for_function(
+        "() => { const v = globalThis.convsyncView; const drawn = [...document.querySelectorAll("
+        "'[data-conversation-id]')].map(r => r.dataset.conversationId);"
+        " return v.frozen === null && drawn.length === 50; }"
+    )
+    assert pages.errors == []
+
+
+async def test_the_dashboard_pages_and_searches_a_thousand_conversations(
+    fleet: tuple[Hub, list[str]], pages: Pages
+) -> None:
+    """With 1,000 conversations by id: 50 a page, Next and Previous move by pages; a search
+    finds a conversation on no page shown (by id, and by what its last message says), and
+    clearing it brings back the page it left."""
+    hub, _ = fleet
+    page = await pages.open(page_url(hub, "/"), viewport={"width": 1280, "height": 900})
+    await page.mouse.move(1270, 890)
+    await page.wait_for_selector('[data-conversation-id="fleet.0049"]')
+    assert await row_ids(page) == [f"fleet.{n:04}" for n in range(50)]
+    for first in (50, 100, 150):
+        await page.click("button[data-action=next]")
+        await page.wait_for_selector(f'[data-conversation-id="fleet.{first:04}"]')
+        await page.wait_for_selector(
+            f'[data-conversation-id="fleet.{first - 1:04}"]', state="detached"
+        )
+        assert await row_ids(page) == [f"fleet.{n:04}" for n in range(first, first + 50)]
+    await page.click("button[data-action=previous]")
+    await page.wait_for_selector('[data-conversation-id="fleet.0100"]')
+    await page.wait_for_selector('[data-conversation-id="fleet.0150"]', state="detached")
+    assert await row_ids(page) == [f"fleet.{n:04}" for n in range(100, 150)]
+    await page.fill("input[name=search]", "fleet.0777")
+    await page.wait_for_selector('[data-conversation-id="fleet.0777"]')
+    assert await row_ids(page) == ["fleet.0777"]
+    assert await page.locator("button[data-action=next]").is_hidden()
+    await page.fill("input[name=search]", "topic 0913:")  # what its message says
+    await page.wait_for_selector('[data-conversation-id="fleet.0913"]')
+    assert await row_ids(page) == ["fleet.0913"]
+    await page.fill("input[name=search]", "fleet.")  # every one: the first 50 shown
+    await page.wait_for_selector(".matches:not([hidden])")
+    assert "1000 conversations match" in (await page.locator(".matches").text_content() or "")
+    assert len(await row_ids(page)) == 50
+    await page.fill("input[name=search]", "")
+    await page.wait_for_selector('[data-conversation-id="fleet.0149"]')
+    assert await row_ids(page) == [f"fleet.{n:04}" for n in range(100, 150)]
+    assert pages.errors == []
 
 
 # ---------------------------------------------------------------------- approvals (SPEC 12)

@@ -34,9 +34,9 @@ from sync import (
     Splice,
     Stop,
     ToolCall,
+    decode_state,
     encode,
 )
-from sync.codec import decode_state
 from sync.entries import Entry
 from sync.protocol import (
     Ack,

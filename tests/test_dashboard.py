@@ -120,3 +120,29 @@ def test_convsync_list_prints_plain_lines_when_piped(tmp_path: Path) -> None:
         assert code == 0, err
     finally:
         proc.stop()
+
+
+def test_a_listed_row_says_what_waits_and_the_tokens_used() -> None:
+    """`convsync list` shows queued input and approvals waiting, and the tokens a
+    conversation used (input plus output), from the row's fields."""
+    from client.dashboard import COLUMNS, cells
+
+    row = {
+        "id": "c.1",
+        "revision": 4,
+        "entries": 4,
+        "updated": None,
+        "turn": {"index": 0, "state": "running", "owner": "w"},
+        "drafts": {"open": 0, "producers": []},
+        "queued": 2,
+        "approvals": 1,
+        "usage": {"input_tokens": 1200, "output_tokens": 34, "cache_read_tokens": 1000},
+        "online": ["w"],
+        "last": {"id": None, "role": "user", "text": "hi"},
+    }
+    shown = dict(zip(COLUMNS, cells(row), strict=True))
+    assert shown["waiting"] == "2 queued, 1 to approve" and shown["tokens"] == "1234"
+    quiet = dict(
+        zip(COLUMNS, cells({**row, "queued": 0, "approvals": 0, "usage": None}), strict=True)
+    )
+    assert shown["turn"] == "0 running" and (quiet["waiting"], quiet["tokens"]) == ("-", "-")

@@ -8,10 +8,20 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.core import AppendRecords, Broadcast, CoreConfig, RewriteLog, RoomCore, Send, SendDraft
+from server.core import (
+    AppendRecords,
+    Broadcast,
+    CoreConfig,
+    RewriteLog,
+    RoomCore,
+    Send,
+    SendDraft,
+    SendFrames,
+)
 from server.drafts import DraftConfig
 from server.store import Loaded
 from sync import ChangeRecord, Conversation, Entry, Halt, HaltChange, Message, Push
+from sync.frames import FRAME_FILL
 from sync.ids import IdMinter
 from sync.protocol import (
     DraftEnd,
@@ -29,6 +39,7 @@ from sync.protocol import (
     StatusUpdate,
     Welcome,
     decode_hub_message,
+    encode_message,
 )
 
 T0 = 1_700_000_000_000
@@ -51,6 +62,8 @@ def frames_to(actions: list[Any], conn: str) -> list[HubMessage]:
             out.append(decode_hub_message(action.frame))
         elif isinstance(action, Broadcast | SendDraft) and conn in action.to:
             out.append(decode_hub_message(action.frame))
+        elif isinstance(action, SendFrames) and action.to == conn:
+            out += [decode_hub_message(frame) for frame in action.frames]
     return out
 
 
@@ -384,9 +397,7 @@ def test_drafts_snapshot_chunks_are_sized_from_what_is_encoded() -> None:
     room.draft("w6", op(d, "open"), T0)
     ended = frames_to(room.draft("w6", op(d, text="\x01" * 6_000), T0), "w6")
     assert ended == [DraftEnd(d, "aborted", f"over {32 * 1024} bytes")]
-    frames = [
-        a.frame for a in join(room, "ui") if isinstance(a, Send) and b'"drafts"' in a.frame[:20]
-    ]
+    frames = [frame for a in join(room, "ui") if isinstance(a, SendFrames) for frame in a.frames]
     assert len(frames) > 1 and all(len(frame) <= 64 * 1024 for frame in frames)
     infos = [info for frame in frames for info in decode_hub_message(frame).drafts]  # type: ignore[union-attr]
     assert len(infos) == 6 and all(info.parts["text"] == "\x01" * 5_000 for info in infos)
@@ -493,3 +504,44 @@ def test_a_late_tick_keeps_the_flush_grid() -> None:
     sent = frames_to(room.draft("worker", op(d, offset=2, text="c"), T0 + 100), "ui")
     [next_] = [m for m in sent if isinstance(m, DraftUpdate)]
     assert next_ == DraftUpdate(d, "append", "text", 2, "c")  # at once, not held to T0 + 120
+
+
+def test_a_snapshot_read_late_shows_the_drafts_as_they_were_at_the_join() -> None:
+    """The `drafts` frames are built only when the shell reads them, yet hold each draft as
+    it was when the UI joined: the deltas and ends sent after the join complete them, with
+    no text twice and none missing (issue 27: the snapshot is streamed)."""
+    room = core(interval=0)
+    join(room, "worker")
+    d1, d2 = _ids.message_id(), _ids.message_id()
+    for d, text in ((d1, "abc"), (d2, "x")):
+        room.draft("worker", op(d, "open"), T0)
+        room.draft("worker", op(d, text=text), T0)
+    [snapshot] = [a for a in join(room, "ui") if isinstance(a, SendFrames)]
+    later = frames_to(room.draft("worker", op(d1, offset=3, text="def"), T0), "ui")
+    later += frames_to(room.draft("worker", op(d2, "abort"), T0), "ui")
+    ui = UI()
+    ui.take([decode_hub_message(frame) for frame in snapshot.frames])
+    assert ui.parts == {(d1, "text"): "abc", (d2, "text"): "x"}
+    ui.take(later)
+    assert ui.parts[(d1, "text")] == "abcdef" and ui.ended == {d2: "aborted"}
+
+
+def test_a_large_snapshot_comes_in_frames_of_at_most_a_mebibyte() -> None:
+    """64 drafts at their 512 KiB cap reach a joining UI in `drafts` frames of at most 1 MiB
+    each (`FRAME_FILL`, not `max_frame`), all but the last saying `more`, each exactly the
+    `Drafts` message of the drafts it holds."""
+    room: RoomCore[str] = RoomCore("c", CoreConfig(max_frame=16 << 20))
+    room.load(None)
+    for client in range(8):
+        join(room, f"w{client}")
+        for _ in range(8):
+            d = _ids.message_id()
+            room.draft(f"w{client}", op(d, "open"), T0)
+            room.draft(f"w{client}", op(d, text="y" * (500 << 10)), T0)
+    [snapshot] = [a for a in join(room, "ui") if isinstance(a, SendFrames)]
+    frames = list(snapshot.frames)
+    messages = [decode_hub_message(frame) for frame in frames]
+    assert len(frames) > 1 and all(len(frame) <= FRAME_FILL for frame in frames)
+    assert [m.more for m in messages] == [True] * (len(frames) - 1) + [False]  # type: ignore[union-attr]
+    assert frames == [encode_message(m) for m in messages]
+    assert sum(len(m.drafts) for m in messages) == 64  # type: ignore[union-attr]

@@ -20,7 +20,7 @@ from terminal import last_frame
 from client import Replica, connect
 from client.live import DraftChanged, DraftEnded
 from client.tail import tail
-from server import Hub, MemoryStore
+from server import Hub, HubConfig, MemoryStore
 from server.store import SqliteStore
 from sync import Entry, Halt, Message
 
@@ -390,3 +390,38 @@ async def test_an_unread_event_queue_holds_one_draft_change_per_draft(hub: Hub) 
             await until(lambda: d.id in ui.drafts and ui.drafts[d.id].text == FULL)
             changes = [e for e in ui.events_nowait() if isinstance(e, DraftChanged)]
             assert changes == [DraftChanged(d.id)]
+
+
+async def test_the_draft_caps_are_settings_a_hub_keeps() -> None:
+    """`CONVSYNC_DRAFT_MAX_PER_CLIENT`, `..._PER_CONVERSATION` and `..._PARTS` set how many
+    drafts a client and a conversation may hold open and how many parts a draft may have:
+    one more `open` is refused, one more part aborts the draft."""
+    environ = {
+        "CONVSYNC_DRAFT_MAX_PER_CLIENT": "1",
+        "CONVSYNC_DRAFT_MAX_PER_CONVERSATION": "2",
+        "CONVSYNC_DRAFT_MAX_PARTS": "2",
+    }
+    config = HubConfig.from_env(environ, ping_interval=None)
+    async with (
+        Hub(MemoryStore(), host="127.0.0.1", port=0, config=config) as hub,
+        connect(hub.url, "caps", client="a", draft_interval=0) as a,
+        connect(hub.url, "caps", client="b", draft_interval=0) as b,
+        connect(hub.url, "caps", client="c", draft_interval=0) as c,
+    ):
+        first = await a.draft().open()
+        first.append("one")
+        first.append("hm", part="reasoning")
+        await until(lambda: first.id in b.drafts and b.drafts[first.id].reasoning == "hm")
+        second = await a.draft().open()  # a client's second draft
+        with anyio.fail_after(bound(5)):
+            assert await second.wait_ended() == "refused"
+        other = await b.draft().open()
+        other.append("two")
+        await until(lambda: other.id in a.drafts)
+        third = await c.draft().open()  # the conversation's third draft
+        with anyio.fail_after(bound(5)):
+            assert await third.wait_ended() == "refused"
+        first.append("{}", part="call:c1", name="weather")  # its third part
+        with anyio.fail_after(bound(5)):
+            assert await first.wait_ended() == "aborted"
+        assert other.status is None and set(c.drafts) == {other.id}

@@ -31,6 +31,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from client import connect
 from server import Hub, MemoryStore
 from server.auth import Key, KeyRing, mint_token
+from server.logs import JsonFormatter, TextFormatter
 from sync import Message
 from sync.protocol import SUBPROTOCOL
 
@@ -227,6 +228,9 @@ def broken_auth(draw: st.DrawFn) -> bytes:
 auth_frames = st.one_of(frames, broken_auth(), broken_auth())
 
 
+TEXT_FORM, JSON_FORM = TextFormatter(), JsonFormatter()
+
+
 class _Lines(logging.Handler):
     """Every log record, formatted with all its attributes (to grep for tokens)."""
 
@@ -236,7 +240,9 @@ class _Lines(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         if record.name != "websockets.client":  # the probes' own sockets, not the hub
-            self.lines.append(f"{record.name} {record.getMessage()} {record.__dict__}")
+            # As `convsync serve` would write it too, in either `--log-format`.
+            forms = f"{TEXT_FORM.format(record)} {JSON_FORM.format(record)}"
+            self.lines.append(f"{record.name} {record.getMessage()} {record.__dict__} {forms}")
 
 
 @pytest.mark.filterwarnings(FUZZ_REPR)

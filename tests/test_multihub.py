@@ -377,3 +377,31 @@ def test_the_url_option_takes_several_hubs_repeated_or_comma_separated() -> None
     assert args.url == ["ws://a:1", "ws://b:2", "ws://c:3"]
     with pytest.raises(CliError, match="not a ws:// or wss:// url"):
         parser.parse_args(["send", "c", "hi", "--url", "ws://a:1,http://b"])
+
+
+async def test_a_summary_feed_on_one_hub_follows_pushes_made_through_another(
+    postgres_dsn: str, pg_schema: str
+) -> None:
+    """With notices off, a dashboard on hub B sees each push made through hub A (brought by
+    B's head checks) in its row, and B's list says the same."""
+    import client
+
+    async with hubs(postgres_dsn, pg_schema, 2, notify=False, head_check=0.05) as (a, b):
+        async with (
+            connect(a.url, CONVERSATION, client="writer") as writer,
+            connect(b.url, CONVERSATION, client="watcher") as watcher,
+        ):
+            with anyio.fail_after(bound(20)):
+                writer.conversation.push(Message.user("m0"))
+                await writer.flush()
+                await watcher.wait_for(writer.revision)
+                async for window in client.summary(b.url, prefix=CONVERSATION):
+                    row = window.rows[CONVERSATION]
+                    if row["revision"] == 1 and len(writer.conversation) == 1:
+                        writer.conversation.push(Message.user("m1 through hub a"))
+                        await writer.flush()
+                    if row["revision"] == 2:
+                        assert row["last"]["text"] == "m1 through hub a"
+                        break
+            page = await client.list_conversations(b.url, prefix=CONVERSATION)
+            assert page.rows[0]["revision"] == 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from typing import Any
 
 from websockets.frames import Frame, Opcode
@@ -191,3 +192,54 @@ def test_a_socket_that_fails_a_write_is_dropped_and_the_others_still_get_the_fra
     assert broken.closed == (1006, "")  # aborted
     assert [parsed(wire).data for wire in healthy.written] == [b'{"type":"records"}']
     assert "could not be written" in caplog.text
+
+
+class OneAtATime(FakeSocket):
+    """A peer that takes one frame each time it is told to (`take`)."""
+
+    def __init__(self) -> None:
+        super().__init__(buffered=0)
+        self.permits = asyncio.Semaphore(0)
+        self.blocked = asyncio.Event()  # a send waits for the peer
+
+    async def send(self, frame: bytes, text: bool = True) -> None:
+        self.blocked.set()
+        await self.permits.acquire()
+        self.blocked.clear()
+        self.sent.append(frame)
+
+    async def take(self) -> None:
+        """Let one frame through, then wait until the writer waits again."""
+        self.blocked.clear()
+        self.permits.release()
+        await asyncio.wait_for(self.blocked.wait(), 5)
+
+
+async def test_a_snapshot_is_built_one_frame_at_a_time_as_the_peer_reads() -> None:
+    """Frames given to `send_frames` are built only as the peer takes them (one held at a
+    time, however many there are, so a joining UI's `drafts` snapshot costs the hub one
+    frame: issue 27), in order; frames sent after them go after them."""
+    ws = OneAtATime()
+    built: list[int] = []
+
+    def frames() -> Iterator[bytes]:
+        for n in range(10):
+            built.append(n)
+            yield b"f%d" % n
+
+    sub = Subscriber(ws, 1000, Metrics())  # type: ignore[arg-type]
+    writer = asyncio.create_task(sub.run())
+    sub.send_frames(frames())
+    sub.send(b"after")  # queued behind the snapshot, not written past it
+    await asyncio.wait_for(ws.blocked.wait(), 5)
+    assert built == [0]
+    await ws.take()
+    await ws.take()
+    assert built == [0, 1, 2] and ws.sent == [b"f0", b"f1"]
+    for _ in range(8):
+        await ws.take()
+    assert ws.sent == [b"f%d" % n for n in range(10)]
+    ws.permits.release()
+    sub.close(1000, "")
+    await asyncio.wait_for(writer, 5)
+    assert ws.sent[-1] == b"after" and ws.closed == (1000, "")

@@ -423,7 +423,7 @@ export interface Approval {
   reason: string | null;
   asked_by: string;
   /** The asker's client id (the hub checks it, so the asking client never decides). */
-  asked_client: string;
+  asked_client: string | null;
   decided_by: string | null;
   decided_at: number | null;
 }
@@ -588,6 +588,21 @@ export interface SummaryRow {
   drafts: { open: number; producers: string[] };
   /** The last turn record: running until it ends, then how it ended; null: no turn. */
   turn: { index: number; state: 'running' | 'answered' | 'failed' | 'stopped'; owner: string | null } | null;
+  /** User messages waiting for the agent's step to end (`rig.queued` asides standing). */
+  queued: number;
+  /** Approvals and questions waiting for a decision (`rig.approval` asides still open). */
+  approvals: number;
+  /** The summed usage of the assistant replies the log holds (a field no reply reported
+   * counts 0); null when no reply reported any. */
+  usage: SummaryUsage | null;
+}
+
+export interface SummaryUsage {
+  input_tokens: number;
+  output_tokens: number;
+  cache_read_tokens: number;
+  cache_write_tokens: number;
+  reasoning_tokens: number;
 }
 
 export class SummaryFeed {

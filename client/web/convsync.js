@@ -1861,6 +1861,12 @@ function retarget(local, record, anchor) {
           return conflict(record, 'landed', 'the queued entry has landed');
         return null;
       }
+      if (change.aside.kind === QUEUED_KIND) {
+        // Put again (moved, say) after its queue landed: landing it twice.
+        const entryId = queuedEntryId(change.id);
+        if (local.holds(entryId) || local.isRetired(entryId))
+          return conflict(record, 'landed', 'the queued entry has landed');
+      }
       return record;
     }
     case 'reset':
@@ -2140,7 +2146,7 @@ export function approvalOf(aside) {
   if (aside === null || aside === undefined || aside.kind !== APPROVAL_KIND) return null;
   const v = aside.value;
   if (!isObject(v) || !Number.isInteger(v.turn) || typeof v.key !== 'string') return null;
-  if (typeof v.asked_by !== 'string' || typeof v.asked_client !== 'string') return null;
+  if (typeof v.asked_by !== 'string' || !isStringOrNull(v.asked_client)) return null;
   const state = v.state ?? 'open';
   if (!APPROVAL_STATES.has(state)) return null;
   for (const name of ['call', 'prompt', 'reason', 'decided_by']) {
@@ -2157,7 +2163,7 @@ export function approvalOf(aside) {
     answer: v.answer ?? null,
     reason: v.reason ?? null,
     asked_by: v.asked_by,
-    asked_client: v.asked_client,
+    asked_client: v.asked_client ?? null,
     decided_by: v.decided_by ?? null,
     decided_at: v.decided_at ?? null,
   };
@@ -3238,6 +3244,7 @@ export const CODES = Object.freeze({
   unauthorized: { close: 4001, retry: 'new_token' },
   forbidden: { close: 4003, retry: 'never' },
   replaced: { close: 4009, retry: 'never' },
+  deleted: { close: 4410, retry: 'never' }, // the conversation was deleted (SPEC §15)
   rate_limited: { close: 4008, retry: 'backoff' },
   lagging: { close: 4000, retry: 'at_once' },
   unavailable: { close: 1011, retry: 'backoff' },
@@ -3253,6 +3260,7 @@ const CODE_OF_CLOSE = Object.freeze({
   4003: 'forbidden',
   4008: 'rate_limited',
   4009: 'replaced',
+  4410: 'deleted',
 });
 
 /**
@@ -3885,6 +3893,7 @@ export class SummaryFeed {
     /** @type {ConnectionState} */
     this.state = 'disconnected';
     this.failures = 0;
+    this.attempts = 0; // connection attempts started
     this.closing = false;
     /** @type {any} */
     this.ws = null;
@@ -3940,7 +3949,9 @@ export class SummaryFeed {
   /** Open the feed (and keep it open until `close()`). */
   async start() {
     if (this.closing || this.ws !== null) return;
-    this.#setState('connecting');
+    // As for a Replica, only the first attempt is `connecting`: a retry leaves `disconnected`
+    // alone until the hub answers, so a dashboard does not flicker between the two.
+    if (this.attempts++ === 0) this.#setState('connecting');
     let token = null;
     try {
       token = this.getToken !== null ? await this.getToken() : null;

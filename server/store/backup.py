@@ -30,6 +30,7 @@ from pathlib import Path
 from sync.errors import UsageError
 from sync.lineage import Lineage
 
+from .base import TOMBSTONE
 from .sqlite import SCHEMA_VERSION
 
 __all__ = ["Copied", "backup", "restore"]
@@ -144,7 +145,9 @@ def _copy_into(source: sqlite3.Connection, target: str, *, fresh_lineages: bool)
             check = copy.execute("PRAGMA integrity_check").fetchone()[0]
             if check != "ok":
                 raise UsageError("backup_failed", f"the copy failed its integrity check: {check}")
-            conversations = copy.execute("SELECT count(*) FROM conversations").fetchone()[0]
+            conversations = copy.execute(
+                "SELECT count(*) FROM conversations WHERE lineage != ?", (TOMBSTONE,)
+            ).fetchone()[0]
             records = copy.execute("SELECT count(*) FROM records").fetchone()[0]
         finally:
             copy.close()
@@ -161,9 +164,12 @@ def _copy_into(source: sqlite3.Connection, target: str, *, fresh_lineages: bool)
 
 
 def _refresh_lineages(conn: sqlite3.Connection) -> None:
-    """Give every conversation a fresh lineage; a snapshot of its old lineage follows it."""
+    """Give every conversation a fresh lineage; a snapshot of its old lineage follows it. A
+    deleted conversation's tombstone stays one (SPEC 15): a restore never brings it back."""
     with conn:
-        rows = conn.execute("SELECT id, lineage FROM conversations").fetchall()
+        rows = conn.execute(
+            "SELECT id, lineage FROM conversations WHERE lineage != ?", (TOMBSTONE,)
+        ).fetchall()
         for conversation_id, old in rows:
             new = Lineage.fresh()
             conn.execute(

@@ -27,9 +27,11 @@ from sync.errors import ConvsyncError, UsageError
 __all__ = [
     "MAX_LINEAGE",
     "NO_LINEAGE",
+    "TOMBSTONE",
     "ClientMark",
     "Closable",
     "Counted",
+    "Deleted",
     "Loaded",
     "LogMoved",
     "LogStore",
@@ -38,6 +40,7 @@ __all__ = [
     "StoreLocked",
     "check_append_args",
     "check_base",
+    "check_delete_args",
     "check_list_args",
     "check_mark",
     "check_new_lineage",
@@ -52,6 +55,12 @@ NO_LINEAGE = 0
 
 MAX_LINEAGE = 2**53 - 1
 """Lineages must stay below this (`Lineage.DETACHED`) so they survive JSON in a browser."""
+
+TOMBSTONE = MAX_LINEAGE
+"""The lineage of a deleted conversation's head row (SPEC 15): no log can have it (`append`
+and `rewrite` refuse it), so every compare-and-set on the id fails against the tombstone,
+which then raises `Deleted`. Its revision column holds the time of the delete (epoch
+seconds) instead of a record count."""
 
 
 class ClientMark(msgspec.Struct, frozen=True):
@@ -130,6 +139,22 @@ class SeqTaken(ConvsyncError):
         self.conversation_id = conversation_id
         self.client = client
         self.mark = mark
+
+
+class Deleted(ConvsyncError):
+    """The conversation was deleted (SPEC 15): its tombstone refuses every read and write of
+    its log, so no hub mistakes it for a rewritten log and no replica brings it back. The hub
+    answers `deleted` (close 4410, never retried).
+
+    Attributes:
+        conversation_id: the conversation concerned.
+        deleted_at: when it was deleted (seconds since the epoch).
+    """
+
+    def __init__(self, conversation_id: str, deleted_at: float) -> None:
+        super().__init__("deleted", f"conversation {conversation_id!r} was deleted")
+        self.conversation_id = conversation_id
+        self.deleted_at = deleted_at
 
 
 class StoreError(ConvsyncError):
@@ -327,6 +352,32 @@ class LogStore(Protocol):
         """The client's last accepted push in this conversation, or None if it has none."""
         ...
 
+    async def delete(self, conversation_id: str, now: float) -> bool:
+        """Delete a conversation (SPEC 15): its records, snapshot and client marks go, and a
+        tombstone dated `now` (epoch seconds) stays in their place.
+
+        From then on `load`, `append` and `rewrite` of the id raise `Deleted`, `read` returns
+        None and `list_conversations` leaves it out, on every hub sharing the store. Durable
+        (and, on SQLite, scrubbed from the file) when this returns.
+
+        Returns:
+            Whether there was a log to delete (False: no log, or deleted already; nothing
+            was written).
+        """
+        ...
+
+    async def last_records(
+        self, prefix: str = "", *, after: str | None = None, limit: int | None = None
+    ) -> list[tuple[str, bytes | None]]:
+        """Each conversation's id and its last record (None when its log is empty), sorted
+        by id, paged like `list_conversations`: what `--retain` dates idleness by."""
+        ...
+
+    async def forget_deleted(self, before: float) -> int:
+        """Drop the tombstones of conversations deleted before `before` (epoch seconds);
+        returns how many. An id whose tombstone went may be created again."""
+        ...
+
     async def close(self) -> None:
         """Finish every write already started, then release files and threads. Idempotent."""
         ...
@@ -408,13 +459,22 @@ def prefix_range(prefix: str) -> tuple[str, str | None]:
     return prefix, None
 
 
+def check_delete_args(now: float) -> None:
+    """Validate `delete`'s arguments: a time, in seconds since the epoch."""
+    if isinstance(now, bool) or not isinstance(now, int | float) or not 0 <= now < 2**53:
+        raise UsageError("bad_time", f"{now!r} is not a time in seconds since the epoch")
+
+
 def check_base(
     conversation_id: str, current: tuple[int, int] | None, lineage: int, revision: int
 ) -> None:
     """Raise `LogMoved` unless a log at `current` (None: no log) is at `lineage`, `revision`.
 
-    A missing log is at revision 0 of every lineage.
+    A missing log is at revision 0 of every lineage; a tombstone (`TOMBSTONE`) raises
+    `Deleted` instead.
     """
+    if current is not None and current[0] == TOMBSTONE:
+        raise Deleted(conversation_id, current[1])
     if current is None:
         if revision != 0:
             raise LogMoved(conversation_id, NO_LINEAGE, 0)
@@ -428,7 +488,10 @@ def check_rewrite(
     lineage: int,
     base: tuple[int, int] | None,
 ) -> None:
-    """Raise unless a log at `current` may be rewritten under `lineage` (see `rewrite`)."""
+    """Raise unless a log at `current` may be rewritten under `lineage` (see `rewrite`); a
+    tombstone raises `Deleted`, with a `base` or without (a rewrite never revives one)."""
+    if current is not None and current[0] == TOMBSTONE:
+        raise Deleted(conversation_id, current[1])
     if base is not None:
         check_base(conversation_id, current, *base)
     if current is not None and current[0] == lineage:

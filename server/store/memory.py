@@ -16,9 +16,11 @@ from sync.errors import UsageError
 from .base import (
     ClientMark,
     Counted,
+    Deleted,
     Loaded,
     check_append_args,
     check_base,
+    check_delete_args,
     check_list_args,
     check_mark,
     check_new_lineage,
@@ -52,6 +54,7 @@ class MemoryStore(Counted):
 
     def __init__(self) -> None:
         self._logs: dict[str, _Log] = {}
+        self._deleted: dict[str, int] = {}  # tombstones (SPEC 15): id -> when (epoch seconds)
         self._closed = False
         self._commits = 0
         self._appends = 0
@@ -59,6 +62,7 @@ class MemoryStore(Counted):
     async def load(self, conversation_id: str) -> Loaded | None:
         """See `LogStore.load`."""
         self._check_open()
+        self._check_deleted(conversation_id)
         log = self._logs.get(conversation_id)
         if log is None:
             return None
@@ -89,6 +93,7 @@ class MemoryStore(Counted):
         frozen = check_append_args(lineage, revision, records, client, mark)
         log = self._logs.get(conversation_id)
         self._appends += 1
+        self._check_deleted(conversation_id)
         if client is not None and mark is not None:
             stored = log.clients.get(client) if log is not None else None
             check_mark(conversation_id, client, stored, mark)
@@ -144,6 +149,7 @@ class MemoryStore(Counted):
         self._check_open()
         frozen = check_records(records)
         check_new_lineage(lineage)
+        self._check_deleted(conversation_id)
         log = self._logs.get(conversation_id)
         current = None if log is None else (log.lineage, log.revision)
         check_rewrite(conversation_id, current, lineage, base)
@@ -174,10 +180,44 @@ class MemoryStore(Counted):
         log = self._logs.get(conversation_id)
         return None if log is None else log.clients.get(client)
 
+    # Deleting (SPEC 15): a tombstone per deleted id, checked before every write and load.
+
+    def _check_deleted(self, conversation_id: str) -> None:
+        deleted_at = self._deleted.get(conversation_id)
+        if deleted_at is not None:
+            raise Deleted(conversation_id, deleted_at)
+
+    async def delete(self, conversation_id: str, now: float) -> bool:
+        """See `LogStore.delete`."""
+        self._check_open()
+        check_delete_args(now)
+        if self._logs.pop(conversation_id, None) is None:
+            return False
+        self._deleted[conversation_id] = int(now)
+        self._commits += 1
+        return True
+
+    async def last_records(
+        self, prefix: str = "", *, after: str | None = None, limit: int | None = None
+    ) -> list[tuple[str, bytes | None]]:
+        """See `LogStore.last_records`."""
+        ids = await self.list_conversations(prefix, after=after, limit=limit)
+        last = [self._logs[cid].records[-1:] for cid in ids]
+        return [(cid, tail[0] if tail else None) for cid, tail in zip(ids, last, strict=True)]
+
+    async def forget_deleted(self, before: float) -> int:
+        """See `LogStore.forget_deleted`."""
+        self._check_open()
+        old = [cid for cid, at in self._deleted.items() if at < before]
+        for cid in old:
+            del self._deleted[cid]
+        return len(old)
+
     async def close(self) -> None:
         """Drop every log. Idempotent."""
         self._closed = True
         self._logs.clear()
+        self._deleted.clear()
 
     async def __aenter__(self) -> Self:
         self._check_open()

@@ -81,14 +81,17 @@ from sync.errors import UsageError
 
 from .base import (
     NO_LINEAGE,
+    TOMBSTONE,
     ClientMark,
     Counted,
+    Deleted,
     Loaded,
     LogMoved,
     SeqTaken,
     StoreError,
     check_append_args,
     check_base,
+    check_delete_args,
     check_list_args,
     check_mark,
     check_new_lineage,
@@ -839,6 +842,8 @@ class PostgresStore(Counted):
                 if head is None:
                     return None
                 lineage, revision = head["lineage"], head["revision"]
+                if lineage == TOMBSTONE:
+                    raise Deleted(conversation_id, revision)
                 snapshot: bytes | None = None
                 snapshot_revision = 0
                 row = await conn.fetchrow(
@@ -930,7 +935,7 @@ class PostgresStore(Counted):
 
         try:
             result = await self._run(work)
-        except (LogMoved, SeqTaken, UsageError):
+        except (LogMoved, SeqTaken, UsageError, Deleted):
             self._appends += 1
             raise
         except BaseException:
@@ -1072,11 +1077,12 @@ class PostgresStore(Counted):
             rows = await conn.fetch(
                 "SELECT id FROM conversations WHERE id >= $1"
                 " AND ($2::text IS NULL OR id < $2) AND ($3::text IS NULL OR id > $3)"
-                " ORDER BY id LIMIT $4",
+                " AND lineage <> $5 ORDER BY id LIMIT $4",
                 low,
                 high,
                 after,
                 limit,
+                TOMBSTONE,
             )
             return [row["id"] for row in rows]
 
@@ -1086,7 +1092,96 @@ class PostgresStore(Counted):
         """See `LogStore.client_mark`."""
 
         async def work(conn: _Conn) -> ClientMark | None:
-            return await _mark_in(conn, conversation_id, client)
+            # With the head row, in one statement: a hello on a deleted conversation is
+            # refused by any hub at once, not only once its room has heard (SPEC 15).
+            row = await conn.fetchrow(
+                "SELECT c.lineage, c.revision, k.seq, k.ack_from, k.ack_revision"
+                " FROM conversations c LEFT JOIN clients k"
+                " ON k.conversation_id = c.id AND k.client = $2 WHERE c.id = $1",
+                conversation_id,
+                client,
+            )
+            if row is not None and row["lineage"] == TOMBSTONE:
+                raise Deleted(conversation_id, row["revision"])
+            if row is None or row["seq"] is None:
+                return None
+            return ClientMark(row["seq"], row["ack_from"], row["ack_revision"])
+
+        return await self._run(work)
+
+    # Deleting (SPEC 15): the head row becomes the tombstone (lineage `TOMBSTONE`, the time of
+    # the delete in its revision column), so every compare-and-set on the id fails for good.
+
+    async def delete(self, conversation_id: str, now: float) -> bool:
+        """See `LogStore.delete`. The rows go at once; the space they held is PostgreSQL's
+        (auto)vacuum's to reclaim, as for any deleted row."""
+        self._check_open()
+        check_delete_args(now)
+
+        async def work(conn: _Conn) -> bool:
+            async with conn.transaction():
+                # Marks first, then the head row: the order an append takes its locks in
+                # (`convsync_append` upserts the mark, then updates the head), so a delete
+                # racing an append waits for it instead of deadlocking with it.
+                await conn.execute(
+                    "DELETE FROM clients WHERE conversation_id = $1", conversation_id
+                )
+                current = await _position_in(conn, conversation_id, lock=True)
+                if current is None or current[0] == TOMBSTONE:
+                    return False
+                for table in ("records", "snapshots", "clients"):
+                    await conn.execute(
+                        f"DELETE FROM {table} WHERE conversation_id = $1", conversation_id
+                    )
+                await conn.execute(
+                    "UPDATE conversations SET lineage = $2, revision = $3 WHERE id = $1",
+                    conversation_id,
+                    TOMBSTONE,
+                    int(now),
+                )
+                return True
+
+        deleted = await self._run(work)
+        if deleted:
+            self._commits += 1
+            self._moved(conversation_id, TOMBSTONE, int(now))  # other hubs drop their rooms
+        return deleted
+
+    async def last_records(
+        self, prefix: str = "", *, after: str | None = None, limit: int | None = None
+    ) -> list[tuple[str, bytes | None]]:
+        """See `LogStore.last_records`."""
+        self._check_open()
+        check_list_args(limit)
+        low, high = prefix_range(prefix)
+
+        async def work(conn: _Conn) -> list[tuple[str, bytes | None]]:
+            rows = await conn.fetch(
+                "SELECT c.id, r.data FROM conversations c LEFT JOIN records r"
+                " ON r.conversation_id = c.id AND r.revision = c.revision WHERE c.id >= $1"
+                " AND ($2::text IS NULL OR c.id < $2) AND ($3::text IS NULL OR c.id > $3)"
+                " AND c.lineage <> $5 ORDER BY c.id LIMIT $4",
+                low,
+                high,
+                after,
+                limit,
+                TOMBSTONE,
+            )
+            return [(row["id"], row["data"]) for row in rows]
+
+        return await self._run(work)
+
+    async def forget_deleted(self, before: float) -> int:
+        """See `LogStore.forget_deleted`."""
+        self._check_open()
+
+        async def work(conn: _Conn) -> int:
+            status = await conn.execute(
+                "DELETE FROM conversations WHERE lineage = $1 AND revision < $2",
+                TOMBSTONE,
+                int(before),
+            )
+            return int(status.split()[-1])
 
         return await self._run(work)
 

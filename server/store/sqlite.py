@@ -84,13 +84,16 @@ from typing import Any, Self, TypeVar
 from sync.errors import UsageError
 
 from .base import (
+    TOMBSTONE,
     ClientMark,
     Closable,
+    Deleted,
     Loaded,
     StoreError,
     StoreLocked,
     check_append_args,
     check_base,
+    check_delete_args,
     check_list_args,
     check_mark,
     check_new_lineage,
@@ -433,6 +436,8 @@ def _load_in(conn: sqlite3.Connection, conversation_id: str) -> Loaded | None:
     if current is None:
         return None
     lineage, revision = current
+    if lineage == TOMBSTONE:
+        raise Deleted(conversation_id, revision)
     snapshot: bytes | None = None
     snapshot_revision = 0
     row = conn.execute(
@@ -495,8 +500,8 @@ def _list_in(
 ) -> list[str]:
     # A range over the primary key (BINARY collation: code point order), never LIKE.
     low, high = prefix_range(prefix)
-    sql = "SELECT id FROM conversations WHERE id >= ?"
-    args: list[object] = [low]
+    sql = "SELECT id FROM conversations WHERE id >= ? AND lineage != ?"
+    args: list[object] = [low, TOMBSTONE]
     if high is not None:
         sql += " AND id < ?"
         args.append(high)
@@ -506,6 +511,42 @@ def _list_in(
     sql += " ORDER BY id LIMIT ?"
     args.append(-1 if limit is None else limit)
     return [cid for (cid,) in conn.execute(sql, args)]
+
+
+# Deleting (SPEC 15): the head row becomes the tombstone, everything else of the id goes, and
+# the store's thread then scrubs the file (`_Writer._scrub`).
+
+
+def _delete_in(conn: _Db, conversation_id: str, now: int) -> bool:
+    current = _position_in(conn, conversation_id)
+    if current is None or current[0] == TOMBSTONE:
+        return False
+    for table in ("records", "snapshots", "clients"):
+        conn.execute(f"DELETE FROM {table} WHERE conversation_id = ?", (conversation_id,))
+    conn.execute(
+        "UPDATE conversations SET lineage = ?, revision = ? WHERE id = ?",
+        (TOMBSTONE, now, conversation_id),
+    )
+    return True
+
+
+def _last_in(
+    conn: sqlite3.Connection, prefix: str, after: str | None, limit: int | None
+) -> list[tuple[str, bytes | None]]:
+    ids = _list_in(conn, prefix, after, limit)
+    last = "SELECT r.data FROM conversations c JOIN records r"
+    last += " ON r.conversation_id = c.id AND r.revision = c.revision WHERE c.id = ?"
+    out: list[tuple[str, bytes | None]] = []
+    for cid in ids:
+        row = conn.execute(last, (cid,)).fetchone()
+        out.append((cid, None if row is None else row[0]))
+    return out
+
+
+def _forget_in(conn: _Db, before: float) -> int:
+    return conn.execute(
+        "DELETE FROM conversations WHERE lineage = ? AND revision < ?", (TOMBSTONE, before)
+    ).rowcount
 
 
 # The writes: statements on the event loop, fsync and heavy work on the store's thread.
@@ -518,7 +559,7 @@ CHECKPOINT_EVERY = 64
 class _Job:
     """One write: a function run in a transaction, and the future its caller awaits."""
 
-    __slots__ = ("future", "is_append", "run")
+    __slots__ = ("future", "is_append", "run", "scrubs")
 
     def __init__(
         self,
@@ -526,10 +567,12 @@ class _Job:
         future: asyncio.Future[Any],
         *,
         is_append: bool,
+        scrubs: bool = False,
     ) -> None:
         self.run = run
         self.future = future
         self.is_append = is_append
+        self.scrubs = scrubs  # a delete: once it returns True, the file is scrubbed
 
 
 Outcomes = list[tuple[Any, BaseException | None]]
@@ -684,6 +727,10 @@ class _Writer:
         self.commits = 0
         self.appends = 0
         self.since_checkpoint = 0
+        # A delete committed: VACUUM, then empty the WAL (`_scrub`); the WAL only, when the
+        # VACUUM was done but a reader kept the checkpoint from truncating it.
+        self.vacuum_due = False
+        self.truncate_due = False
         self._wal = -1
         self.thread = threading.Thread(target=self._main, name="convsync-sqlite-disk", daemon=True)
         self._start_lock = threading.Lock()
@@ -790,6 +837,8 @@ class _Writer:
                 # be promised either. The store refuses every write until it is reopened.
                 self.broken = _store_error("the disk failed to sync the WAL; reopen the store", exc)
                 failure = _fresh(self.broken)
+        if failure is None and (self.vacuum_due or self.truncate_due):
+            self._scrub()
         if failure is None and self.since_checkpoint >= CHECKPOINT_EVERY:
             self._checkpoint()
         _call_back(turn, outcomes, failure)
@@ -814,7 +863,41 @@ class _Writer:
         self.committed(batch, outcomes)
         if any(not job.is_append for job in batch):
             self.since_checkpoint = CHECKPOINT_EVERY  # a snapshot or a rewrite: a large WAL
+        pairs = zip(batch, outcomes, strict=True)
+        if any(job.scrubs and outcome == (True, None) for job, outcome in pairs):
+            self.vacuum_due = True
         return outcomes, None
+
+    def _scrub(self) -> None:
+        """After a delete (SPEC 15): leave nothing of the deleted conversation in the files.
+
+        A deleted row's bytes stay in its page, and pages freed earlier (old snapshots, a
+        rewrite's records) keep theirs until reused; `VACUUM` rebuilds the database without
+        them, and a `TRUNCATE` checkpoint copies that into the file and empties the WAL,
+        whose old frames held them too. It waits up to `busy_timeout` for readers; when one
+        still holds an old snapshot, the checkpoint (not the VACUUM) is tried again at the
+        thread's next turn. The cost is a rewrite of the whole file (deletes committed in one
+        batch share one)."""
+        with self.lock:
+            assert self.cursor is not None
+            cursor = self.cursor
+            try:
+                if self.vacuum_due:
+                    self.vacuum_due = False  # failed or not: not once per turn
+                    cursor.execute("VACUUM")
+                    if self.syncs:
+                        _fsync(self._wal)
+                cursor.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+                try:
+                    (busy, _, _) = cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                finally:
+                    cursor.execute("PRAGMA busy_timeout = 0")
+            except (sqlite3.Error, OSError) as exc:
+                self.truncate_due = False  # the next delete tries again
+                log.error("scrubbing %s after a delete failed: %s", self.path, exc)
+                return
+        self.since_checkpoint = 0
+        self.truncate_due = bool(busy)  # then the next batch goes to the thread (`flush`)
 
     def _checkpoint(self) -> None:
         """Copy the WAL into the database (PASSIVE: readers are not waited for), so that the
@@ -912,7 +995,8 @@ class _Committer:
                 self._finish(batch, None, ran)
                 return
             outcomes = ran
-            if outcomes is not None and not w.syncs and w.since_checkpoint < CHECKPOINT_EVERY:
+            settled = w.since_checkpoint < CHECKPOINT_EVERY and not w.truncate_due
+            if outcomes is not None and not w.syncs and settled:
                 self._finish(batch, outcomes, None)  # durable as the level makes it
                 return
         with self._lock:  # a turn is never queued behind the thread's stop request
@@ -1135,7 +1219,9 @@ class SqliteStore(Closable):
         """How many `append` calls were carried by committed transactions (rejected or not)."""
         return self._writer.appends
 
-    async def _write(self, run: Callable[[sqlite3.Cursor], T], *, is_append: bool) -> T:
+    async def _write(
+        self, run: Callable[[sqlite3.Cursor], T], *, is_append: bool, scrubs: bool = False
+    ) -> T:
         writer = self._writer
         if not writer.ready.is_set():
             writer.start()
@@ -1145,7 +1231,7 @@ class SqliteStore(Closable):
             raise _fresh(writer.error)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        self._committer.add(_Job(run, future, is_append=is_append), loop)
+        self._committer.add(_Job(run, future, is_append=is_append, scrubs=scrubs), loop)
         return await future
 
     async def _read(self, read: Callable[[sqlite3.Connection], T]) -> T:
@@ -1255,6 +1341,30 @@ class SqliteStore(Closable):
         return await self._read(
             functools.partial(_mark_in, conversation_id=conversation_id, client=client)
         )
+
+    async def delete(self, conversation_id: str, now: float) -> bool:
+        """See `LogStore.delete`. Returns once the delete is durable and the file scrubbed
+        (`_Writer._scrub`): the database rebuilt without the conversation and the WAL emptied
+        (unless a reader held an old snapshot for `busy_timeout`: then at the next write)."""
+        self._check_open()
+        check_delete_args(now)
+        run = functools.partial(_delete_in, conversation_id=conversation_id, now=int(now))
+        return await self._write(run, is_append=False, scrubs=True)
+
+    async def last_records(
+        self, prefix: str = "", *, after: str | None = None, limit: int | None = None
+    ) -> list[tuple[str, bytes | None]]:
+        """See `LogStore.last_records`."""
+        self._check_open()
+        check_list_args(limit)
+        return await self._read(
+            functools.partial(_last_in, prefix=prefix, after=after, limit=limit)
+        )
+
+    async def forget_deleted(self, before: float) -> int:
+        """See `LogStore.forget_deleted`."""
+        self._check_open()
+        return await self._write(functools.partial(_forget_in, before=before), is_append=False)
 
     async def close(self) -> None:
         """Commit every write already queued on this event loop, then stop the store's thread

@@ -4,7 +4,15 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { Conversation, Message, mergeText, rebase } from '../convsync.js';
+import {
+  Author,
+  Conversation,
+  Message,
+  mergeText,
+  queueRecords,
+  queuedId,
+  rebase,
+} from '../convsync.js';
 
 const FOX = 'The quick brown fox jumps over the lazy dog.';
 
@@ -64,4 +72,32 @@ test('code points, not UTF-16 units: edits beside astral characters merge', () =
     'A\u{1F98A}b\u{1F600}C',
   );
   assert.equal(mergeText('\u{1F98A}', '\u{1F600}', '\u{1F525}'), null);
+});
+
+test('a queued aside put again after its queue landed is a conflict `landed`, not put back', () => {
+  // The user's text waited as a queued aside; another step of this replica moved it (put it
+  // again) while the hub landed the queue: pushed the entry and removed the aside.
+  const maker = new Conversation();
+  maker.push(Message.user('find x'));
+  const text = new Conversation();
+  const entryId = text.push(Message.user('again'));
+  const [queued] = queueRecords(text.takeUnsaved(), null);
+  const base = new Conversation();
+  for (const record of [...maker.takeUnsaved(), queued]) base.apply(record);
+  const id = queuedId(entryId);
+  const local = base.copy();
+  local.replaceAside(id, { ...local.aside(id), after: local.entry(0).id });
+  const pending = local.takeUnsaved();
+  const log = base.copy();
+  const lands = new Conversation();
+  lands.push({ ...queued.change.aside.value, id: entryId });
+  log.apply(lands.takeUnsaved()[0]);
+  log.apply({ change: { type: 'aside', id, aside: null }, by: Author.rig(), at: null });
+  const conflicts = rebase(local, log, pending, base);
+  assert.deepEqual(
+    conflicts.map((c) => c.reason),
+    ['landed'],
+  );
+  assert.equal(local.aside(id), null);
+  assert.deepEqual(local.unsaved(), []);
 });

@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { Message, Refused, backoffDelay, connect, retryRule } from '../convsync.js';
+import { Message, Refused, SummaryFeed, backoffDelay, connect, retryRule } from '../convsync.js';
 
 /** A WebSocket stand-in: records what is sent; the test plays the hub. */
 class FakeSocket {
@@ -200,6 +200,7 @@ for (const [code, close] of [
   ['forbidden', 4003],
   ['malformed_json', 1008],
   ['replaced', 4009],
+  ['deleted', 4410], // the conversation was deleted (SPEC §15)
 ]) {
   test(`refused for good: ${code} is never retried`, async () => {
     const { r, timers, states } = replica();
@@ -218,6 +219,18 @@ for (const [code, close] of [
     await assert.rejects(r.ready, Refused);
   });
 }
+
+test('a bare close 4410 (deleted) stops the replica for good with a refused event', async () => {
+  const { r, timers } = replica({ getToken: () => 't' });
+  let refused = null;
+  r.on('refused', (error) => (refused = error));
+  await settle();
+  FakeSocket.made[0].open();
+  FakeSocket.made[0].close(4410, '');
+  assert.equal(r.state, 'closed');
+  assert.equal(timers.pending.length, 0, 'no reconnect scheduled');
+  assert.equal(refused?.code, 'deleted');
+});
 
 test('unauthorized is retried only with a getToken hook', async () => {
   const without = replica();
@@ -273,6 +286,7 @@ test('the retry table and the backoff law', () => {
   assert.equal(retryRule(null, 1008, false, 'bad_client'), 'refused', 'the reason names it');
   assert.equal(retryRule(null, 4003, false), 'refused');
   assert.equal(retryRule(null, 4009, false), 'refused');
+  assert.equal(retryRule(null, 4410, true), 'refused', 'deleted: even with a new token');
   assert.equal(retryRule(null, 4000, false), 'at_once');
   assert.equal(retryRule(null, 4001, true), 'backoff');
   assert.equal(retryRule(null, 4001, false), 'refused');
@@ -430,4 +444,31 @@ test('an error that no close follows (Node, a refused port) ends the attempt onc
   assert.equal(FakeSocket.made.length, 2, 'a new attempt');
   assert.deepEqual(states, ['disconnected']);
   r.close();
+});
+
+test('a SummaryFeed retrying after a lost connection stays disconnected, as a Replica does', async () => {
+  FakeSocket.made = [];
+  // The feed's retries use the real timers: keep them short and wait for each new socket.
+  const feed = new SummaryFeed('ws://hub:1/', { WebSocket: FakeSocket, backoff: 1, maxBackoff: 2 });
+  const states = [];
+  feed.on('state', (event) => states.push(event.state));
+  const attempt = async (n) => {
+    for (let waited = 0; FakeSocket.made.length <= n; waited += 1) {
+      assert.ok(waited < 1000, `no attempt ${n} within 5 s`);
+      await new Promise((done) => setTimeout(done, 5));
+    }
+    return FakeSocket.made[n];
+  };
+  void feed.start();
+  const first = await attempt(0);
+  first.open();
+  first.deliver({ type: 'rows', rows: [], snapshot: true });
+  first.close(1006, '');
+  for (let n = 1; n <= 3; n += 1) {
+    const ws = await attempt(n);
+    assert.equal(feed.state, 'disconnected', `during retry ${n}`);
+    ws.close(1006, '');
+  }
+  assert.deepEqual(states, ['connecting', 'connected', 'disconnected']);
+  feed.close();
 });
