@@ -14,6 +14,7 @@ import importlib
 
 TYPE_CHECKING = False  # not `typing`'s: importing typing costs more than the rest of this
 if TYPE_CHECKING:
+    from sync.approvals import Approval
     from sync.rebase import Conflict
 
     from .dashboard import Listing, Window, list_conversations, summary
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
     from .replica import Replica, connect
     from .session import (
         Applied,
+        ApprovalAsked,
+        ApprovalDecided,
         Connected,
         Disconnected,
         Event,
@@ -60,6 +63,9 @@ _HOMES = {
     "Replica": ".replica",
     "connect": ".replica",
     "Applied": ".session",
+    "ApprovalAsked": ".session",
+    "ApprovalDecided": ".session",
+    "Approval": "sync.approvals",
     "Connected": ".session",
     "Disconnected": ".session",
     "Event": ".session",
@@ -78,6 +84,9 @@ _HOMES = {
 
 __all__ = [
     "Applied",
+    "Approval",
+    "ApprovalAsked",
+    "ApprovalDecided",
     "Conflict",
     "Connected",
     "Disconnected",

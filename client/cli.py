@@ -34,6 +34,7 @@ import datetime
 import errno
 import gc
 import importlib.metadata
+import json
 import logging
 import math
 import os
@@ -362,7 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
     token.add_argument(
         "--scope",
         default="read",
-        help='space-separated: read, write, presence, admin (delete) (default "read")',
+        help='space-separated: read, write, presence, admin (delete), approve (default "read")',
     )
     token.add_argument(
         "--conv",
@@ -414,6 +415,23 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="client id to push as (default: a fresh one per run)",
     )
+
+    approve = commands.add_parser(
+        "approve",
+        help="decide an approval or answer a question (SPEC 12)",
+        description="Approve (or, with --deny, deny) an open approval of a conversation, "
+        "named by its aside id or its key (the tool call's id, or a question's key), as the "
+        "token's principal (it needs the approve scope). Prints the decision that stands; "
+        "exits 1 when someone else decided first.",
+    )
+    approve.add_argument("id", type=_conversation_id, metavar="ID", help="the conversation")
+    approve.add_argument("approval", metavar="APPROVAL", help="the approval's aside id or key")
+    approve.add_argument("--deny", action="store_true", help="deny instead of approving")
+    approve.add_argument("--reason", default=None, help="why (shown to everyone)")
+    approve.add_argument(
+        "--answer", default=None, metavar="JSON", help="a question's answer, as JSON"
+    )
+    _client_options(approve)
 
     export = commands.add_parser(
         "export",
@@ -974,6 +992,52 @@ async def cmd_send(args: argparse.Namespace) -> int:
     return 0
 
 
+async def cmd_approve(args: argparse.Namespace) -> int:
+    """Decide one open approval and print the decision that stands."""
+    answer: Any = None
+    if args.answer is not None:
+        try:
+            answer = json.loads(args.answer)
+        except ValueError as exc:
+            raise CliError(f"--answer is not JSON: {exc}", 2) from None
+    async with connect_checked(
+        _hub_urls(args), args.id, connect_timeout=args.timeout, token=args.token, ssl=_tls(args)
+    ) as replica:
+        held = replica.approvals
+        named = [
+            id_
+            for id_, approval in held.items()
+            if id_ == args.approval or (approval.key == args.approval and approval.is_open)
+        ]
+        if not named:
+            raise CliError(f"no open approval {args.approval!r} in {args.id}", 1)
+        id_ = named[-1]
+        if not held[id_].is_open:
+            raise CliError(_decision_line(id_, held[id_]), 1)
+        try:
+            replica.decide(id_, approve=not args.deny, answer=answer, reason=args.reason)
+        except UsageError as exc:
+            raise CliError(exc.message, 2) from None
+        lost = False
+        try:
+            await flush_edits(replica, args.timeout, "the decision")
+        except TransferError as exc:
+            if exc.reason != "refused":
+                raise
+            lost = True  # someone decided first (or the token may not): what stands is shown
+            print(exc.message, file=sys.stderr)
+        stands = replica.approvals[id_]
+        print(_decision_line(id_, stands))
+        return 1 if lost else 0
+
+
+def _decision_line(id_: str, approval: Any) -> str:
+    who = f" by {approval.decided_by}" if approval.decided_by else ""
+    why = f": {approval.reason}" if approval.reason else ""
+    answer = f" {json.dumps(approval.answer)}" if approval.answer is not None else ""
+    return f"{id_} {approval.key} {approval.state}{answer}{who}{why}"
+
+
 # ---------------------------------------------------------------------- list
 
 
@@ -1245,6 +1309,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
     "token": cmd_token,
     "tail": cmd_tail,
     "send": cmd_send,
+    "approve": cmd_approve,
     "export": cmd_export,
     "import": cmd_import,
     "demo": cmd_demo,

@@ -17,7 +17,8 @@ growing (`ui   | ...` lines) and `answer` commits the reply with its stop reason
 usage. In the last turn (with 3 turns or more) the UI stops the answer midway (a `stopped`
 halt): `answer` closes the model's stream, keeps what it said as an aborted reply (never read
 by a model) before the halt, and the turn ends `stopped`; the next request follows a STOPPED
-note.
+note. Before running its `weather` tool the worker asks a person (SPEC 12, `Replica.ask`);
+the UI approves it as soon as the card arrives.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from sync.messages import AnyMessage
 from .http import FetchedConversation, fetch_conversation
 from .live import DraftChanged, DraftEnded
 from .replica import Replica, connect
-from .session import Applied, Conflict, Rebased, Reset
+from .session import Applied, ApprovalAsked, Conflict, Rebased, Reset
 from .tail import Watcher, describe_entry, one_line
 
 __all__ = ["SCRIPT", "DemoError", "model_events", "run_demo"]
@@ -80,6 +81,9 @@ SCRIPT: list[tuple[str, str, dict[str, Any], str, str]] = [
 INTERJECTION = "Also: keep the answers short, please."
 DEMO_MODEL = "demo-model"
 """The model the demo's fake provider names in its replies (their `Origin`)."""
+
+ASKS_BEFORE = "weather"
+"""The tool the worker asks a person about before running it (the UI approves it)."""
 
 
 def _wait() -> float:
@@ -204,6 +208,14 @@ async def _worker(
         # Each model call goes through `answer`, as a worker with a real SDK's stream does.
         await worker.answer(_fake_model("Let me check.", fast, call=call), format="anthropic")
         say("agent", f"calls {tool}({one_line(str(arguments), 60)})")
+        if tool == ASKS_BEFORE:  # SPEC 12: a person approves this tool before it runs
+            await worker.flush()
+            say("agent", f"asks the ui before running {tool}")
+            decision = await worker.ask(call=call.id, prompt=f"May I run {tool}?")
+            why = f": {decision.reason}" if decision.reason else ""
+            say("agent", f"{tool} {decision.state} by {decision.decided_by}{why}")
+            if not decision.approved:
+                result = f"the user did not allow {tool}"
         await _pause(fast, 1.0)
         since = len(conversation)
         conversation.push(Message.tool_result(call.id, tool, result))
@@ -254,6 +266,10 @@ async def _ui(
         for item in events:
             if isinstance(item, Conflict):
                 say("ui   ", f"conflict: {item.reason} {item.detail}")
+            elif isinstance(item, ApprovalAsked) and item.approval.is_open:
+                say("ui   ", f"the agent asks: {item.approval.prompt}")
+                ui.decide(item.id, approve=True, reason="looks safe")
+                say("ui   ", f"user approves {item.approval.key}")
             elif isinstance(item, DraftChanged) and item.id in ui.drafts:
                 text = ui.drafts[item.id].text
                 if text and (item.id not in shown or len(text) >= shown[item.id] + 40):

@@ -49,6 +49,7 @@ from sync import (
     UsageError,
     encode,
 )
+from sync.approvals import APPROVAL_KIND, Approval, approval_of
 from sync.budget import Budget, TokenBucket, pace
 from sync.errors import Refused, RemoteProtocolError, Unavailable, reject_rule, retry_of
 from sync.frames import MAX_FRAME, PUSH_OVERHEAD, fill_budget, push_frame, runs
@@ -81,6 +82,8 @@ HUB_REBASE = "hub_rebase"
 
 __all__ = [
     "Applied",
+    "ApprovalAsked",
+    "ApprovalDecided",
     "Conflict",
     "Connected",
     "Disconnected",
@@ -135,6 +138,21 @@ class StopRequested(msgspec.Struct, frozen=True):
     turn: int | None
 
 
+class ApprovalAsked(msgspec.Struct, frozen=True):
+    """A worker asks a person (SPEC 12): approval `id` came in from the log, open."""
+
+    id: str
+    approval: Approval
+
+
+class ApprovalDecided(msgspec.Struct, frozen=True):
+    """Approval `id` was decided (approved, denied, answered) or cancelled: it came in from
+    the log so."""
+
+    id: str
+    approval: Approval
+
+
 class Rebased(msgspec.Struct, frozen=True):
     """Pending records were replayed on a log that moved on (conflicts come as their own
     events)."""
@@ -162,6 +180,8 @@ Event = (
     | PresenceChanged
     | Queued
     | StopRequested
+    | ApprovalAsked
+    | ApprovalDecided
 )
 
 
@@ -227,10 +247,9 @@ class ReplicaSession:
         self._held: list[ChangeRecord] = []  # log records that overtook the batch in flight
         self._landed: list[ChangeRecord] = []
         self._welcome: Welcome | None = None
-        self.sub = "anonymous"
         self.superseded: list[ChangeRecord] = []
         """Records of pushes refused `superseded` (SPEC 10), until taken (`Replica.answer`)."""
-        """Who the hub knows this replica as (`welcome.sub`; `anonymous` without auth)."""
+        self._last_welcome: Welcome | None = None  # kept over a disconnect: who we are
         self._catching_up = False
         self._before_catch_up: Conversation | None = None
         self._rebase_due = False  # rebase `local` at the end of the catch-up, moved or not
@@ -316,6 +335,22 @@ class ReplicaSession:
         inflight = self._inflight
         sent = len(inflight.records) if inflight is not None and not inflight.doomed else 0
         return sent + len(self.local.unsaved())
+
+    @property
+    def sub(self) -> str | None:
+        """This connection's principal as the hub's `welcome` said (`anonymous` without
+        auth); None before the first welcome."""
+        welcome = self._welcome or self._last_welcome
+        if welcome is None:
+            return None
+        return welcome.sub if welcome.sub is not None else "anonymous"
+
+    @property
+    def scopes(self) -> list[str] | None:
+        """What the hub grants this connection (`welcome.scopes`); None: everything (no auth)
+        or not welcomed yet."""
+        welcome = self._welcome or self._last_welcome
+        return None if welcome is None else welcome.scopes
 
     @property
     def ready(self) -> bool:
@@ -411,7 +446,7 @@ class ReplicaSession:
                 events = self._on_records_settled(message)
             else:
                 events = self._on_records(message)
-            steer = _steer_events(message.records)
+            steer = _steer_events(message.records) + _approval_events(message.records)
             if steer:
                 events = events + steer
             return events + self._drafts_landed() if self.live.drafts else events
@@ -468,9 +503,7 @@ class ReplicaSession:
     def _on_welcome(self, welcome: Welcome) -> list[Event]:
         if self._welcome is not None:
             raise RemoteProtocolError("unexpected", "a second welcome")
-        self._welcome = welcome
-        if welcome.sub is not None:
-            self.sub = welcome.sub  # who the hub knows this connection as (SPEC 10)
+        self._welcome = self._last_welcome = welcome
         budget = (welcome.limits or {}).get("push")
         self._pacer = None if budget is None else _pacer(budget)
         # A client id reused by a new process continues after the seqs the hub holds.
@@ -954,6 +987,20 @@ def _steer_events(records: Sequence[ChangeRecord]) -> list[Event]:
                 events.append(StopRequested(change.id, turn if type(turn) is int else None))
     if queued:
         events.insert(0, Queued(queued))
+    return events
+
+
+def _approval_events(records: Sequence[ChangeRecord]) -> list[Event]:
+    """`ApprovalAsked` and `ApprovalDecided` for the approvals `records` put (SPEC 12)."""
+    events: list[Event] = []
+    for record in records:
+        change = record.change
+        if type(change) is AsideChange and change.aside is not None:
+            if change.aside.kind == APPROVAL_KIND:
+                approval = approval_of(change.aside)
+                if approval is not None:
+                    event = ApprovalAsked if approval.is_open else ApprovalDecided
+                    events.append(event(change.id, approval))
     return events
 
 

@@ -40,6 +40,7 @@ from sync import (
     ToolResult,
     User,
 )
+from sync.approvals import APPROVAL_KIND, approval_of
 from sync.messages import AnyMessage
 from sync.steer import QUEUED_KIND, STEP_KIND, STOP_KIND, queued_entry
 
@@ -173,9 +174,27 @@ def describe_aside(aside: Aside, index_of: Callable[[str], int | None]) -> str:
         return f"queued: {_message(entry.message)[1] if entry else '(malformed)'}"
     if aside.kind == STOP_KIND:
         return f"stop requested{_author(aside.author)}"
+    if aside.kind == APPROVAL_KIND:
+        return _describe_approval(aside)
     if aside.kind == "pins" and isinstance(value, list):
         return "pins " + (" ".join(at(id_) for id_ in value) or "(none)")
     return f"{aside.kind}{_author(aside.author)}: {one_line(_json(value), 80)}"
+
+
+def _describe_approval(aside: Aside) -> str:
+    """An approval or question (SPEC 12): open ones say how to decide them from here."""
+    approval = approval_of(aside)
+    if approval is None:
+        return f"{aside.kind}: (malformed)"
+    what = f"call {approval.call}" if approval.call else "question"
+    prompt = f" “{one_line(approval.prompt, 80)}”" if approval.prompt else ""
+    head = f"approval {approval.key} ({what}, asked by {approval.asked_by}){prompt}"
+    if approval.is_open:
+        return f"{head}: OPEN (convsync approve ID {approval.key} [--deny])"
+    answer = f" {one_line(_json(approval.answer), 60)}" if approval.answer is not None else ""
+    who = f" by {approval.decided_by}" if approval.decided_by else ""
+    why = f": {one_line(approval.reason, 60)}" if approval.reason else ""
+    return f"{head}: {approval.state}{answer}{who}{why}"
 
 
 def render(conversation: Conversation, title: str = "") -> list[str]:

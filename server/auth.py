@@ -54,12 +54,12 @@ __all__ = [
     "verify_refresh",
 ]
 
-Scope: TypeAlias = Literal["read", "write", "presence", "admin"]
+Scope: TypeAlias = Literal["read", "write", "presence", "admin", "approve"]
 Kind: TypeAlias = Literal["agent", "ui", "dashboard", "service"]
 AuthCode: TypeAlias = Literal["unauthorized", "forbidden"]
 Algorithm: TypeAlias = Literal["HS256", "ES256", "RS256", "EdDSA"]
 
-SCOPES: Final[frozenset[str]] = frozenset({"read", "write", "presence", "admin"})
+SCOPES: Final[frozenset[str]] = frozenset({"read", "write", "presence", "admin", "approve"})
 KINDS: Final[frozenset[str]] = frozenset({"agent", "ui", "dashboard", "service"})
 AUDIENCE: Final = "convsync"
 MAX_TOKEN_BYTES: Final = 8 * 1024
@@ -308,6 +308,11 @@ class Grant:
         return "presence" in self.scopes or "write" in self.scopes
 
     @property
+    def can_approve(self) -> bool:
+        """May decide approvals (SPEC 12); `write` does not include it."""
+        return "approve" in self.scopes
+
+    @property
     def can_admin(self) -> bool:
         """May delete a conversation (`DELETE /v1/conversations/{id}`, SPEC 15); implies
         nothing else, and nothing else implies it."""
@@ -348,7 +353,7 @@ class Grant:
 
 
 ANONYMOUS: Final = Grant(
-    sub="anonymous", scopes=frozenset({"read", "write", "presence"}), convs=("*",)
+    sub="anonymous", scopes=frozenset({"read", "write", "presence", "approve"}), convs=("*",)
 )
 """The grant of every socket when the hub runs without a key (loopback or `--insecure`)."""
 
@@ -519,8 +524,8 @@ def _scopes(value: object) -> frozenset[Scope]:
     words = set(value.split())
     if not words <= SCOPES:
         raise _unauthorized("unknown scope")
-    if "write" in words:
-        words.add("read")
+    if "write" in words or "approve" in words:
+        words.add("read")  # deciding an approval needs to see it
     return frozenset(words)  # type: ignore[arg-type]  # checked against SCOPES above
 
 
@@ -556,7 +561,7 @@ def mint_token(
         signing_key: an HS256 secret (as `Key.secret` takes it), or a private key whose type
             picks ES256, RS256 or EdDSA.
         sub: the principal.
-        scopes: from `read`, `write`, `presence`, `admin`.
+        scopes: from `read`, `write`, `presence`, `admin`, `approve`.
         convs: conversation ids, prefixes ending in `*`, or `*`.
         ttl_s: seconds the token lives.
         kind: `agent`, `ui`, `dashboard` or `service`.
@@ -574,7 +579,7 @@ def mint_token(
     if not sub or len(sub) > _MAX_SUB or has_control(sub):
         raise UsageError("bad_token", "sub must be 1-256 printable characters")
     if not scope_set <= SCOPES:
-        raise UsageError("bad_token", "scopes are read, write, presence and admin")
+        raise UsageError("bad_token", "scopes are read, write, presence, admin and approve")
     if any(_PATTERN.fullmatch(pattern) is None for pattern in conv_list):
         raise UsageError("bad_token", "a conversation pattern is an id, a prefix ending in *, or *")
     if not ttl_s > 0 or not math.isfinite(ttl_s):

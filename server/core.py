@@ -49,6 +49,7 @@ from sync import (
     TurnEnd,
     User,
     Via,
+    approvals,
     decode_record,
     decode_state,
     encode,
@@ -380,6 +381,9 @@ class RoomCore(Generic[C]):
         self._openers: dict[str, str] = {}
         self._stop_seen: int | None = None
         self._stale_owners: dict[str, int] = {}
+        # Approvals (SPEC 12): who opened each turn record, as this room saw it land (the log
+        # does not say it yet without auth; issue 26 puts the owner in the record).
+        self._turn_owners: dict[str, tuple[str, str]] = {}
 
     # ------------------------------------------------------------------ driving
 
@@ -646,9 +650,9 @@ class RoomCore(Generic[C]):
         if client is None:
             raise LocalProtocolError("no_join", "a push from a connection that has not joined")
         grant = self.grants.get(conn, ANONYMOUS)
-        if not grant.can_write or now >= grant.exp * 1000:
+        why = _scope_refusal(grant, batch.records, now)
+        if why is not None:
             # Checked before anything else, a resend too: the token decides, not the seq.
-            why = "token expired" if grant.can_write else "token lacks the write scope"
             return [Send(conn, self._reject(batch, "forbidden", why))]
         key = self._mark_key(grant, client)
         mark = self.marks.get(key)
@@ -671,7 +675,9 @@ class RoomCore(Generic[C]):
         turn = self._turn_refusal(batch, key, grant, client)
         if turn is not None:
             return [Send(conn, self._reject(batch, *turn))]
-        steer = self._steer_refusal(batch, key, grant.sub)
+        steer = self._steer_refusal(batch, key, grant.sub) or self._approval_refusal(
+            conn, batch, grant
+        )
         if steer is not None:
             return [Send(conn, self._reject(batch, *steer))]
         since = len(self.conversation)
@@ -728,7 +734,9 @@ class RoomCore(Generic[C]):
         if steering.touches(records):
             steering = steering.copy()
             steering.track(self.conversation, records)
-        queue = self._landing(steering, now)
+        queue = approvals.stop_cancels(self.conversation, records, now) + self._landing(
+            steering, now
+        )
         if queue:
             undo = _both(undo, self.conversation.apply_batch(queue))
         encoded = [encode(record) for record in records]
@@ -797,6 +805,27 @@ class RoomCore(Generic[C]):
             return None
         return f"a compaction may not remove pinned entries: {', '.join(unpins)}"
 
+    def _approval_refusal(
+        self, conn: C, batch: PushBatch, grant: Grant
+    ) -> approvals.Refusal | None:
+        """Why `batch` may not land for the approval rules (SPEC 12, `sync.approvals.check`):
+        the pusher is the socket's principal and client, may decide with `approve`."""
+        if not any(type(r.change) in (AsideChange, Reset) for r in batch.records):
+            return None
+        actor = approvals.Actor(
+            grant.sub, self.subscribers.get(conn, ""), grant.can_approve, self.config.auth
+        )
+        return approvals.check(self.conversation, batch.records, actor, self._turn_owners.get)
+
+    def _note_owners(self, records: Sequence[ChangeRecord], key: str) -> None:
+        """Remember who put each turn record `records` open (the mark key split back into
+        principal and client): the turn's owner, until turn records name it (issue 26)."""
+        for record in records:
+            change = record.change
+            if type(change) is AsideChange and change.aside is not None:
+                if change.aside.kind == "rig.turn" and change.id not in self._turn_owners:
+                    self._turn_owners[change.id] = _owner_of_key(key, self.config.auth)
+
     def _landing(self, steering: Steering, now: int) -> list[ChangeRecord]:
         """The records that land the queue after the push folded in already, when it leaves
         the log not mid-step with no stop standing (`Steering.lands`); else none."""
@@ -838,6 +867,7 @@ class RoomCore(Generic[C]):
         self.marks[append.client] = append.mark
         self._remember(append.records)
         records, queue, steering = done
+        self._note_owners(records, append.client)
         self._note_edits(from_, [*records, *queue])
         self.steering = steering
         self._steered(records, from_ + pushed)
@@ -1560,6 +1590,27 @@ def live_actions(out: list[Out[C]]) -> list[Action[C]]:
 def error_frame(code: ErrorCode, detail: str) -> bytes:
     """The `error` message sent before a close."""
     return encode_message(Error(code, detail))
+
+
+def _scope_refusal(grant: Grant, records: Sequence[ChangeRecord], now: int) -> str | None:
+    """Why `grant` may not push `records`, or None: deciding approvals needs `approve` and
+    nothing else does; every other record needs `write` (SPEC 12: `write` does not decide)."""
+    if now >= grant.exp * 1000:
+        return "token expired"
+    decisions = sum(1 for record in records if approvals.is_decision(record))
+    if decisions and not grant.can_approve:
+        return "token lacks the approve scope"
+    if (decisions < len(records) or not records) and not grant.can_write:
+        return "token lacks the write scope"
+    return None
+
+
+def _owner_of_key(key: str, auth: bool) -> tuple[str, str]:
+    """(principal, client) of a mark key (`RoomCore._mark_key`)."""
+    if not auth:
+        return ("anonymous", key)
+    sub, _, client = key.partition("/")
+    return (sub.replace("%2F", "/").replace("%25", "%"), client)
 
 
 def _unchanged(landed: Sequence[ChangeRecord], sent: Sequence[ChangeRecord]) -> bool:

@@ -120,6 +120,13 @@ REJECTS: Final[dict[str, RejectRule]] = {
     "turn_ended": "final",
     # Pins hold (SPEC 11): a compaction that would take a pinned entry out never lands.
     "pinned": "final",
+    # Approvals (SPEC 12): a second decision (or a change reopening, flipping or removing a
+    # decided approval), a second ask for the same (turn, key), an asked_by / decided_by that
+    # is not the socket's, an answer its schema refuses: none can land as sent.
+    "decided": "final",
+    "asked": "final",
+    "forged": "final",
+    "bad_answer": "final",
 }
 """The one table of reject reasons and what replicas (Python and JavaScript) do with each; a
 reason not in it (a newer hub) is final."""

@@ -109,7 +109,18 @@ def is_conversation_id(value: object) -> bool:
 
 
 RejectReason = Literal[
-    "behind", "lineage", "invalid", "forbidden", "queued", "superseded", "turn_ended", "pinned"
+    "behind",
+    "lineage",
+    "invalid",
+    "forbidden",
+    "queued",
+    "superseded",
+    "turn_ended",
+    "decided",
+    "asked",
+    "forged",
+    "bad_answer",
+    "pinned",
 ]
 """Why a push was rejected; `sync.errors.REJECTS` says what a replica does with each."""
 
@@ -174,7 +185,8 @@ class Welcome(msgspec.Struct, frozen=True, tag_field="type", tag="welcome", omit
     features: list[str] = []
     """Optional capabilities this hub offers (SPEC 5)."""
     scopes: list[str] | None = None
-    """What this connection may do (`read`, `write`, `presence`); None: everything (no auth)."""
+    """What this connection may do (`read`, `write`, `presence`, `approve`); None: everything
+    (no auth)."""
     expires_in: float | None = None
     """Seconds until the connection's token expires; None without auth."""
     limits: dict[str, Budget] | None = None

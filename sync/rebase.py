@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 
 import msgspec
 
+from .approvals import decided_meanwhile
 from .changes import AsideChange, ChangeRecord, HaltChange, Push, Reset, Splice
 from .conversation import Conversation
 from .entries import Aside, Entry
@@ -193,6 +194,9 @@ def _merged(
         then, held = walk.aside(change.id), local.aside(change.id)
         if held is None or not held.saved or held == then:
             return record  # removed by the log (put again), or unchanged under it
+        if decided_meanwhile(then, held, change.aside):  # SPEC 12: one decision stands
+            detail = "the approval was decided meanwhile"
+            return Conflict(record, "decided", detail, held, change.aside)
         if then is None:
             # Not in its base, yet the log put one under that id since (another replica put
             # a removed aside again too): two versions with no common one, the same only

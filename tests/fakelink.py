@@ -15,6 +15,7 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from client.session import Event, ReplicaSession
+from server.auth import ANONYMOUS, Grant
 from server.core import Action, CoreConfig, RoomCore, deliver
 from server.drafts import DraftConfig
 from server.room import store_call
@@ -52,9 +53,10 @@ def run_now(coroutine: Coroutine[Any, Any, T]) -> T:
 class Link:
     """One connection between a replica session and the fake hub."""
 
-    def __init__(self, hub: FakeHub, session: ReplicaSession) -> None:
+    def __init__(self, hub: FakeHub, session: ReplicaSession, grant: Grant = ANONYMOUS) -> None:
         self.hub = hub
         self.session = session
+        self.grant = grant  # what this link's token allows (the hub checks it with `auth`)
         self.to_hub: deque[bytes] = deque()
         self.to_replica: deque[bytes] = deque()
         self.open = False
@@ -117,6 +119,7 @@ class FakeHub:
         store: MemoryStore | None = None,
         turn_grace: int | None = None,
         stop_grace: int = 10_000,
+        auth: bool = False,
     ) -> None:
         self.store = store if store is not None else MemoryStore()
         config = CoreConfig(
@@ -125,6 +128,7 @@ class FakeHub:
             hub_rebase=hub_rebase,
             turn_grace=turn_grace,
             stop_grace=stop_grace,
+            auth=auth,
         )
         if drafts is not None:
             config = dataclasses.replace(config, drafts=drafts)
@@ -163,8 +167,8 @@ class FakeHub:
 
     # ------------------------------------------------------------------ moving messages
 
-    def link(self, session: ReplicaSession) -> Link:
-        link = Link(self, session)
+    def link(self, session: ReplicaSession, grant: Grant = ANONYMOUS) -> Link:
+        link = Link(self, session, grant)
         link.connect()
         return link
 
@@ -176,7 +180,8 @@ class FakeHub:
             return
         match message:
             case Hello():
-                self._carry_out(self.core.join(link, message, self.now))
+                grant = link.grant if self.core.config.auth else ANONYMOUS  # as the hub does
+                self._carry_out(self.core.join(link, message, self.now, grant))
             case PushBatch():
                 self._carry_out(self.core.push(link, message, NOW))
             case DraftOp():

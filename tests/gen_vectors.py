@@ -55,6 +55,7 @@ from sync import (
     TurnEnd,
     Usage,
     User,
+    approvals,
     compact,
     encode,
     errors,
@@ -755,8 +756,112 @@ def _rebase_cases() -> list[Json]:
             lambda c: c.replay(ChangeRecord(AsideChange(_AGAIN, Aside.note("plan", "log", None)))),
             lambda c: c.replay(ChangeRecord(AsideChange(_AGAIN, Aside.note("plan", "ours", None)))),
         ),
+        *_approval_rebase_cases(),
     ]
     return cases
+
+
+def _asked_turn(c: Conversation) -> None:
+    """A request, an open turn, a call, and an open approval about it (SPEC 12)."""
+    c.push(Message.user("clean up"))
+    c.open_turn()
+    c.push(Assistant([Text("may I?"), ToolCall("c1", "delete", {})]))
+    approvals.ask(c, key="c1", call="c1", asked_by="worker", asked_client="w")
+
+
+def _decided(approve: bool, by: str) -> Callable[[Conversation], object]:
+    def decide(c: Conversation) -> None:
+        (id_,) = [id_ for id_, a in approvals.approvals(c)]
+        approvals.decide(c, id_, approve=approve, decided_by=by, at=1_700_000_000_000)
+
+    return decide
+
+
+def _approval_rebase_cases() -> list[Json]:
+    """A decision replayed on a log that decided the approval meanwhile is a
+    `Conflict(decided)`, whatever the two said; on an untouched one it replays."""
+
+    def nothing(c: Conversation) -> None:
+        pass
+
+    return [
+        _rebase_case(
+            "a denial over an approval decided meanwhile",
+            61,
+            _asked_turn,
+            _decided(True, "alice"),
+            _decided(False, "bob"),
+        ),
+        _rebase_case(
+            "the same decision made twice",
+            62,
+            _asked_turn,
+            _decided(True, "alice"),
+            _decided(True, "bob"),
+        ),
+        _rebase_case(
+            "a decision on an open approval", 63, _asked_turn, nothing, _decided(True, "bob")
+        ),
+    ]
+
+
+def _approval_cases() -> Json:
+    """The JSON Schema subset an answer is checked with, for both replicas (SPEC 12)."""
+    schemas: list[Json] = [
+        {"type": "string", "minLength": 2, "maxLength": 3},
+        {"type": "integer", "minimum": 1, "exclusiveMaximum": 10},
+        {"type": ["number", "null"]},
+        {"enum": [1, "a", None, True]},
+        {"const": {"a": [1, 2]}},
+        {
+            "type": "object",
+            "properties": {"n": {"type": "boolean"}},
+            "required": ["n"],
+            "additionalProperties": False,
+        },
+        {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 2},
+        True,
+        False,
+    ]
+    values: list[Json] = [
+        "é",
+        "ab",
+        "😀😀",
+        "abcd",
+        1,
+        1.0,
+        2.5,
+        10,
+        True,
+        None,
+        {"a": [1, 2]},
+        {"a": [1.0, 2]},
+        {"n": True},
+        {"n": 1},
+        {"n": False, "x": 1},
+        [],
+        ["a"],
+        ["a", 1],
+    ]
+    answers = [
+        {"schema": schema, "value": value, "problem": approvals.answer_problem(schema, value)}
+        for schema in schemas
+        for value in values
+    ]
+    bad: list[Json] = [
+        {"pattern": "^a"},
+        {"type": "date"},
+        {"minLength": -1},
+        {"properties": {"a": {"$ref": "#"}}},
+        {"enum": []},
+        {"title": "annotations pass", "description": "x", "type": "string"},
+        "string",
+    ]
+    return {
+        "answers": answers,
+        "schemas": [{"schema": b_, "problem": approvals.schema_problem(b_)} for b_ in bad],
+        "kind": approvals.APPROVAL_KIND,
+    }
 
 
 def _codes() -> Json | None:
@@ -1363,6 +1468,7 @@ def build() -> dict[str, str]:
         "session.json": {"cases": _session_cases()},
         "merge.json": _merge_cases(),
         "steer.json": _steer_cases(),
+        "approvals.json": _approval_cases(),
     }
     codes = _codes()
     if codes is not None:

@@ -6,6 +6,9 @@
 //   large N TOTAL:  push one user message of N characters, flush, try one of MAX_FRAME
 //                   (refused at the call), wait for TOTAL entries; print {state, revision,
 //                   events, refused: {reason, message}, pending, length}.
+//   ask:            open a turn, make call c1, ask about it, print {decision, approvals}
+//                   once a (Python) UI decided; then wait for the result of call f1 (a
+//                   frontend tool the UI answers) and print {decision, approvals, result}.
 import { connect, MAX_FRAME, Message } from '../client/web/convsync.js';
 
 const [url, id, mode, n = '0', total = '0'] = process.argv.slice(2);
@@ -72,6 +75,24 @@ if (mode === 'refused') {
     pending: after.pending,
     length: after.length - length,
   });
+  replica.close();
+} else if (mode === 'ask') {
+  replica = connect(url, id, { client: 'js-worker' });
+  await replica.ready;
+  const talk = replica.conversation;
+  talk.push(Message.user('clean up'));
+  const rig = { kind: 'rig', name: null, request: null, title: null };
+  const value = { index: 0, start: talk.id(0), end: null };
+  talk.addAside({ kind: 'rig.turn', after: null, author: rig, value, saved: true });
+  const calls = [
+    { type: 'tool_call', id: 'c1', name: 'rm', arguments: {} },
+    { type: 'tool_call', id: 'f1', name: 'pick_file', arguments: {} },
+  ];
+  talk.push({ role: 'assistant', content: calls, stop: null, origin: null });
+  await replica.flush();
+  const decision = await replica.ask({ call: 'c1', prompt: 'rm?' });
+  const result = await replica.result('f1');
+  out({ decision, approvals: replica.approvals.length, result });
   replica.close();
 } else {
   replica = connect(url, id, { client: 'js-peer' });

@@ -4,6 +4,7 @@ Python replicas on the other side."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import shutil
@@ -33,6 +34,7 @@ from sync import (
     TurnEnd,
     encode,
 )
+from sync.approvals import Approval
 from sync.ids import IdMinter
 from sync.steer import QUEUED_KIND, STOP_KIND, finish_stopped
 
@@ -928,3 +930,139 @@ async def test_stop_while_a_turn_runs_puts_a_stop_request_the_worker_sees(
         assert finish_stopped(worker.conversation)
         await worker.flush()
         await page.wait_for_selector(".halt:not([hidden])")
+
+
+# ---------------------------------------------------------------------- approvals (SPEC 12)
+
+CLICK_AT = """([at, action]) => new Promise((resolve) => setTimeout(() => {
+  const button = document.querySelector(`[data-action=${action}]`);
+  if (button) button.click();
+  resolve(button !== null);
+}, at - Date.now()))"""
+
+
+async def approval_turn(worker: Replica, call: ToolCall | None) -> None:
+    worker.conversation.push(Message.user("clean up"))
+    worker.conversation.open_turn()
+    content: list[Any] = [Text("may I?")] + ([call] if call is not None else [])
+    worker.conversation.push(Assistant(content))
+    await worker.flush()
+
+
+async def open_connected(pages: Pages, url: str) -> Any:
+    page = await pages.open(url)
+    await page.wait_for_selector("#app[data-connection-state=connected]")
+    return page
+
+
+async def test_two_pages_click_approve_and_deny_at_once_one_decision_both_show_it(
+    hub: Hub, pages: Pages
+) -> None:
+    """Both pages click at the same moment: the worker's `ask` returns one decision, and
+    both pages (and the worker) show that same decision."""
+    first = await open_connected(pages, page_url(hub, "/c/approve.race"))
+    second = await open_connected(pages, page_url(hub, "/c/approve.race"))
+    async with connect(hub.url, "approve.race", client="worker") as worker:
+        await approval_turn(worker, ToolCall("c1", "delete", {"path": "build/"}))
+        decisions: list[Approval] = []
+
+        async def ask() -> None:
+            decisions.append(await worker.ask(call="c1", prompt="delete build/?"))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(ask)
+            for page in (first, second):
+                await page.wait_for_selector("[data-approval-state=open] [data-action=approve]")
+                assert "delete build/?" in await page.inner_text(".approval")
+            # Both pages click at one wall-clock moment (one machine, one clock), well
+            # inside a round trip to the hub: neither has seen the other's decision.
+            at = await first.evaluate("Date.now() + 1000")
+            clicked: list[bool] = []
+
+            async def click(page: Any, action: str) -> None:
+                clicked.append(await page.evaluate(CLICK_AT, [at, action]))
+
+            async with anyio.create_task_group() as clicks:
+                clicks.start_soon(click, first, "approve")
+                clicks.start_soon(click, second, "deny")
+            assert clicked == [True, True]
+        (decision,) = decisions
+        assert decision.state in ("approved", "denied")
+        for page in (first, second):
+            await page.wait_for_selector(f".approval[data-approval-state={decision.state}]")
+            assert await page.locator("[data-action=approve]").count() == 0
+            assert f"{decision.state} by anonymous" in await page.inner_text(".approval")
+        assert [a.state for a in worker.approvals.values()] == [decision.state]
+        # The loser's push reached the hub and was refused `decided`: a real race, lost.
+        notices = [await page.inner_text(".notice") for page in (first, second)]
+        rejected = hub.metrics.pushes_rejected["decided"]
+        assert rejected == 1, (rejected, notices)
+        assert sum("decided first" in notice for notice in notices) == 1, notices
+
+
+async def test_a_question_is_answered_with_text_and_a_reason_is_shown_to_everyone(
+    pages: Pages,
+) -> None:
+    """With tokens: an approve token answers; a read token sees the question and then the
+    answer, who gave it and why, with no buttons; the worker's write token gets none either."""
+    async with auth_hub() as hub:
+        decider = await open_connected(
+            pages, page_url(hub, f"/c/approve.q#token={page_token('alice', 'read approve')}")
+        )
+        reader = await open_connected(
+            pages, page_url(hub, f"/c/approve.q#token={page_token('bob', 'read')}")
+        )
+        writer = await open_connected(
+            pages, page_url(hub, f"/c/approve.q#token={page_token('carol')}")
+        )
+        token = page_token("worker")
+        async with connect(hub.url, "approve.q", client="worker", token=token) as worker:
+            await approval_turn(worker, None)
+            answers: list[Approval] = []
+
+            async def ask() -> None:
+                ask = functools.partial(
+                    worker.ask, key="account", prompt="which account?", schema={"type": "string"}
+                )
+                answers.append(await ask())
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(ask)
+                await decider.wait_for_selector("[data-approval-state=open] input[name=answer]")
+                for page in (reader, writer):
+                    await page.wait_for_selector("[data-approval-state=open]")
+                    assert await page.locator(".approval button").count() == 0
+                    assert "waiting for a person" in await page.inner_text(".approval")
+                await decider.fill("input[name=answer]", "ops")
+                await decider.fill("input[name=reason]", "the usual one")
+                await decider.click("[data-action=approve]")
+            assert answers[0].answer == "ops" and answers[0].decided_by == "alice"
+            for page in (decider, reader, writer):
+                await page.wait_for_selector("[data-approval-state=answered]")
+                text = await page.inner_text(".approval")
+                assert "answered by alice: ops (the usual one)" in text
+
+
+async def test_a_question_with_choices_is_a_form_and_its_pick_is_the_answer(
+    hub: Hub, pages: Pages
+) -> None:
+    """An `enum` question is drawn as a choice of its values; the value picked is the answer
+    the worker's `ask` returns (a number stays a number)."""
+    page = await open_connected(pages, page_url(hub, "/c/approve.form"))
+    async with connect(hub.url, "approve.form", client="worker") as worker:
+        await approval_turn(worker, None)
+        answers: list[Approval] = []
+        schema = {"enum": ["ops", 7, True]}
+
+        async def ask() -> None:
+            answers.append(await worker.ask(key="pick", prompt="which?", schema=schema))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(ask)
+            await page.wait_for_selector("[data-approval-state=open] select[name=answer]")
+            options = await page.locator("select[name=answer] option").all_inner_texts()
+            assert options == ["ops", "7", "true"]
+            await page.select_option("select[name=answer]", index=1)
+            await page.click("[data-action=approve]")
+        assert answers[0].state == "answered" and answers[0].answer == 7
+        await page.wait_for_selector("[data-approval-state=answered]")

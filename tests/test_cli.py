@@ -554,6 +554,9 @@ def test_demo_mirrors_the_worker_and_checks_the_hub(tmp_path: Path) -> None:
     assert "check: ui == hub: True" in lines
     ui = [line for line in lines if line.startswith("ui   |")]
     assert any("call weather(" in line for line in ui)
+    # The worker asks before its weather tool; the UI approves it (SPEC 12).
+    assert "ui   | user approves call_0_weather" in lines
+    assert "agent| weather approved by anonymous: looks safe" in lines
     assert any("user types mid-turn" in line for line in ui)
     assert any("(Noted: Also: keep the answers short" in line for line in ui)
     assert any(line.startswith("agent|") for line in lines)

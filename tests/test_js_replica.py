@@ -95,3 +95,38 @@ async def test_js_replica_sends_and_takes_five_mib_records_by_default() -> None:
             assert "over the record limit of 16,777,088 bytes" in result["refused"]["message"]
             assert result["pending"] == 0 and result["length"] == 0
             assert not [e for e in result["events"] if e.startswith("conflict")]
+
+
+async def test_a_js_worker_asks_a_python_ui_decides_and_answers_a_frontend_tool(
+    hub: Hub,
+) -> None:
+    """SPEC 12 across languages: the JS replica's `ask` resolves with the Python UI's
+    decision, and its `result` with the frontend tool's result the UI pushed."""
+    url = f"ws://127.0.0.1:{hub.port}"
+    async with connect(url, "js.ask", client="py-ui") as ui:
+        async with anyio.create_task_group() as group:
+            found: list[Any] = []
+
+            async def peer() -> None:
+                found.append(await run_peer(url, "js.ask", "ask"))
+
+            group.start_soon(peer)
+            with anyio.fail_after(bound(20)):
+                while not any(a.is_open for a in ui.approvals.values()):
+                    await ui.wait_for(ui.revision + 1)
+            (id_,) = list(ui.approvals)
+            ui.decide(id_, approve=False, reason="not today")
+            ui.conversation.push(Message.tool_result("c1", "rm", "denied", is_error=True))
+            ui.conversation.push(Message.tool_result("f1", "pick_file", "a.txt"))
+            with anyio.fail_after(bound(20)):
+                await ui.flush()
+        (result,) = found
+        assert "error" not in result, result
+        decision = result["decision"]
+        assert (decision["state"], decision["reason"], decision["decided_by"]) == (
+            "denied",
+            "not today",
+            "anonymous",
+        )
+        assert result["approvals"] == 1
+        assert result["result"]["content"][0]["text"] == "a.txt"

@@ -196,3 +196,19 @@ async def test_readme_openai_sdk_loop_runs_against_the_fake_provider(
         assert provider.requests[1][1]["input"][-1]["call_id"] == "call_1"
     log = (await fetch_conversation(hub.url, "sdk-openai")).conversation
     assert len(log) == 4
+
+
+def test_readme_asking_a_person_example_runs(tmp_path: Path) -> None:
+    """The "Asking a person" example runs: the UI approves, the worker's `ask` returns the
+    decision, asking again finds the same card, a question's bad answer is refused."""
+    code = readme_block(after="## Asking a person")
+    assert "worker.ask(" in code and "ui.decide(" in code
+    result = run_python(code, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "ui sees: Delete build/?",
+        "worker got: approved by anonymous - only build output",
+        "cards: 1 same decision: True",
+        'refused: bad_answer: answer: expected one of "ops", "dev"',
+        "answer: ops",
+    ]

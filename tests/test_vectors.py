@@ -146,3 +146,14 @@ def test_reject_table_vector() -> None:
     vectors = _load("steer.json")
     assert REJECTS == vectors["rejects"]
     assert reject_rule("some_newer_reason") == vectors["unknown_reject"]
+
+
+def test_approval_schema_vectors() -> None:
+    """Answers and schemas are judged as the committed vectors say (the JS side reads them)."""
+    from sync.approvals import answer_problem, schema_problem
+
+    vectors = _load("approvals.json")
+    for case in vectors["answers"]:
+        assert answer_problem(case["schema"], case["value"]) == case["problem"]
+    for case in vectors["schemas"]:
+        assert schema_problem(case["schema"]) == case["problem"]

@@ -298,6 +298,8 @@ export type SessionEvent =
   | { type: 'draft_end'; id: string; status: string }
   | { type: 'presence'; joined: string[]; left: string[]; changed: string[] }
   | { type: 'queued'; ids: string[]; mine: boolean }
+  | { type: 'approval_asked'; id: string; approval: Approval }
+  | { type: 'approval_decided'; id: string; approval: Approval }
   | Conflict;
 
 /** A message in progress (SPEC §7), as the hub streams it; `parts` only grow. */
@@ -373,6 +375,8 @@ export class ReplicaSession {
   readonly pending: number;
   readonly ready: boolean;
   readonly settled: boolean;
+  /** The latest welcome, kept over a disconnect (`sub`, `scopes`). */
+  lastWelcome: any;
   hello(token?: string | null): Hello;
   /** Given `now` (ms, monotonic), pushes are paced within the hub's budget (`pacedUntil`). */
   nextPush(now?: number | null): { frame: string | null; conflicts: Conflict[] };
@@ -403,6 +407,63 @@ export function queueRecords(records: ChangeRecord[], after: string | null): Cha
 export function stepPending(conversation: Conversation): boolean;
 export function midStep(conversation: Conversation): boolean;
 export function stop(conversation: Conversation, now?: number, sub?: string): boolean;
+
+// Approvals, questions and frontend tools (SPEC §12).
+export const APPROVAL_KIND: 'rig.approval';
+export const TOOLS_KIND: 'rig.tools';
+export type ApprovalState = 'open' | 'approved' | 'denied' | 'answered' | 'cancelled';
+/** The value of a `rig.approval` aside, keyed by `(turn, key)`. */
+export interface Approval {
+  turn: number;
+  key: string;
+  call: string | null;
+  prompt: string | null;
+  /** A JSON Schema of the supported subset (see `schemaProblem`), or null. */
+  schema: any;
+  state: ApprovalState;
+  answer: any;
+  reason: string | null;
+  asked_by: string;
+  /** The asker's client id (the hub checks it, so the asking client never decides). */
+  asked_client: string | null;
+  decided_by: string | null;
+  decided_at: number | null;
+}
+export function approvalOf(aside: unknown): Approval | null;
+export function approvals(conversation: Conversation): [string, Approval][];
+export function findApproval(
+  conversation: Conversation,
+  turn: number,
+  key: string,
+): [string, Approval] | null;
+export function ask(
+  conversation: Conversation,
+  options: {
+    key: string;
+    askedBy: string;
+    askedClient: string;
+    call?: string | null;
+    prompt?: string | null;
+    schema?: any;
+  },
+): { id: string; approval: Approval; made: boolean };
+/** Throws `UsageError` `no_approval`, `decided` or `bad_answer`; nothing changes then. */
+export function decide(
+  conversation: Conversation,
+  id: string,
+  options: {
+    approve?: boolean;
+    answer?: any;
+    reason?: string | null;
+    decidedBy: string;
+    at?: number;
+  },
+): Approval;
+/** The first result answering tool call `callId` after the entry holding it, or null. */
+export function resultOf(conversation: Conversation, callId: string): any | null;
+export function decidedMeanwhile(then: unknown, held: unknown, pending: unknown): boolean;
+export function schemaProblem(schema: unknown): string | null;
+export function answerProblem(schema: unknown, value: unknown, path?: string): string | null;
 
 export const CODES: Readonly<Record<string, { close: number; retry: Retry }>>;
 export function retryOf(code: string): Retry;
@@ -465,6 +526,25 @@ export class Replica {
   readonly revision: number;
   readonly drafts: Map<string, Draft>;
   readonly presence: Map<string, PresenceItem>;
+  /** This connection's principal (`anonymous` without auth). */
+  readonly sub: string;
+  /** Every approval and question, `[asideId, approval]`, in the order asked. */
+  readonly approvals: [string, Approval][];
+  /** Whether this token may decide approvals (the `approve` scope, or no auth). */
+  readonly mayDecide: boolean;
+  /** Whether this replica may decide `approval`: it may decide and did not ask it. */
+  mayDecideOn(approval: Approval): boolean;
+  /** Ask a person and wait for the decision (idempotent per `(turn, key)`). */
+  ask(options: {
+    call?: string | null;
+    prompt?: string | null;
+    schema?: any;
+    key?: string;
+  }): Promise<Approval>;
+  /** Resolves with the result of (frontend) tool call `callId` once one has landed. */
+  result(callId: string): Promise<any>;
+  /** Decide approval `id` as this replica's principal; throws `UsageError` as `decide`. */
+  decide(id: string, options?: { approve?: boolean; answer?: any; reason?: string | null }): Approval;
   /** `connecting` until the first welcome; `disconnected` (retrying) after a lost connection or
    * a failed attempt, once: failed attempts change nothing; `closed` after close or refusal. */
   state: ConnectionState;

@@ -13,6 +13,7 @@ import {
   QUEUED_KIND,
   STOP_KIND,
   SummaryFeed,
+  approvals,
   connect,
   isStopMarker,
   jsonEqual,
@@ -130,6 +131,12 @@ class ConversationView {
     this.replica.on('refused', (error) => {
       this.notice.replaceChildren(`refused: ${error.code} ${error.detail ?? ''}`);
       if (error.code === 'unauthorized') this.notice.append(tokenPrompt());
+      this.notice.hidden = false;
+    });
+    this.replica.on('conflict', (event) => {
+      if (event.reason !== 'decided') return;
+      // Someone decided first (SPEC §12): their decision stands and the card shows it.
+      this.notice.replaceChildren('Someone else decided first; their decision stands.');
       this.notice.hidden = false;
     });
     root.dataset.connectionState = this.replica.state;
@@ -273,6 +280,7 @@ class ConversationView {
     const turns = new Map();
     for (const [, turn] of conversation.turns()) turns.set(turn.start, turn);
     const compactions = compactionsBySummary(conversation);
+    const cards = approvalsByEntry(conversation);
     const keep = new Set();
     let previous = null;
     for (let at = start; at < length; at += 1) {
@@ -282,14 +290,17 @@ class ConversationView {
       const pending = entry.id !== null && !confirmed.holds(entry.id);
       let drawn = this.drawn.get(key);
       const compaction = compactions.get(key);
+      const asked = cards.get(key) ?? [];
       const stamp =
         `${pending}|${turnStamp(turns.get(key))}|${resultStamp(entry, results)}` +
-        `|${compaction === undefined ? '' : identity(compaction)}|${this.editing.stamp(key)}`;
+        `|${compaction === undefined ? '' : identity(compaction)}|${this.editing.stamp(key)}` +
+        `|${approvalStamp(asked, this.replica)}`;
       // An entry being edited keeps its editor while the log changes under it.
       const changed = drawn !== undefined && drawn.entry !== entry && !this.editing.holds(key);
       if (drawn === undefined || changed || drawn.stamp !== stamp) {
         const element = this.editing.decorate(entry, drawEntry(entry, pending, results, turns.get(key)));
         if (compaction !== undefined) element.append(drawCompacted(compaction));
+        for (const [id, approval] of asked) element.append(this.drawApproval(id, approval));
         if (drawn !== undefined) drawn.element.replaceWith(element);
         drawn = { entry, element, stamp };
         this.drawn.set(key, drawn);
@@ -334,6 +345,85 @@ class ConversationView {
         this.queuedElements.set(id, element);
       }
     }
+  }
+
+  /**
+   * An approval card (SPEC §12): the question, then Approve / Deny with a reason (a text
+   * answer for a question) for a token that may decide it, else who decided what; the
+   * decision and who made it are shown to everyone.
+   * @param {string} id @param {any} approval
+   */
+  drawApproval(id, approval) {
+    const question = approval.call === null;
+    const card = h('div', {
+      class: `approval ${approval.state}`,
+      'data-approval-id': id,
+      'data-approval-state': approval.state,
+      'data-approval-key': approval.key,
+    });
+    const what = question ? 'Question' : `Approve call ${approval.key}?`;
+    card.append(h('div', { class: 'approval-title' }, what));
+    if (approval.prompt) card.append(h('div', { class: 'approval-prompt', dir: 'auto' }, approval.prompt));
+    if (approval.state !== 'open') {
+      const who = approval.decided_by ? ` by ${approval.decided_by}` : '';
+      const answer =
+        approval.answer !== null && approval.answer !== undefined
+          ? `: ${typeof approval.answer === 'string' ? approval.answer : jsonText(approval.answer)}`
+          : '';
+      const why = approval.reason ? ` (${approval.reason})` : '';
+      card.append(h('div', { class: 'approval-decision' }, `${approval.state}${who}${answer}${why}`));
+      return card;
+    }
+    if (!this.replica.mayDecideOn(approval)) {
+      card.append(h('div', { class: 'approval-decision' }, 'waiting for a person'));
+      return card;
+    }
+    const choices = question ? choicesOf(approval.schema) : null;
+    /** @type {HTMLInputElement | HTMLSelectElement | null} */
+    let answer = null;
+    if (choices !== null) {
+      // A simple schema (an enum, a boolean) is a form: pick one of its values.
+      answer = /** @type {HTMLSelectElement} */ (
+        h(
+          'select',
+          { name: 'answer', 'aria-label': 'answer' },
+          ...choices.map((value, at) => h('option', { value: String(at) }, displayed(value))),
+        )
+      );
+    } else if (question) {
+      answer = /** @type {HTMLInputElement} */ (
+        h('input', { name: 'answer', placeholder: 'answer', 'aria-label': 'answer' })
+      );
+    }
+    const answerOf = () => {
+      if (answer === null) return null;
+      if (choices !== null) return choices[Number(answer.value)];
+      return answerValue(approval.schema, answer.value);
+    };
+    const reason = /** @type {HTMLInputElement} */ (
+      h('input', { name: 'reason', placeholder: 'reason (optional)', 'aria-label': 'reason' })
+    );
+    const error = h('div', { class: 'approval-error', hidden: '' });
+    const decideWith = (approve) => {
+      try {
+        this.replica.decide(id, {
+          approve,
+          answer: approve ? answerOf() : null,
+          reason: reason.value.trim() === '' ? null : reason.value,
+        });
+      } catch (caught) {
+        error.textContent = caught instanceof Error ? caught.message : String(caught);
+        error.hidden = false;
+        return;
+      }
+      this.schedule();
+    };
+    const yes = h('button', { type: 'button', 'data-action': 'approve' }, question ? 'Answer' : 'Approve');
+    const no = h('button', { type: 'button', 'data-action': 'deny' }, 'Deny');
+    yes.addEventListener('click', () => decideWith(true));
+    no.addEventListener('click', () => decideWith(false));
+    card.append(h('div', { class: 'approval-actions' }, answer, reason, yes, no), error);
+    return card;
   }
 
   renderDrafts() {
@@ -449,6 +539,54 @@ function drawCompacted(compaction) {
     h('summary', {}, `${count} earlier message${count === 1 ? '' : 's'}, compacted`),
     list,
   );
+}
+
+/** The approvals drawn under each entry (`after`), by entry id. */
+function approvalsByEntry(conversation) {
+  /** @type {Map<string, [string, any][]>} */
+  const byEntry = new Map();
+  for (const [id, approval] of approvals(conversation)) {
+    const after = conversation.aside(id)?.after;
+    if (typeof after !== 'string') continue;
+    if (!byEntry.has(after)) byEntry.set(after, []);
+    byEntry.get(after).push([id, approval]);
+  }
+  return byEntry;
+}
+
+function approvalStamp(asked, replica) {
+  return asked
+    .map(([id, a]) => `${id}:${a.state}:${a.decided_by}:${replica.mayDecideOn(a)}`)
+    .join(',');
+}
+
+/** The values a simple schema allows (an `enum`, a `boolean`), or null for a free answer. */
+function choicesOf(schema) {
+  if (schema === null || typeof schema !== 'object') return null;
+  if (Array.isArray(schema.enum) && schema.enum.length > 0) return schema.enum;
+  if (schema.type === 'boolean') return [true, false];
+  return null;
+}
+
+function displayed(value) {
+  return typeof value === 'string' ? value : JSON.stringify(value);
+}
+
+/**
+ * A question's typed answer as its schema wants it: text for a string (or no schema), else
+ * the text read as JSON when it parses (a number, `true`), else the text itself (the schema
+ * check then says what is wrong).
+ */
+function answerValue(schema, text) {
+  const type = schema && typeof schema === 'object' ? schema.type : undefined;
+  if (schema === null || type === 'string' || (type === undefined && !('enum' in (schema ?? {})))) {
+    return text;
+  }
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
 }
 
 function turnStamp(turn) {

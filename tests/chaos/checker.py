@@ -13,7 +13,9 @@ It fails a run on:
   (or note) back under its id without a token it held before must come from a replica that had
   seen that token when it landed the record (a deliberate rewrite); one that never saw it
   overwrote an edit it did not know of, which the rebase must have merged or reported as a
-  `Conflict` instead of landing.
+  `Conflict` instead of landing;
+- an approval decided twice, changed or removed after its decision, or a `(turn, key)` asked
+  twice (SPEC 12: approving UIs and asking workers run among the edits).
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ from sync import (
     ChangeRecord,
     Conversation,
     Push,
+    Reset,
     Splice,
+    approvals,
     decode_record,
     decode_state,
     encode,
@@ -56,6 +60,7 @@ class Report:
     duplicates: int = 0
     overwritten: int = 0
     edit_conflicts: int = 0
+    approvals_decided: int = 0
     tokens: int = 0
     faults: list[str] = field(default_factory=list)
 
@@ -139,6 +144,7 @@ def check(run_dir: Path, log: list[bytes], hub_state: bytes) -> Report:
         )
 
     _check_intent(report, records, seen_at_landing)
+    _check_approvals(report, records)
 
     hub = decode_state(hub_state)
     refolded = Conversation()
@@ -164,6 +170,43 @@ def check(run_dir: Path, log: list[bytes], hub_state: bytes) -> Report:
                 report.problems.append(f"vanished: {client} made {id_}, now nowhere")
                 break
     return report
+
+
+def _check_approvals(report: Report, records: list[ChangeRecord]) -> None:
+    """SPEC 12: walking the log, an approval's value never changes once decided (decided
+    twice, flipped, reopened or removed), and one `(turn, key)` is asked once."""
+    decided: dict[str, approvals.Approval] = {}
+    keys: dict[tuple[int, str], str] = {}
+    for record in records:
+        change = record.change
+        if not isinstance(change, AsideChange):
+            if not isinstance(change, Reset):
+                continue
+            puts = [(saved.id, saved.aside) for saved in change.state.asides]
+            gone = [id_ for id_ in decided if id_ not in dict(puts)]
+        else:
+            puts, gone = [(change.id, change.aside)], []
+        for id_ in gone:
+            report.problems.append(f"approval {id_} was decided, then removed")
+        for id_, aside in puts:
+            if aside is None:
+                if id_ in decided:
+                    report.problems.append(f"approval {id_} was decided, then removed")
+                continue
+            approval = approvals.approval_of(aside)
+            if approval is None:
+                continue
+            first = keys.setdefault((approval.turn, approval.key), id_)
+            if first != id_:
+                report.problems.append(f"approval ({approval.turn}, {approval.key}) asked twice")
+            held = decided.get(id_)
+            if held is not None and held != approval:
+                report.problems.append(
+                    f"approval {id_} decided twice: {held.state} then {approval.state}"
+                )
+            elif held is None and not approval.is_open:
+                decided[id_] = approval
+                report.approvals_decided += 1
 
 
 def _tokens(value: object) -> set[str]:

@@ -103,6 +103,8 @@ async def _main(args: argparse.Namespace) -> int:
                 overwritten=report.overwritten,
                 tokens=report.tokens,
                 edit_conflicts=report.edit_conflicts,
+                approvals_decided=report.approvals_decided,
+                decided_twice=sum(p.startswith("approval") for p in report.problems),
                 diverged=sum(p.startswith("diverged") for p in report.problems),
             )
             faults.update(report.faults)

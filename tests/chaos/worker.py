@@ -22,7 +22,8 @@ from typing import Any
 import anyio
 
 from client import Conflict, Replica
-from sync import ChangeRecord, encode
+from sync import ChangeRecord, approvals, encode
+from sync.errors import UsageError
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
@@ -82,13 +83,18 @@ async def main(url: str, conversation_id: str, client: str, seed: int, ops: int,
                 if roll < 0.33:
                     kind = "insert_token" if roll < 0.22 else "note_token"
                     op = (kind, f"<{client}.{step}>", rng.randrange(12), rng.randrange(40))
+                elif roll < 0.45:
+                    op = ("approval", rng.random(), rng.randrange(4))
                 else:
                     op = draw_op(rng)
                 before = len(run.minted)
                 # What this edit was made on (a rewrite of a token it saw is deliberate), and
                 # the token it put in.
                 saw = set(TOKEN.findall(encode(replica.conversation).decode()))
-                run.do(op)
+                if op[0] == "approval":
+                    approval_op(replica, client, op[1], op[2])
+                else:
+                    run.do(op)
                 saw = sorted(saw | set(TOKEN.findall(encode(replica.conversation).decode())))
                 log(kind="op", step=step, op=op[0], made=run.minted[before:], saw=saw)
                 await anyio.sleep(rng.random() * 0.015)
@@ -112,6 +118,28 @@ async def main(url: str, conversation_id: str, client: str, seed: int, ops: int,
             group.cancel_scope.cancel()
     history.close()
     print("done", flush=True)
+
+
+def approval_op(replica: Replica, client: str, roll: float, pick: int) -> None:
+    """An approving UI or an asking worker (SPEC 12): ask in the open turn (the hub refuses
+    it unless this replica opened the turn), or decide an open approval, approve or deny
+    (refused when this replica asked it, or when another decided first)."""
+    conversation = replica.conversation
+    opened = [(id_, a) for id_, a in approvals.approvals(conversation) if a.is_open]
+    try:
+        if roll < 0.4 or not opened:
+            approvals.ask(
+                conversation,
+                key=f"k{pick}",
+                prompt="may I?",
+                asked_by="anonymous",
+                asked_client=client,
+            )
+        else:
+            id_, _ = opened[pick % len(opened)]
+            approvals.decide(conversation, id_, approve=roll < 0.8, decided_by="anonymous", at=1)
+    except UsageError:
+        pass  # no open turn, or decided here already: nothing to do
 
 
 async def _expect(word: str) -> str:

@@ -4,6 +4,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { test } from 'node:test';
 
 import {
+  answerProblem,
   ApplyError,
   CODES,
   closeCodeOf,
@@ -24,6 +25,7 @@ import {
   rejectRule,
   ReplicaSession,
   retryOf,
+  schemaProblem,
 } from '../convsync.js';
 
 const load = (name) =>
@@ -108,6 +110,19 @@ for (const vector of steer.mid_step) {
 test('rejects: the one table of reject reasons', () => {
   assert.deepEqual(plain(REJECTS), steer.rejects);
   assert.equal(rejectRule('some_newer_reason'), steer.unknown_reject);
+});
+
+// Approvals (SPEC §12): the JSON Schema subset an answer is checked with.
+const approvalVectors = load('approvals.json');
+test('approvals: answers checked against the schema subset, with the same messages', () => {
+  for (const { schema, value, problem } of approvalVectors.answers) {
+    assert.equal(answerProblem(schema, value), problem, JSON.stringify([schema, value]));
+  }
+});
+test('approvals: schemas outside the subset are refused, with the same messages', () => {
+  for (const { schema, problem } of approvalVectors.schemas) {
+    assert.equal(schemaProblem(schema), problem, JSON.stringify(schema));
+  }
 });
 
 // The error-code table (SPEC §5), once the Python side has it (`sync.errors.CODES`).
