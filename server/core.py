@@ -86,7 +86,6 @@ from sync.steer import (
     finish_records,
     landing_records,
     open_turn,
-    parked,
     queued_entry,
     queued_id,
     user_text_push,
@@ -1256,7 +1255,8 @@ class RoomCore(Generic[C]):
         key = self._key_of(owner.sub, owner.client) if owner else self._openers.get(id_)
         if key is None:
             return None
-        return _TurnState(id_, record.index, owner, key, parked(self.conversation), stopping)
+        parked = approvals.parked(self.conversation)
+        return _TurnState(id_, record.index, owner, key, parked, stopping)
 
     def _lease_of(self, state: _TurnState) -> Lease:
         grace = self.config.turn_grace or 0

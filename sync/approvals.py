@@ -48,6 +48,7 @@ from .fold import Fold
 from .ids import AsideId, MessageId
 from .messages import Assistant, User
 from .protocol import RejectReason
+from .steer import STEP_KIND, open_turn
 
 if TYPE_CHECKING:
     from .conversation import Conversation
@@ -176,17 +177,6 @@ def find(conversation: Fold, turn: int, key: str) -> tuple[AsideId, Approval] | 
         if approval.turn == turn and approval.key == key:
             return id_, approval
     return None
-
-
-def open_turn(conversation: Fold) -> tuple[AsideId, TurnRecord] | None:
-    """The last turn record, when it is open (what a worker asks in)."""
-    last: tuple[AsideId, TurnRecord] | None = None
-    for id_, aside in conversation._asides.items():
-        if aside.kind == TURN_KIND:
-            record = _turn_of(aside)
-            if record is not None:
-                last = (id_, record)
-    return last if last is not None and last[1].end is None else None
 
 
 def turn_owner(aside: Aside | None) -> Owner | None:
@@ -659,9 +649,12 @@ def frontend_tools(conversation: Fold) -> set[str]:
 
 
 def parked(conversation: Fold, turn: int | None = None) -> bool:
-    """Whether the turn (the open one when `turn` is None) waits only for a person: an open
-    approval of it stands, or every call pending is a frontend tool's (SPEC 10, 12). A parked
+    """Whether the turn (the open one when `turn` is None) waits only for a person: no model
+    call is under way (no `rig.step` stands) and an open approval of it stands, or every call
+    pending is a frontend tool's (SPEC 10, 12). The one place that says it. A parked
     turn's lease does not expire while its owner is away."""
+    if any(aside.kind == STEP_KIND for aside in conversation._asides.values()):
+        return False  # a model call is under way: not waiting for a person
     if turn is None:
         found = open_turn(conversation)
         if found is None:

@@ -62,7 +62,6 @@ __all__ = [
     "landing_records",
     "mid_step",
     "open_turn",
-    "parked",
     "queue_records",
     "queued_entry",
     "queued_entry_id",
@@ -79,11 +78,6 @@ QUEUED_KIND = "rig.queued"
 """User input waiting for the step to end: value the entry (`Entry` as plain data)."""
 STOP_KIND = "rig.stop"
 """The user asked the turn to stop: value `{"turn": int | None, "at": ms}`."""
-
-APPROVAL_KIND = "rig.approval"
-"""A person's decision a turn waits for (SPEC 12): value `{"turn", "state", ...}`."""
-TOOLS_KIND = "rig.tools"
-"""The tools a UI runs (frontend tools, SPEC 12)."""
 
 _RIG = Author.rig()
 _replace = msgspec.structs.replace
@@ -403,45 +397,6 @@ def turn_owner(conversation: Fold) -> TurnOwner | None:
     owner creates an approval (SPEC 12), and the hub keeps the owner's lease (SPEC 10)."""
     turn = open_turn(conversation)
     return None if turn is None else turn[1].owner
-
-
-def parked(conversation: Conversation) -> bool:
-    """Whether the open turn waits only for a person (SPEC 10): no model call is under way
-    (no `rig.step` stands) and either an approval of that turn is open (a `rig.approval`
-    aside of that turn in state `open`, SPEC 12) or every call still pending is a frontend
-    tool (named in a `rig.tools` aside), which a UI answers. A parked turn's lease does not
-    expire while its owner is away. False when no turn is open."""
-    turn = open_turn(conversation)
-    if turn is None:
-        return False
-    index = turn[1].index
-    frontend: set[str] = set()
-    for aside in conversation._asides.values():
-        if aside.kind == STEP_KIND:
-            return False
-        value = aside.value
-        if aside.kind == APPROVAL_KIND and isinstance(value, dict):
-            if value.get("state") == "open" and value.get("turn") in (index, None):
-                return True
-        elif aside.kind == TOOLS_KIND:
-            frontend |= _tool_names(value)
-    pending = conversation.pending_calls()
-    return bool(pending) and all(call.name in frontend for call in pending)
-
-
-def _tool_names(value: Any) -> set[str]:
-    """The tool names a `rig.tools` value lists: a list (or `{"tools": [...]}`) of names or
-    of `{"name": ...}` objects."""
-    if isinstance(value, dict):
-        value = value.get("tools")
-    if not isinstance(value, list):
-        return set()
-    names: set[str] = set()
-    for item in value:
-        name = item.get("name") if isinstance(item, dict) else item
-        if isinstance(name, str):
-            names.add(name)
-    return names
 
 
 WENT_AWAY = "the worker went away"

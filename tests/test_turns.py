@@ -25,10 +25,11 @@ from sync import (
     TurnOwner,
     User,
 )
+from sync.approvals import ask_value, parked
 from sync.entries import Failed, Stopped
 from sync.ids import default_minter
 from sync.protocol import DraftOp
-from sync.steer import STEP_KIND, STOP_KIND, WENT_AWAY, parked, step_value, turn_owner
+from sync.steer import STEP_KIND, STOP_KIND, WENT_AWAY, step_value, turn_owner
 
 CALL = Assistant([Text("looking"), ToolCall("c1", "search", {"q": "x"})])
 RESULT = Message.tool_result("c1", "search", "found")
@@ -78,7 +79,7 @@ def test_a_turn_waiting_on_an_open_approval_or_a_frontend_tool_is_parked() -> No
     assert not parked(conversation)  # a model call is under way
     conversation.remove_aside(step)
     conversation.remove_aside(tools)
-    value = {"turn": 0, "key": "c1", "call": "c1", "state": "open"}
+    value = ask_value(turn=0, key="c1", call="c1", asked_by="anonymous", asked_client="worker")
     approval = conversation.add_aside(Aside("rig.approval", None, Author.rig(), value))
     assert parked(conversation)
     conversation.replace_aside(
