@@ -90,17 +90,23 @@ class Running:
         """The CPU time (user + system) the process has used so far, from `/proc`; None
         once it has ended. A moment of its start-up measured this way is the same moment on
         a quiet machine and on one loaded ten times over, unlike a wall-clock delay."""
+        fields = self._stat()
+        if fields is None:
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def _stat(self) -> list[str] | None:
+        """The fields of `/proc/PID/stat` after the command name (state first); None once the
+        process has ended."""
         try:
             fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rpartition(")")[2].split()
         except (FileNotFoundError, ProcessLookupError):
             return None
-        if fields[0] == "Z":  # exited, not yet reaped
-            return None
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return None if fields[0] == "Z" else fields  # Z: exited, not yet reaped
 
     def run_for_cpu(self, seconds: float, within: float = TIMEOUT) -> None:
-        """Wait until the process has used `seconds` of CPU time, has ended, or has used none
-        for half a second (it waits: a hub serving).
+        """Wait until the process has used `seconds` of CPU time, has ended, or has slept for
+        half a second using none (it waits: a hub serving).
 
         Raises:
             TimeoutError: it is alive and has not used that much within `within` seconds.
@@ -111,8 +117,9 @@ class Running:
             now = time.monotonic()
             if used != last:
                 last, since = used, now
-            elif now - since > 0.5:  # using none for half a second: it is waiting (serving)
-                return
+            elif now - since > 0.5 and (self._stat() or ["S"])[0] == "S":
+                return  # asleep, using none for half a second: it waits (a hub serving);
+                # a process the loaded machine does not run is "R", and is waited for
             if now > deadline:
                 raise TimeoutError(f"{used:.3f} s of CPU within {within:g}s, not {seconds:g}")
             time.sleep(0.002)
