@@ -65,7 +65,7 @@ bench-viewer: $(STAMP) browser
 
 # The README's screenshot of the viewer mirroring the demo (taken by the browser test).
 screenshot: $(STAMP) browser
-	CONVSYNC_SCREENSHOT=docs/viewer.png $(PY) -m pytest -q tests/test_browser.py -k mirrors
+	CONVSYNC_SCREENSHOT=docs/viewer.png $(PY) -m pytest -q tests/web/test_browser.py -k mirrors
 
 # The attacks of issue 27 against a hub process on loopback, in full (a few minutes; exit 1
 # when one is not refused as promised or its peak RSS passes 2 x idle + its caps). The test

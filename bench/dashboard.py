@@ -12,7 +12,7 @@ writes "Hub cost per dashboard" for the store it ran on.
 The hub runs in a process of its own (`bench/_hubproc.py`; in memory for `page`, for `cpu` on
 the store named, a SQLite file with `synchronous=FULL` by default), seeded with
 1,000 conversations of one message each (`fleet.0000` ...). In this process, 50 agents (Python
-replicas, one per conversation spread over the ids, `tests/fleet.py`) push one message a
+replicas, one per conversation spread over the ids, `tests/support/fleet.py`) push one message a
 second each, staggered, for the whole run.
 
 `page`: each repeat opens the list page in a fresh browser context (nothing cached) and
@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "support")]
 
 import anyio  # noqa: E402
 from fleet import active_ids, fleet_ids, keep_busy  # noqa: E402

@@ -8,8 +8,9 @@ Run from the repository root:
 What it measures: for each format, one long answer's stream (a reasoning block of 200 deltas,
 800 text deltas of 4 characters, two tool calls of 60 argument deltas each, usage) is built as
 the SDK's own event objects (its `construct_type`, as its SSE parser makes them) from the
-fake provider's scripts (`tests/fakeprovider.py`). Then the CPU time (`time.thread_time`, the
-collector paused) per event of, on the same objects, in the same run, repeats interleaved:
+fake provider's scripts (`tests/support/fakeprovider.py`). Then the CPU time
+(`time.thread_time`, the collector paused) per event of, on the same objects, in the same run,
+repeats interleaved:
 the SDK's accumulation (`anthropic`'s `accumulate_event`; `openai`'s
 `ChatCompletionStreamState.handle_chunk` and `ResponseStreamState.handle_event`, each with
 its final message), and `sync.providers.streams` folding the events into draft appends and
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "support")]
 
 from _report import Results, gc_paused, now, publish, ratio_row  # noqa: E402
 from fakeprovider import anthropic_stream, chat_stream, responses_stream  # noqa: E402

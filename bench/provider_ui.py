@@ -6,7 +6,7 @@ Run from the repository root:
     .venv/bin/python bench/provider_ui.py --quick    # a smoke run; writes nothing
 
 How it works, all through the public API: a hub runs in a process of its own (in-memory store,
-`draft_interval` 50 ms, its default). The fake provider (`tests/fakeprovider.py`, HTTP on
+`draft_interval` 50 ms, its default). The fake provider (`tests/support/fakeprovider.py`, HTTP on
 127.0.0.1) streams an Anthropic Messages answer of 4-character text deltas at a paced rate
 (one every 20 ms); the worker, a `Replica` with the same `draft_interval`, reads it with the
 real `anthropic` SDK (`client.messages.stream(...)`, `base_url` the fake) and hands the
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "support")]
 
 from _report import Results, Row, now, publish, spread  # noqa: E402
 from fakeprovider import FakeProvider, anthropic_stream  # noqa: E402

@@ -294,7 +294,7 @@ def _problem(name: str, value: object) -> str | None:
             # The value is not repeated: a token is a secret.
             return None if isinstance(value, str) and value else f"{name} must not be empty"
         case _:
-            return None  # tests/test_settings.py checks every field has a rule here
+            return None  # tests/server/test_settings.py checks every field has a rule here
     return None if ok else f"{name} must be {expected} (got {value!r})"
 
 

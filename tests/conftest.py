@@ -24,6 +24,7 @@ loaded below fails the session when asyncio reports an exception nobody retrieve
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -34,6 +35,10 @@ from hypothesis import HealthCheck, settings
 from client import Replica
 from server import Hub, HubConfig, MemoryStore
 from server.store import LogStore, PostgresStore, SqliteStore
+
+# The helpers (`tests/support/`) are imported by their bare names, as the tests of every layer
+# and the benchmarks do.
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
 
 pytest_plugins = ["unretrieved"]  # the session fails on an exception no one retrieved
 
@@ -73,7 +78,7 @@ async def hub() -> AsyncIterator[Hub]:
 
 @pytest.fixture(scope="session")
 def postgres_dsn() -> Iterator[str]:
-    """A PostgreSQL server for the whole session (see `tests/pgserver.py`).
+    """A PostgreSQL server for the whole session (see `tests/support/pgserver.py`).
 
     Skips when none can be had, or fails instead when `CONVSYNC_REQUIRE_PG=1` (`make test`
     sets it, so CI never passes with the PostgreSQL tests skipped).
@@ -97,8 +102,8 @@ def postgres_dsn() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
-    """A Redis server for the whole session (see `tests/redisserver.py`): skips when none can
-    be had, or fails instead when `CONVSYNC_REQUIRE_REDIS=1` (`make test` sets it)."""
+    """A Redis server for the whole session (see `tests/support/redisserver.py`): skips when
+    none can be had, or fails instead when `CONVSYNC_REQUIRE_REDIS=1` (`make test` sets it)."""
     required = os.environ.get("CONVSYNC_REQUIRE_REDIS") == "1"
     try:
         import redisserver

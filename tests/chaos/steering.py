@@ -25,7 +25,7 @@ from pathlib import Path
 import anyio
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE.parent / "support"))
 
 from conftest import bound, hub_config  # noqa: E402
 from faultproxy import FaultProxy  # noqa: E402

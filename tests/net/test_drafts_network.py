@@ -24,7 +24,7 @@ from server import Hub, HubConfig, MemoryStore
 from server.store import SqliteStore
 from sync import Entry, Halt, Message
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TOKENS = [f"tok{i} " for i in range(60)]
 FULL = "".join(TOKENS)
 

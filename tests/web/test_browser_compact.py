@@ -6,13 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from conftest import bound
 from test_browser import MARKUP, Pages, browser, hub, page_url, pages  # noqa: F401
 
 from client import connect
 from server import Hub
 from sync import Message
 from sync.compact import compact, uncompact
-from tests.conftest import bound
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")  # the browser's loop (test_browser)
 

@@ -21,7 +21,7 @@ from typing import IO
 
 SCALE = float(os.environ.get("CONVSYNC_TIMEOUT_SCALE", "1"))
 TIMEOUT = 20.0 * SCALE
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONVSYNC = Path(sys.executable).with_name("convsync")  # the installed console script
 
 _DROP = ("CONVSYNC_", "COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR", "TTY_")

@@ -16,7 +16,7 @@ from client import connect
 from server import Hub, MemoryStore
 from sync import Message, encode
 
-PEER = Path(__file__).parent / "js_peer.mjs"
+PEER = Path(__file__).resolve().parents[1] / "support" / "js_peer.mjs"
 NODE = shutil.which("node")
 
 pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed")

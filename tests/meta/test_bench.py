@@ -12,7 +12,7 @@ import pytest
 
 from bench._report import no_worse_row, ratio_row
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _git_head() -> str:

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCALE = float(os.environ.get("CONVSYNC_TIMEOUT_SCALE", "1"))
 
 

@@ -2,7 +2,7 @@
 // A JS replica that prints a JSON line when ready and one per state change and per session
 // event of the connection ({state, reason} / {event}), and exits 0 once it is connected again
 // after a disconnect (or 2 after 60 s).
-import { connect } from '../client/web/convsync.js';
+import { connect } from '../../client/web/convsync.js';
 
 const [url, id, keepalive] = process.argv.slice(2);
 const out = (value) => process.stdout.write(`${JSON.stringify(value)}\n`);

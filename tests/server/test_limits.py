@@ -161,7 +161,7 @@ def test_loopback_bind() -> None:
 def test_auth_and_limits_import_no_io() -> None:
     """`server/auth.py` and `server/limits.py` import no networking, event loop or file module."""
     forbidden = {"websockets", "anyio", "asyncio", "sqlite3", "socket", "os", "pathlib", "io"}
-    root = Path(__file__).resolve().parent.parent / "server"
+    root = Path(__file__).resolve().parents[2] / "server"
     for name in ("auth.py", "limits.py"):
         tree = sourcetree.parse(root / name)
         imported = {

@@ -35,7 +35,7 @@ class _Unretrieved(logging.Handler):
             return
         exc = record.exc_info[1] if record.exc_info else None
         # The exception's repr only: the record's own formatting is left to the other
-        # handlers (formatting a traceback parses source, see tests/sourcetree.py).
+        # handlers (formatting a traceback parses source, see tests/support/sourcetree.py).
         self.found.append(f"{message}: {exc!r}, reported during {self.running}")
 
 

@@ -175,7 +175,7 @@ def test_the_js_replica_notices_a_frozen_hub_with_ping_messages(hub_process: Hub
     frozen with SIGSTOP is noticed within its keepalive too, once, and it reconnects."""
     assert NODE is not None
     keepalive_ms = 1000
-    script = Path(__file__).parent / "js_keepalive.mjs"
+    script = Path(__file__).resolve().parents[1] / "support" / "js_keepalive.mjs"
     args = [hub_process.url, "js", str(keepalive_ms)]
     node = subprocess.Popen(
         [NODE, "--no-warnings", "--experimental-websocket", str(script), *args],

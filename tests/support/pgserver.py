@@ -6,7 +6,7 @@ when nothing answers there it runs the installed `initdb` and `pg_ctl`
 the `postgres` user when we are root (the server refuses to run as root), with fsync off. The
 caller stops that cluster with `Server.stop()`.
 
-`python tests/pgserver.py check` exits 0 when a server answers or one could be started from
+`python tests/support/pgserver.py check` exits 0 when a server answers or one could be started from
 installed binaries, 1 otherwise (`scripts/ensure-services` uses it to decide on installing).
 """
 
@@ -188,7 +188,7 @@ def find_or_start() -> Server | str:
 def main(argv: list[str]) -> int:
     """`check`: exit 0 when tests can have a server (without starting one), else 1."""
     if argv[1:] != ["check"]:
-        print("usage: python tests/pgserver.py check", file=sys.stderr)
+        print("usage: python tests/support/pgserver.py check", file=sys.stderr)
         return 2
     return 0 if answers(configured_dsn()) or binaries() is not None else 1
 

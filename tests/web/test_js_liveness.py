@@ -14,7 +14,7 @@ import pytest
 from conftest import bound
 
 NODE = shutil.which("node")
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "client" / "web" / "test" / "liveness.test.mjs"
 
 

@@ -15,7 +15,7 @@ from client import fetch_conversation
 from server import Hub
 from sync import decode_state
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def readme_block(after: str | None = None, lang: str = "python") -> str:

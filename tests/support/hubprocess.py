@@ -48,7 +48,7 @@ class HubProcess:
     def start(self, *, attempts: int = 5) -> None:
         """Start the hub on its port (any free one the first time). After a kill the port can
         be briefly taken by another socket of this machine: try again, then give up."""
-        root = Path(__file__).resolve().parent.parent
+        root = Path(__file__).resolve().parents[2]
         env = dict(os.environ, PYTHONPATH=str(root), **self.env)
         for attempt in range(attempts):
             process = subprocess.Popen(

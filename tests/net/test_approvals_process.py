@@ -25,7 +25,7 @@ from server import Hub
 from server.store import PostgresStore
 from sync import Assistant, Message, Text, ToolCall
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 WORKER = textwrap.dedent(
     """

@@ -1,4 +1,4 @@
-"""The fake provider's request checks (`tests/requestshape.py`) refuse what each provider's
+"""The fake provider's request checks (`tests/support/requestshape.py`) refuse what each provider's
 API refuses, and take what the converters build, so the SDK tests' round trips mean
 something (SPEC §11)."""
 

@@ -9,7 +9,7 @@
 //   ask:            open a turn, make call c1, ask about it, print {decision, approvals}
 //                   once a (Python) UI decided; then wait for the result of call f1 (a
 //                   frontend tool the UI answers) and print {decision, approvals, result}.
-import { connect, MAX_FRAME, Message } from '../client/web/convsync.js';
+import { connect, MAX_FRAME, Message } from '../../client/web/convsync.js';
 
 const [url, id, mode, n = '0', total = '0'] = process.argv.slice(2);
 const out = (value) => process.stdout.write(`${JSON.stringify(value)}\n`);

@@ -16,7 +16,7 @@ from conftest import bound, hub_config
 from server import Hub, MemoryStore
 from sync import encode
 
-SCRIPT = Path(__file__).parent / "js_edit.mjs"
+SCRIPT = Path(__file__).resolve().parents[1] / "support" / "js_edit.mjs"
 NODE = shutil.which("node")
 FOX = "The quick brown fox jumps over the lazy dog."
 MERGED = "The quick RED fox jumps over the SLEEPY dog."

@@ -5,7 +5,7 @@
 //   MODE note:    the same on a note's text.
 // Prints one JSON line: {a, b} (each replica's text), state (A's value), conflicts
 // ([{client, reason, theirs, ours}]: the texts of both versions), then exits.
-import { Author, connect, jsonEqual, Message } from '../client/web/convsync.js';
+import { Author, connect, jsonEqual, Message } from '../../client/web/convsync.js';
 
 const FOX = 'The quick brown fox jumps over the lazy dog.';
 const [url, id, mode, oldA, newA, oldB, newB] = process.argv.slice(2);

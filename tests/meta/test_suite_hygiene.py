@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 ROOT = TESTS.parent
+SUPPORT = TESTS / "support"
 
 # The order that failed issue 25: a test leaves a task whose exception nobody retrieved (an
 # asyncpg release timing out, logged with its traceback by a formatting handler, as pytest's
@@ -46,7 +47,7 @@ def _run_trigger(tmp_path: Path, parse: str) -> subprocess.CompletedProcess[str]
     # A file, not `-c`: the logged traceback then has source lines, whose carets it parses.
     script = tmp_path / "trigger.py"
     script.write_text(_TRIGGER.format(parse=parse, root=str(ROOT)))
-    env = {**os.environ, "PYTHONPATH": str(TESTS)}
+    env = {**os.environ, "PYTHONPATH": str(SUPPORT)}
     return subprocess.run(
         [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120
     )
@@ -70,7 +71,7 @@ def test_project_files_parse_after_a_finalizer_that_logs_a_traceback(tmp_path: P
 def _session(tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:
     """A pytest session of its own on one test file, with only the `unretrieved` plugin."""
     (tmp_path / "test_one.py").write_text(textwrap.dedent(body))
-    env = {**os.environ, "PYTHONPATH": str(TESTS)}
+    env = {**os.environ, "PYTHONPATH": str(SUPPORT)}
     options = ["-q", "-p", "unretrieved", "-p", "no:cacheprovider", "-c", os.devnull]
     return subprocess.run(
         [sys.executable, "-m", "pytest", *options, "--rootdir", str(tmp_path), str(tmp_path)],

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import sourcetree
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FORBIDDEN = (
     *("websockets", "anyio", "asyncio", "sqlite3", "socket", "server", "client"),
     *("openai", "anthropic", "httpx"),  # the provider converters take plain dicts (§11)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from sourcetree import parse
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("sync", "server", "client")
 
 

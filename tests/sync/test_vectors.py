@@ -17,7 +17,7 @@ from sync.merge import diff, merge_message, merge_text
 from sync.rebase import rebase
 from sync.steer import mid_step, queue_records
 
-VECTORS = Path(__file__).parent / "vectors"
+VECTORS = Path(__file__).resolve().parents[1] / "vectors"
 
 
 def _load(name: str) -> Any:

@@ -7,6 +7,8 @@ import asyncio
 from typing import Any
 
 import anyio
+from conftest import bound
+from faultproxy import FaultProxy
 
 from client import Replica, connect
 from server import Hub
@@ -15,8 +17,6 @@ from sync import Aside, Author, ChangeRecord, Conversation, Entry, Message
 from sync.compact import COMPACTED_KIND, compact, compaction_unpins, pin, pinned
 from sync.protocol import Hello, PushBatch, Reject, decode_hub_message
 from sync.rebase import Conflict
-from tests.conftest import bound
-from tests.faultproxy import FaultProxy
 
 NOW = 1_700_000_000_000
 
@@ -189,7 +189,7 @@ def test_readme_reject_table_names_every_reject_reason() -> None:
 
     from sync.errors import REJECTS
 
-    readme = Path(__file__).resolve().parent.parent / "README.md"
+    readme = Path(__file__).resolve().parents[2] / "README.md"
     listed = set(re.findall(r"^\| `([a-z_]+)` \| .* \| .* \|$", readme.read_text(), re.M))
     assert set(REJECTS) <= listed
 
@@ -226,7 +226,7 @@ def test_readme_pins_and_compaction_example_runs() -> None:
 
     from test_readme import readme_block
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     code = readme_block("### Context that fits")
     assert "uncompact(conversation, aside_id)" in code
     result = subprocess.run(

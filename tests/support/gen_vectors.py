@@ -68,7 +68,7 @@ from sync.merge import diff, merge_message, merge_text
 from sync.protocol import decode_hub_message
 from sync.rebase import Conflict, rebase
 
-VECTORS = Path(__file__).parent / "vectors"
+VECTORS = Path(__file__).resolve().parents[1] / "vectors"
 
 Json = Any
 

@@ -46,7 +46,7 @@ from sync import (
 )
 from sync.snapshot import ConversationSnapshot
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def a_turn(n: int) -> list[Message]:

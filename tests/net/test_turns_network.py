@@ -36,7 +36,7 @@ from sync.entries import Answered, Failed
 from sync.steer import WENT_AWAY
 
 GRACE = 1.0  # turn_grace, lowered: a real hub's default is 30 s
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 WORKER = textwrap.dedent(
     """
