@@ -94,6 +94,11 @@ STATIC: Final[dict[str, tuple[str, str]]] = {
     "/static/markdown.js": ("markdown.js", "text/javascript; charset=utf-8"),
     "/static/viewer.css": ("viewer.css", "text/css; charset=utf-8"),
     "/static/icon.svg": ("icon.svg", "image/svg+xml"),
+    # The viewer's parts (`client/web/viewer/`, imported by viewer.js): each file by name.
+    **{
+        f"/static/viewer/{part.name}": (f"viewer/{part.name}", "text/javascript; charset=utf-8")
+        for part in sorted((STATIC_DIR / "viewer").glob("*.js"))
+    },
 }
 PAGE: Final = ("viewer.html", "text/html; charset=utf-8")
 

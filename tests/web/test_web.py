@@ -4,6 +4,8 @@ socket."""
 from __future__ import annotations
 
 import json
+import posixpath
+import re
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -66,6 +68,26 @@ async def test_viewer_files_are_served_with_their_type_and_the_csp(
     assert headers["Content-Type"] == content_type
     assert headers["Content-Security-Policy"] == CSP
     assert headers["X-Content-Type-Options"] == "nosniff"
+
+
+async def test_every_module_the_page_imports_is_served(hub: Hub) -> None:
+    """The page's script and every module it imports, followed import by import (the
+    viewer's parts, the replica's), is served as JavaScript: a split file the hub forgot to
+    list would leave the page blank."""
+    seen: set[str] = set()
+    todo = ["/static/viewer.js"]
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        status, headers, body = await get(hub, path)
+        assert status == 200, path
+        assert headers["Content-Type"] == "text/javascript; charset=utf-8", path
+        for target in re.findall(r"^(?:import|export)\b[^;]*?from '([^']+)'", body.decode(), re.M):
+            assert target.startswith("."), f"{path} imports {target}: not a relative module"
+            todo.append(posixpath.normpath(posixpath.join(posixpath.dirname(path), target)))
+    assert "/static/viewer/conversation.js" in seen and "/static/convsync.js" in seen
 
 
 async def test_the_page_has_no_inline_script_or_style(hub: Hub) -> None:
