@@ -105,6 +105,8 @@ def load_baseline(ref: str) -> ModuleType:
     source = source.replace("    push_frame,\n", "").replace(
         "from sync.rebase import", "from sync.frames import push_frame\nfrom sync.rebase import", 1
     )
+    # Loaded outside its package: its relative imports name the package.
+    source = source.replace("\nfrom .", "\nfrom client.")
     path = Path(tempfile.mkdtemp(prefix="convsync-bench-")) / "session_before.py"
     path.write_text(source, encoding="utf-8")
     spec = importlib.util.spec_from_file_location("session_before", path)

@@ -8,7 +8,8 @@ file, a conversation that is not empty, a hub that is not there) ends as one lin
 exit code 2 for input that is wrong as given, 1 when the command was fine but could not be
 done. Only bugs give a traceback. The work itself is done by library functions
 (`client.transfer`, `client.http`, `client.tail`, `client.demo`) that raise errors with
-reasons; this module turns them into lines and exit codes, and nothing imports it.
+reasons; the commands (`client.commands`: `serve`, `conversation`, `store`, `demo`) turn them
+into lines and exit codes. This module holds the parser and `main`, and nothing imports it.
 """
 
 from __future__ import annotations
@@ -29,62 +30,36 @@ if _quiet_start:
 
 import argparse
 import asyncio
-import contextlib
-import datetime
-import errno
-import gc
 import importlib.metadata
-import json
-import logging
 import math
 import os
-import socket
-import ssl
-import urllib.parse
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NoReturn
 
-import anyio
-
-from server.auth import Key, KeyRing, mint_token
-from server.config import HubConfig
 from server.session import is_conversation_id
-from sync import ConvsyncError, Message, UsageError
+from sync import ConvsyncError, UsageError
 from sync.errors import Refused, sole_exception
 from sync.frames import MAX_FRAME
 
+from .commands.common import (
+    DEFAULT_DB,
+    DEFAULT_PORT,
+    DEFAULT_URL,
+    CliError,
+    hub_url_list,
+    port_number,
+)
+from .commands.conversation import cmd_approve, cmd_delete, cmd_list, cmd_send, cmd_tail
+from .commands.demo import cmd_demo
+from .commands.serve import cmd_serve, cmd_token
+from .commands.store import cmd_backup, cmd_export, cmd_import, cmd_restore
 from .http import HubError
-from .progress import Progress
-from .replica import url_problem
-from .signals import on_signals
-from .tail import tail
 from .transfer import (
     ImportRefused,
     TransferError,
-    connect_checked,
-    export_conversation,
-    flush_edits,
-    import_conversation,
 )
 
-__all__ = ["CliError", "main"]
-
-DEFAULT_URL = "ws://127.0.0.1:8765"
-DEFAULT_DB = "./convsync.db"
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8765
-
-
-class CliError(Exception):
-    """A failure to report as one line on stderr, `{prog}: error: {message}`, with exit
-    `code` (2: bad input, 1: the command could not be done)."""
-
-    def __init__(self, message: str, code: int = 1, prog: str = "convsync") -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
-        self.prog = prog
-
+__all__ = ["CliError", "build_parser", "main"]
 
 # ---------------------------------------------------------------------- arguments
 
@@ -94,20 +69,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise CliError(f"{message} (see {self.prog} --help)", 2, self.prog)
-
-
-def _env(name: str, default: str) -> str:
-    return os.environ.get(f"CONVSYNC_{name}", default)
-
-
-def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"port {port} is not in 0..65535")
-    return port
 
 
 def _positive(text: str) -> int:
@@ -163,33 +124,10 @@ def _conversation_id(text: str) -> str:
     return text
 
 
-def _url(text: str) -> str:
-    problem = url_problem(text)
-    if problem is not None:
-        raise argparse.ArgumentTypeError(problem)
-    return text.rstrip("/")
-
-
-def _urls(text: str) -> list[str]:
-    """One hub url, or several separated by commas (hubs sharing one database)."""
-    return [_url(part.strip()) for part in text.split(",") if part.strip()] or [_url(text)]
-
-
-def _hub_urls(args: argparse.Namespace) -> list[str]:
-    """The hubs `--url` named (repeated or comma-separated), else `CONVSYNC_URL`'s."""
-    given: list[str] | None = args.url
-    if given:
-        return given
-    try:
-        return _urls(_env("URL", DEFAULT_URL))
-    except argparse.ArgumentTypeError as exc:
-        raise CliError(f"CONVSYNC_URL: {exc}", 2) from None
-
-
 def _client_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--url",
-        type=_urls,
+        type=hub_url_list,
         action="extend",
         default=None,
         help=f"the hub (env CONVSYNC_URL; default {DEFAULT_URL}); tail and send take several "
@@ -251,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default=None, help="address to bind (env CONVSYNC_HOST)")
     serve.add_argument(
         "--port",
-        type=_port,
+        type=port_number,
         default=None,
         help=f"port to bind, 0 for any free one (env CONVSYNC_PORT; default {DEFAULT_PORT})",
     )
@@ -579,7 +517,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument(
         "--port",
-        type=_port,
+        type=port_number,
         default=DEFAULT_PORT,
         help=f"with --serve: the port (default {DEFAULT_PORT}; 0 for any free one)",
     )
@@ -636,671 +574,6 @@ async def _run(command: Callable[[argparse.Namespace], Awaitable[int]], ns: Any)
         raise
     except ConvsyncError as exc:
         raise _cli_error(exc) from exc
-
-
-# ---------------------------------------------------------------------- serve
-
-
-async def cmd_serve(args: argparse.Namespace) -> int:
-    """Run a hub until SIGINT or SIGTERM, logging as `--log-format` and `--log-level` say."""
-    form = args.log_format if args.log_format is not None else _env("LOG_FORMAT", "text")
-    level = args.log_level if args.log_level is not None else _env("LOG_LEVEL", "warning")
-    if form not in ("text", "json"):
-        raise CliError(f"CONVSYNC_LOG_FORMAT={form!r}: give text or json", 2)
-    if level not in ("debug", "info", "warning", "error"):
-        raise CliError(f"CONVSYNC_LOG_LEVEL={level!r}: give debug, info, warning or error", 2)
-    trace = args.trace if args.trace is not None else _env("TRACE", "") or None
-    if trace not in (None, "console", "otlp"):
-        raise CliError(f"CONVSYNC_TRACE={trace!r}: give console or otlp", 2)
-    with _serve_logging(form, level), _serve_tracing(trace):
-        return await _serve(args, json_logs=form == "json")
-
-
-@contextlib.contextmanager
-def _serve_tracing(kind: str | None) -> Iterator[None]:
-    """Spans of the hub to `kind` (console: stderr; otlp) while it runs; nothing if None."""
-    if kind is None:
-        yield
-        return
-    from server import tracing
-
-    try:
-        from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-        from opentelemetry.sdk.trace.export import (
-            BatchSpanProcessor,
-            ConsoleSpanExporter,
-            SpanExporter,
-        )
-    except ModuleNotFoundError:
-        raise CliError("--trace needs the otel extra: pip install 'convsync[otel]'", 2) from None
-    exporter: SpanExporter
-    if kind == "otlp":
-        try:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[import-not-found,unused-ignore]
-                OTLPSpanExporter,
-            )
-        except ModuleNotFoundError:
-            raise CliError(
-                "--trace otlp needs pip install opentelemetry-exporter-otlp-proto-http", 2
-            ) from None
-        exporter = OTLPSpanExporter()
-    else:
-
-        def one_line(span: ReadableSpan) -> str:
-            return str(span.to_json(indent=None)) + "\n"
-
-        exporter = ConsoleSpanExporter(out=sys.stderr, formatter=one_line)
-    provider = TracerProvider(resource=Resource.create({"service.name": "convsync-hub"}))
-    provider.add_span_processor(BatchSpanProcessor(exporter))
-    tracing.enable(provider)
-    try:
-        yield
-    finally:
-        tracing.disable()
-        provider.shutdown()  # the spans still batched go out
-
-
-@contextlib.contextmanager
-def _serve_logging(form: str, level: str) -> Iterator[None]:
-    """Log to stderr in `form` at `level` while the hub runs (then as before: in a test run
-    in-process the logging of the test's own process is left as it was)."""
-    from server.logs import configure_logging
-
-    root = logging.getLogger()
-    before = root.level
-    handler = configure_logging("json" if form == "json" else "text", level)
-    try:
-        yield
-    finally:
-        root.removeHandler(handler)
-        root.setLevel(before)
-
-
-async def _serve(args: argparse.Namespace, *, json_logs: bool) -> int:
-    from server.hub import Hub
-    from server.store import open_store
-
-    db = args.db if args.db is not None else _env("DB", DEFAULT_DB)
-    host = args.host if args.host is not None else _env("HOST", DEFAULT_HOST)
-    if not host.strip():
-        # An empty host would bind every interface: never what an empty variable meant.
-        where = "--host" if args.host is not None else "CONVSYNC_HOST"
-        raise CliError(f"{where} is empty: give an address to bind, e.g. 127.0.0.1", 2)
-    if not db.strip():
-        where = "--db" if args.db is not None else "CONVSYNC_DB"
-        raise CliError(f"{where} is empty: give a SQLite file, :memory: or postgresql://...", 2)
-    if args.port is not None:
-        port = args.port
-    else:
-        try:
-            port = _port(_env("PORT", str(DEFAULT_PORT)))
-        except argparse.ArgumentTypeError as exc:
-            raise CliError(f"CONVSYNC_PORT: {exc}", 2) from None
-    config = HubConfig.from_env(
-        max_frame=args.max_frame,
-        strict_pairing=False if args.no_strict_pairing else None,
-        compression=args.compression,
-        bus=args.bus,
-        audience=args.audience,
-        allow_origin=tuple(args.allow_origin) if args.allow_origin else None,
-        public_url=args.public_url,
-        insecure=True if args.insecure else None,
-        tls_cert=args.tls_cert,
-        tls_key=args.tls_key,
-        metrics_token=args.metrics_token,
-        retain_days=args.retain,
-        keep_tombstones_days=args.keep_tombstones,
-    )
-    keys, reload = _server_keys(args)
-    stop = asyncio.Event()
-    # Before the hub serves, Ctrl-C (or SIGTERM) abandons the start (exit 130, nothing left
-    # open); once it serves, it stops the hub cleanly (exit 0).
-    starting = anyio.CancelScope()
-    serving = False
-
-    def on_signal() -> None:
-        if serving:
-            stop.set()
-        else:
-            starting.cancel()
-
-    with on_signals(("SIGINT", "SIGTERM"), on_signal):
-        try:
-            started: Hub | None = None
-            with starting:
-                hub = Hub(store=open_store(db), host=host, port=port, config=config, keys=keys)
-                await hub.__aenter__()
-                started = hub
-            if starting.cancel_called:
-                if started is not None:  # the signal came as the start finished
-                    await started.aclose()
-                return 130
-            serving = True
-            # What start-up made (modules, configuration, the store) lives as long as the
-            # process: move it out of the collector's sight, so that a full collection walks
-            # only what the hub made since (5 ms less per full collection after imports).
-            gc.freeze()
-            async with contextlib.AsyncExitStack() as stack, anyio.create_task_group() as group:
-                stack.push_async_callback(hub.aclose)
-                pairing = "on" if config.strict_pairing else "off"
-                auth = "off" if keys is None else f"on (keys {_kids(keys)})"
-                print(
-                    f"convsync hub at {hub.url} (store {_shown(db)}, strict pairing {pairing}, "
-                    f"auth {auth})",
-                    flush=True,
-                )
-                if reload is not None:
-                    group.start_soon(_reload_keys, hub, reload)
-                await stop.wait()
-                group.cancel_scope.cancel()
-                if json_logs:  # every line on stderr is then a JSON object
-                    logging.getLogger("convsync.serve").info("stopping")
-                else:
-                    print("convsync: stopping", file=sys.stderr, flush=True)
-        except (OSError, BaseExceptionGroup) as exc:
-            error = sole_exception(exc)
-            if not isinstance(error, OSError):
-                raise
-            raise CliError(f"cannot serve on {host}:{port}: {_bind_error(error)}") from exc
-    return 0
-
-
-def _bind_error(error: OSError) -> str:
-    """Why the hub could not listen, in words (asyncio's own message repeats the address)."""
-    match error.errno:
-        case errno.EADDRINUSE:
-            return "the port is in use (another program listens there; --port 0 takes a free one)"
-        case errno.EADDRNOTAVAIL:
-            return "this machine has no such address"
-        case errno.EACCES:
-            return "permission denied (ports below 1024 need privileges)"
-    if isinstance(error, socket.gaierror):
-        return f"unknown host ({error.strerror})"
-    return str(error.strerror or error)
-
-
-def _shown(db: str) -> str:
-    """`db` as printed: a database url without its password."""
-    parts = urllib.parse.urlsplit(db)
-    if "://" not in db or not parts.password:
-        return db
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    user = f"{parts.username}@" if parts.username else ""
-    return urllib.parse.urlunsplit(parts._replace(netloc=user + netloc))
-
-
-def _read_key_file(path: str, what: str) -> bytes:
-    try:
-        with open(path, "rb") as file:
-            return file.read()
-    except OSError as exc:
-        raise CliError(f"cannot read the {what} {path}: {exc.strerror or exc}", 2) from exc
-
-
-def _key_dir(path: str) -> KeyRing:
-    files = {
-        name: _read_key_file(os.path.join(path, name), "key file")
-        for name in os.listdir(path)
-        if os.path.isfile(os.path.join(path, name))
-    }
-    return KeyRing.from_files(files)
-
-
-def _server_keys(args: argparse.Namespace) -> tuple[KeyRing | None, Callable[[], KeyRing] | None]:
-    """The hub's keys from the flags or the environment, and how to reread them (a key
-    directory is reread so keys rotate without a restart)."""
-    if args.auth_public_key is not None:
-        path = args.auth_public_key
-        if os.path.isdir(path):
-            return _key_dir(path), lambda: _key_dir(path)
-        return KeyRing.of(Key.public_pem(_read_key_file(path, "public key"))), None
-    if args.auth_secret_file is not None:
-        data = _read_key_file(args.auth_secret_file, "secret")
-        return KeyRing.of(_secret(data, f"the secret in {args.auth_secret_file}")), None
-    secret = os.environ.get("CONVSYNC_AUTH_SECRET")
-    if secret is not None:
-        return KeyRing.of(_secret(secret, "CONVSYNC_AUTH_SECRET")), None
-    return None, None
-
-
-def _secret(data: bytes | str, where: str) -> Key:
-    """`Key.secret(data)`; a secret it refuses is a usage error naming `where` it came from
-    (never the secret itself)."""
-    try:
-        return Key.secret(data)
-    except UsageError as exc:
-        raise CliError(f"{where}: {exc.message}", 2) from None
-
-
-def _kids(keys: KeyRing) -> str:
-    return ", ".join(kid or "unnamed" for kid in keys.kids)
-
-
-async def _reload_keys(hub: Any, reload: Callable[[], KeyRing]) -> None:
-    """Reread the key directory every 10 s; a broken directory keeps the keys in use."""
-    while True:
-        await anyio.sleep(10)
-        try:
-            keys = reload()
-        except (ConvsyncError, CliError, OSError) as exc:
-            print(f"convsync: keeping the current keys: {exc}", file=sys.stderr, flush=True)
-            continue
-        if keys != hub.keys:
-            hub.keys = keys
-            print(f"convsync: keys now {_kids(keys)}", file=sys.stderr, flush=True)
-
-
-# ---------------------------------------------------------------------- token
-
-
-async def cmd_token(args: argparse.Namespace) -> int:
-    """Print a signed token."""
-    if args.secret_file is not None:
-        secret = _read_key_file(args.secret_file, "secret")
-    else:
-        env = os.environ.get("CONVSYNC_AUTH_SECRET")
-        if not env:
-            raise CliError("give --secret-file or set CONVSYNC_AUTH_SECRET", 2)
-        secret = env.encode()
-    print(
-        mint_token(
-            secret,
-            args.sub,
-            args.scope.split(),
-            args.conv or ["*"],
-            args.ttl,
-            kind=args.kind,
-            kid=args.kid,
-            audience=args.audience,
-        )
-    )
-    return 0
-
-
-# ---------------------------------------------------------------------- tail, send
-
-
-def _tls(args: argparse.Namespace) -> ssl.SSLContext | None:
-    """The TLS context trusting `--ca-file`, or None (the system's CAs)."""
-    if args.ca_file is None:
-        return None
-    try:
-        return ssl.create_default_context(cafile=args.ca_file)
-    except (OSError, ssl.SSLError) as exc:
-        raise CliError(f"cannot read the CA file {args.ca_file}: {exc}", 2) from exc
-
-
-async def cmd_tail(args: argparse.Namespace) -> int:
-    """Show a conversation, live until SIGINT/SIGTERM, or once."""
-    out = sys.stdout
-    urls = _hub_urls(args)
-    async with connect_checked(
-        urls, args.id, connect_timeout=args.timeout, token=args.token, ssl=_tls(args)
-    ) as replica:
-        if args.once:
-            try:
-                await tail(replica, out, once=True, tty=False)
-            except HubError as exc:
-                if exc.reason != "no_conversation":
-                    raise
-                raise CliError(f"{exc.message} (without --once, tail waits for it)") from exc
-            return 0
-        with anyio.CancelScope() as scope, on_signals(("SIGINT", "SIGTERM"), scope.cancel):
-            await tail(replica, out, once=False, tty=out.isatty())
-    return 0
-
-
-def _message_text(text: str) -> str:
-    """The text `send` pushes: `text`, or what stdin holds for `-`; refused when empty.
-
-    Raises:
-        CliError: (exit 2) stdin is not UTF-8, or the message is empty or only whitespace.
-    """
-    source = ""
-    if text == "-":
-        source = " read from stdin"
-        try:
-            text = sys.stdin.buffer.read().decode()
-        except UnicodeDecodeError as exc:
-            raise CliError(
-                f"stdin is not UTF-8 text: {exc.reason} at byte {exc.start}", 2
-            ) from None
-        # `echo` and heredocs end with a line break nobody meant as part of the message.
-        text = text.removesuffix("\n").removesuffix("\r")
-    if not text.strip():
-        raise CliError(f"the message{source} is empty or only whitespace; nothing sent", 2)
-    return text
-
-
-async def cmd_send(args: argparse.Namespace) -> int:
-    """Push one user message and print the revision the log reached."""
-    text = _message_text(args.text)  # read and checked before connecting
-    # A given client id continues its push numbering (the welcome says where it stands).
-    client = args.client or f"convsync-send-{os.urandom(4).hex()}"
-    async with connect_checked(
-        _hub_urls(args),
-        args.id,
-        connect_timeout=args.timeout,
-        client=client,
-        token=args.token,
-        ssl=_tls(args),
-    ) as replica:
-        replica.conversation.push(Message.user(text))
-        await flush_edits(replica, args.timeout, "the message")
-        print(replica.revision)
-    return 0
-
-
-async def cmd_approve(args: argparse.Namespace) -> int:
-    """Decide one open approval and print the decision that stands."""
-    answer: Any = None
-    if args.answer is not None:
-        try:
-            answer = json.loads(args.answer)
-        except ValueError as exc:
-            raise CliError(f"--answer is not JSON: {exc}", 2) from None
-    async with connect_checked(
-        _hub_urls(args), args.id, connect_timeout=args.timeout, token=args.token, ssl=_tls(args)
-    ) as replica:
-        held = replica.approvals
-        named = [
-            id_
-            for id_, approval in held.items()
-            if id_ == args.approval or (approval.key == args.approval and approval.is_open)
-        ]
-        if not named:
-            raise CliError(f"no open approval {args.approval!r} in {args.id}", 1)
-        id_ = named[-1]
-        if not held[id_].is_open:
-            raise CliError(_decision_line(id_, held[id_]), 1)
-        try:
-            replica.decide(id_, approve=not args.deny, answer=answer, reason=args.reason)
-        except UsageError as exc:
-            raise CliError(exc.message, 2) from None
-        lost = False
-        try:
-            await flush_edits(replica, args.timeout, "the decision")
-        except TransferError as exc:
-            if exc.reason != "refused":
-                raise
-            lost = True  # someone decided first (or the token may not): what stands is shown
-            print(exc.message, file=sys.stderr)
-        stands = replica.approvals[id_]
-        print(_decision_line(id_, stands))
-        return 1 if lost else 0
-
-
-def _decision_line(id_: str, approval: Any) -> str:
-    who = f" by {approval.decided_by}" if approval.decided_by else ""
-    why = f": {approval.reason}" if approval.reason else ""
-    answer = f" {json.dumps(approval.answer)}" if approval.answer is not None else ""
-    return f"{id_} {approval.key} {approval.state}{answer}{who}{why}"
-
-
-# ---------------------------------------------------------------------- list
-
-
-async def cmd_list(args: argparse.Namespace) -> int:
-    """Print a page of summary rows, or keep a window of them live (`--watch`)."""
-    from . import dashboard
-
-    if args.limit > 1000:
-        raise CliError("--limit: 1 to 1000", 2)
-    if args.after is not None and args.order != "id":
-        raise CliError("--after pages by id: it goes with --order id", 2)
-    url = _hub_urls(args)[0]
-    page = {"prefix": args.prefix, "order": args.order, "after": args.after, "limit": args.limit}
-    out = sys.stdout
-    if not args.watch:
-        listing = await dashboard.list_conversations(
-            url, **page, token=args.token, request_timeout=args.timeout, ssl=_tls(args)
-        )
-        if out.isatty():
-            from rich.console import Console
-
-            more = " (more follow: --after the last id)" if listing.more else ""
-            Console(file=out).print(
-                dashboard.table(listing.rows, f"{len(listing.rows)} rows{more}")
-            )
-        else:
-            for row in listing.rows:
-                print(dashboard.plain_line(row), file=out)
-        return 0
-    windows = dashboard.summary(
-        url, **page, token=args.token, connect_timeout=args.timeout, ssl=_tls(args)
-    )
-    with anyio.CancelScope() as scope, on_signals(("SIGINT", "SIGTERM"), scope.cancel):
-        if out.isatty():
-            from rich.console import Console
-            from rich.live import Live
-
-            with Live(console=Console(file=out), auto_refresh=False) as live:
-                async for window in windows:
-                    state = "" if window.connected else " — offline, reconnecting"
-                    title = f"{len(window.rows)} rows{state}"
-                    live.update(dashboard.table(list(window.rows.values()), title), refresh=True)
-        else:
-            shown: dict[str, str] = {}
-            connected = True
-            async for window in windows:
-                if window.connected != connected:
-                    connected = window.connected
-                    print(f"#\t{'connected' if connected else 'disconnected'}", file=out)
-                for gone in [i for i in shown if i not in window.rows]:
-                    del shown[gone]
-                    print(f"-\t{gone}", file=out)
-                for conversation_id, row in window.rows.items():
-                    line = dashboard.plain_line(row)
-                    if shown.get(conversation_id) != line:
-                        shown[conversation_id] = line
-                        print(line, file=out)
-                out.flush()
-    return 0
-
-
-# ---------------------------------------------------------------------- delete
-
-
-async def cmd_delete(args: argparse.Namespace) -> int:
-    """Delete conversations by id, or those idle for `--idle` days (`--dry-run`: list)."""
-    from . import http
-
-    if bool(args.ids) == (args.idle is not None):
-        raise CliError("give conversation ids or --idle DAYS (one of the two)", 2)
-    if args.dry_run and args.idle is None:
-        raise CliError("--dry-run goes with --idle DAYS", 2)
-    url = _hub_urls(args)[0]
-    options: dict[str, Any] = {"token": args.token, "ssl": _tls(args)}
-    if args.idle is not None:
-        listed = await http.retain(
-            url, args.idle, dry_run=args.dry_run, request_timeout=max(args.timeout, 60), **options
-        )
-        for conversation_id, last in listed:
-            if args.dry_run:
-                when = datetime.datetime.fromtimestamp(last, datetime.UTC)
-                print(f"would delete\t{conversation_id}\tlast written {when:%Y-%m-%d %H:%M}Z")
-            else:
-                print(f"deleted\t{conversation_id}")
-        what = "would be deleted" if args.dry_run else "deleted"
-        print(f"{len(listed)} idle conversation(s) {what}", file=sys.stderr)
-        return 0
-    missing = 0
-    for conversation_id in args.ids:
-        try:
-            await http.delete_conversation(
-                url, conversation_id, request_timeout=args.timeout, **options
-            )
-        except HubError as exc:
-            if exc.reason != "no_conversation":
-                raise
-            missing += 1
-            print(f"convsync: {exc.message}", file=sys.stderr)
-            continue
-        print(f"deleted\t{conversation_id}")
-    return 1 if missing else 0
-
-
-# ---------------------------------------------------------------------- export
-
-
-async def cmd_export(args: argparse.Namespace) -> int:
-    """Write a conversation's state or snapshot to a file or stdout; a snapshot says on stderr
-    what it left out."""
-    exported = await export_conversation(
-        _hub_urls(args)[0],
-        args.id,
-        format=args.format,
-        request_timeout=args.timeout,
-        token=args.token,
-        ssl=_tls(args),
-    )
-    if args.output is None or args.output == "-":
-        sys.stdout.buffer.write(exported.data + b"\n")
-        sys.stdout.flush()
-    else:
-        try:
-            await anyio.Path(args.output).write_bytes(exported.data + b"\n")
-        except OSError as exc:
-            raise CliError(f"cannot write {args.output}: {exc.strerror or exc}", 2) from exc
-        print(
-            f"exported {exported.messages} messages of {args.id} at revision "
-            f"{exported.revision} to {args.output} ({args.format})",
-            file=sys.stderr,
-        )
-    if exported.left_out:
-        # Asked for by name, but a user may not know what the portable format cannot hold.
-        print(
-            f"convsync: snapshot v1 left out {_listed(exported.left_out)} "
-            "(the default format, state, keeps them)",
-            file=sys.stderr,
-        )
-    return 0
-
-
-def _listed(items: Sequence[str]) -> str:
-    """`a`, `a and b`, `a, b and c`."""
-    return " and ".join(filter(None, [", ".join(items[:-1]), items[-1]]))
-
-
-# ---------------------------------------------------------------------- import
-
-
-# What to do about a refused import, in this command's flags.
-_IMPORT_HINTS = {
-    "not_empty": " (--replace replaces it)",
-    "unpairable": " (--no-pairing-check skips this check)",
-    "wrong_format": " (--format auto reads either)",
-}
-
-
-async def cmd_import(args: argparse.Namespace) -> int:
-    """Load a file into a conversation (see the subcommand's description)."""
-    where = "stdin" if args.file == "-" else args.file
-    bar: list[Progress] = []
-
-    def show(done: int, total: int) -> None:
-        if not bar:
-            bar.append(Progress(total, sys.stderr))
-        bar[0].update(done)
-
-    try:
-        imported = await import_conversation(
-            _hub_urls(args)[0],
-            sys.stdin.buffer if args.file == "-" else args.file,
-            args.id,
-            format=args.format,
-            replace=args.replace,
-            check_pairing=not args.no_pairing_check,
-            max_frame=args.max_frame,
-            step_timeout=args.timeout,
-            progress=show if args.progress or sys.stderr.isatty() else None,
-            where=where,
-            token=args.token,
-            ssl=_tls(args),
-        )
-    except ImportRefused as exc:
-        raise CliError(exc.message + _IMPORT_HINTS.get(exc.reason, ""), 2) from exc
-    finally:
-        if bar:
-            bar[0].close()
-    if imported.replaced:
-        print(
-            f"replaced {args.id} with {imported.messages} messages from {where} "
-            f"(revision {imported.revision})",
-            file=sys.stderr,
-        )
-    else:
-        print(
-            f"imported {imported.messages} messages and {imported.asides} asides from {where} "
-            f"into {args.id} (revision {imported.revision})",
-            file=sys.stderr,
-        )
-    return 0
-
-
-# ---------------------------------------------------------------------- backup
-
-
-async def cmd_backup(args: argparse.Namespace) -> int:
-    """Back the SQLite store up to a new file (off the event loop: it is one long copy)."""
-    from server.store.backup import backup
-
-    await _copy_store(backup, args.db, args.file)
-    return 0
-
-
-async def cmd_restore(args: argparse.Namespace) -> int:
-    """Make a new SQLite store from a backup, every conversation under a fresh lineage."""
-    from server.store.backup import restore
-
-    await _copy_store(restore, args.file, args.db)
-    return 0
-
-
-async def _copy_store(copy: Callable[..., object], source: str, target: str) -> None:
-    def say(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
-    try:
-        await anyio.to_thread.run_sync(lambda: copy(source, target, say=say))
-    except UsageError as exc:
-        raise CliError(exc.message, 1) from exc
-
-
-# ---------------------------------------------------------------------- demo
-
-
-async def cmd_demo(args: argparse.Namespace) -> int:
-    """Run the demo (`client.demo`, imported here: it loads the hub's code)."""
-    from .demo import DemoError, run_demo
-
-    db = args.db if args.db is not None else _env("DB", DEFAULT_DB)
-    try:
-        if not args.serve:
-            return await run_demo(db, turns=args.turns, fast=args.fast, out=sys.stdout)
-        # Serving: Ctrl-C (or SIGTERM) during the turns abandons the demo (130); after the
-        # check it stops the hub, and the exit code is the check's.
-        stop, after, scope = anyio.Event(), anyio.Event(), anyio.CancelScope()
-
-        def on_signal() -> None:
-            stop.set()
-            if not after.is_set():
-                scope.cancel()
-
-        with on_signals(("SIGINT", "SIGTERM"), on_signal), scope:
-            return await run_demo(
-                db,
-                turns=args.turns,
-                fast=args.fast,
-                out=sys.stdout,
-                serve=args.port,
-                until=stop,
-                after=after,
-            )
-        return 130
-    except DemoError as exc:
-        raise CliError(exc.message, 2 if exc.reason == "bad_setting" else 1) from exc
 
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {

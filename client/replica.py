@@ -21,15 +21,13 @@ import collections
 import contextlib
 import inspect
 import logging
-import math
 import random
 import ssl
 import time
-import urllib.parse
 import uuid
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
 import anyio
 import msgspec
@@ -38,23 +36,10 @@ from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
 from sync import (
-    Aside,
     AsideId,
-    Assistant,
     Author,
-    ChangeRecord,
     Conversation,
-    Halt,
-    Push,
-    Splice,
-    Stop,
-    ToolResult,
-    TurnOwner,
-    TurnRecord,
-    User,
-    approvals,
 )
-from sync.approvals import Approval
 from sync.errors import (
     ConvsyncError,
     ProtocolError,
@@ -62,9 +47,7 @@ from sync.errors import (
     Retry,
     Unavailable,
     UsageError,
-    code_of_close,
     retry_of,
-    sole_exception,
 )
 from sync.frames import MAX_FRAME
 from sync.protocol import (
@@ -76,15 +59,23 @@ from sync.protocol import (
     Welcome,
     decode_hub_message,
     encode_message,
-    is_conversation_id,
     is_kind,
 )
-from sync.providers.streams import Format
-from sync.steer import STEP_KIND, STOP_KIND, keep_superseded, mid_step, step_value
 
+from .approvals import Approving
+from .connection import (
+    check_times,
+    conversation_urls,
+    first_error,
+    refused_for_now,
+    retry_after,
+    url_problem,
+)
 from .drafting import DraftWriter
 from .live import FEATURES, Draft, DraftChanged, DraftEnded, Presence
 from .session import Connected, Disconnected, Event, ReplicaSession, StopRequested
+from .steering import Steering
+from .turns import Turns
 
 __all__ = ["Replica", "Token", "connect", "url_problem"]
 
@@ -98,7 +89,7 @@ _ws_log = logging.getLogger("convsync.replica.websockets")
 _ws_log.setLevel(logging.INFO)
 
 
-class Replica:
+class Replica(Steering, Turns, Approving):
     """A replica of conversation `conversation_id` on the hub at `url`.
 
     Use as `async with connect(url, conversation_id, client=...) as replica:`. Edit
@@ -175,7 +166,7 @@ class Replica:
             raise UsageError("bad_kind", "kind is 1 to 64 printable characters, or None")
         if token is not None and not isinstance(token, str) and not callable(token):
             raise UsageError("bad_token", "token is a string, a callable that returns one, or None")
-        _check_times(
+        check_times(
             backoff=backoff,
             max_backoff=max_backoff,
             connect_timeout=connect_timeout,
@@ -293,291 +284,6 @@ class Replica:
             conversation = self.conversation
             after = conversation.id(len(conversation) - 1) if len(conversation) else None
         return DraftWriter(self, after, author)
-
-    async def answer(
-        self,
-        events: AsyncIterable[Any] | Iterable[Any] | Callable[[], Any],
-        *,
-        format: Format,
-        author: Author | None = None,
-        attempts: int = 3,
-    ) -> Assistant:
-        """Stream a model call's events into a draft and commit the reply (SPEC §11): the
-        common case of `draft()` + `d.stream(...)` + `d.commit(...)`. The draft puts the step
-        marker (SPEC 10: input sent meanwhile is queued and lands right after the reply) and
-        the commit removes it. Returns the message committed, once the hub acknowledged it
-        (with any input queued meanwhile, which lands right after it). A stop while it
-        streams closes the SDK stream and commits what was said under
-        `Stop("aborted", "stopped")`, before the halt when a halt ended the draft (the STOPPED
-        note then goes before the next input, as SPEC 10 keeps a stopped turn); an error from
-        the provider commits the partial reply under `Stop("error", ...)` and raises.
-
-        `events` may also be a function that makes the call (returning the SDK's stream, or
-        an awaitable of it) from `replica.conversation` as it is then: when the hub refuses
-        the reply `superseded` (a request landed after the base it was made on), the reply
-        is kept as an aborted message (`Stop("aborted", "superseded")`, never read by a
-        model) and the model is called again with the new input, up to `attempts` times.
-        """
-        for _ in range(max(1, attempts)):
-            stream = events() if callable(events) else events
-            if inspect.isawaitable(stream):
-                stream = await stream
-            message, draft_id = await self._answer_once(stream, format, author)
-            if draft_id is None:
-                return message
-            # Acknowledged before returning: input queued during the call landed with the
-            # reply, so the worker's next model call sees it (SPEC 10).
-            await self.flush()
-            if not callable(events):
-                return message
-            refused = self._take_superseded(draft_id)
-            if not refused:
-                return message
-            keep_superseded(self.conversation, refused)
-        return message
-
-    async def _answer_once(
-        self, events: Any, format: Format, author: Author | None
-    ) -> tuple[Assistant, str | None]:
-        async with self.draft(author=author) as d:
-            try:
-                message = await d.stream(events, format=format)
-            except Exception as exc:
-                partial = d._fold_partial(Stop("error", type(exc).__name__))
-                if partial is not None:
-                    await d.commit(partial)
-                raise
-            if d.status == "stopped":
-                await self._commit_stopped(d, message)
-                return message, d.id
-            if d.status in (None, "stopping"):
-                await d.commit(message)
-                return message, d.id
-            return message, None
-
-    def _take_superseded(self, entry_id: str) -> list[ChangeRecord]:
-        """The refused `superseded` records that pushed entry `entry_id` (taken out)."""
-        held = self.session.superseded
-        mine = [
-            record
-            for record in held
-            if isinstance(record.change, Push | Splice)
-            and any(entry.id == entry_id for entry in record.change.entries)
-        ]
-        self.session.superseded = [record for record in held if record not in mine]
-        return mine
-
-    async def _commit_stopped(self, d: DraftWriter, partial: Assistant) -> None:
-        """Keep the partial reply of a draft a halt `stopped` ended as SPEC 10 keeps a stopped
-        answer: the partial (aborted, never read by a model), then the halt, so the STOPPED
-        note goes before the next input and not before the partial; one push carries it."""
-        conversation = self.conversation
-        if conversation.halted() is Halt.STOPPED:
-            conversation.resume()  # taken off and put back after the partial: no note first
-        await d.commit(partial)
-        conversation.halt(Halt.STOPPED)
-
-    # ------------------------------------------------------------------ steering (SPEC 10)
-
-    def begin_step(self, turn: int | None = None) -> AsideId:
-        """Mark a model call under way (a `rig.step` aside, value `{"turn", "at"}`): user text
-        sent meanwhile is queued by the hub and lands once the step ends. `turn` is the open
-        turn's index (the last turn record's when omitted). Idempotent while one stands.
-        Call `end_step` in the edit that ends the step (the assistant message; a `draft`'s
-        commit does it), so one push carries both."""
-        conversation = self.conversation
-        if self._step is not None and conversation.aside(self._step) is not None:
-            return self._step
-        if turn is None:
-            turns = conversation.turns()
-            turn = turns[-1][1].index if turns and turns[-1][1].end is None else None
-        after = conversation.id(len(conversation) - 1) if len(conversation) else None
-        value = step_value(turn, int(time.time() * 1000))
-        self._step = conversation.add_aside(Aside(STEP_KIND, after, Author.rig(), value))
-        return self._step
-
-    def open_turn(self) -> TurnRecord:
-        """Record a turn beginning now, owned by this replica (SPEC 10: `(sub, client)`, the
-        identity the hub knows this connection as): while this replica is connected its hub
-        keeps the turn's lease; if it stays away longer than the hub's `turn_grace`, any hub
-        ends the turn `failed` and the request waits for the next worker. Returns the record."""
-        return self.conversation.open_turn(TurnOwner(self.session.sub or "anonymous", self.client))
-
-    def end_step(self) -> bool:
-        """Remove the step marker this replica put; whether one stood."""
-        step, self._step = self._step, None
-        return step is not None and self.conversation.remove_aside(step) is not None
-
-    def stop(self) -> bool:
-        """Ask the running turn to stop (SPEC 10): while a turn record is open or the
-        conversation is mid-step, a stop request (`rig.stop` aside, value `{"turn", "at"}`)
-        the worker finishes (`sync.steer.finish_stopped`); otherwise the user's last request
-        is halted `stopped`, as `Conversation.halt` does. Whether anything was asked."""
-        conversation = self.conversation
-        turns = conversation.turns()
-        open_turn = turns[-1][1].index if turns and turns[-1][1].end is None else None
-        if open_turn is None and not mid_step(conversation):
-            return conversation.halt(Halt.STOPPED)
-        if any(aside.kind == STOP_KIND for _, aside in conversation.asides()):
-            return True  # asked already
-        after = conversation.id(len(conversation) - 1) if len(conversation) else None
-        value = step_value(open_turn, int(time.time() * 1000))
-        # Its author names who stopped (the hub checks it against the token, SPEC 10).
-        stopper = Author("user", name=self.session.sub or "anonymous")
-        conversation.add_aside(Aside(STOP_KIND, after, stopper, value))
-        return True
-
-    def stop_requested(self) -> bool:
-        """Whether a stop request stands in the conversation."""
-        return any(aside.kind == STOP_KIND for _, aside in self.conversation.asides())
-
-    def cancel_on_stop(self) -> anyio.CancelScope:
-        """A cancel scope cancelled when a stop request arrives (`StopRequested`), or at once
-        when one stands: run the model call or the tool inside it, then finish the turn with
-        `sync.steer.finish_stopped`."""
-        scope = anyio.CancelScope()
-        if self.stop_requested():
-            scope.cancel()
-        self._stop_scopes = [s for s in self._stop_scopes if not s.cancel_called]
-        self._stop_scopes.append(scope)
-        return scope
-
-    # ------------------------------------------------------------------ approvals (SPEC 12)
-
-    @property
-    def approvals(self) -> dict[AsideId, Approval]:
-        """Every approval and question in the conversation (aside id -> `Approval`), in the
-        order asked, as the local value holds them (own edits included)."""
-        return dict(approvals.approvals(self.conversation))
-
-    @property
-    def may_decide(self) -> bool:
-        """Whether this replica's token may decide approvals (the `approve` scope; every
-        socket of a hub without auth may, except on the approvals its client asked)."""
-        scopes = self.session.scopes
-        return scopes is None or "approve" in scopes
-
-    async def ask(
-        self,
-        *,
-        call: str | None = None,
-        prompt: str | None = None,
-        schema: Any = None,
-        key: str | None = None,
-        timeout: float | None = None,  # noqa: ASYNC109 (SPEC 12's signature; None waits)
-    ) -> Approval:
-        """Ask a person, and wait for the decision (SPEC 12): about tool call `call` (an
-        approval) or, with `key` and `prompt` (and a JSON `schema` for the answer), a
-        question. Asks in the open turn; asking again for the same `(turn, key)` (`key`
-        defaults to `call`) finds the approval asked already, so a worker restarted while
-        it waited gets the decision made meanwhile without a second card. Returns the
-        decided `Approval` (`state` `approved`, `denied` or `answered`, with `answer`,
-        `reason`, `decided_by`), or one `cancelled` by a stop.
-
-        Raises:
-            UsageError: `no_turn` (no turn record is open), `bad_key`, `bad_schema`;
-                `not_asked` when the hub refused the ask (its `Conflict` says why).
-            TimeoutError: no decision within `timeout` seconds; the approval is then
-                cancelled (reason `timeout`).
-        """
-        key = key if key is not None else call
-        if key is None:
-            raise UsageError("bad_key", "ask about a call, or give a question its key")
-        await self._welcomed_once()
-        sub = self.session.sub or "anonymous"
-        conversation = self.conversation
-        _, approval, _ = approvals.ask(
-            conversation,
-            key=key,
-            call=call,
-            prompt=prompt,
-            schema=schema,
-            asked_by=sub,
-            asked_client=self.client,
-        )
-        turn = approval.turn
-        try:
-            with anyio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
-                while True:
-                    found = approvals.find(self.conversation, turn, key)
-                    if found is None:
-                        raise UsageError("not_asked", "the hub refused the ask (see Conflict)")
-                    approval = found[1]
-                    if not approval.is_open:
-                        return approval
-                    self._raise_if_refused()
-                    self._progress.clear()
-                    await self._progress.wait()
-        except TimeoutError:
-            found = approvals.find(self.conversation, turn, key)
-            if found is not None and not found[1].is_open:
-                return found[1]
-            if found is not None:
-                now = int(time.time() * 1000)
-                approvals.cancel(
-                    self.conversation, found[0], decided_by=sub, at=now, reason="timeout"
-                )
-            raise
-
-    def decide(
-        self,
-        id: AsideId,
-        *,
-        approve: bool = True,
-        answer: Any = None,
-        reason: str | None = None,
-    ) -> Approval:
-        """Decide approval `id` (approve or deny; a question is answered with `answer`,
-        checked against its schema), as this replica's principal. An edit, pushed like any
-        other (`await flush()`); when someone else decided first, the hub refuses it and a
-        `Conflict(decided)` comes, and `approvals[id]` holds the decision that stands.
-        Returns the approval as decided here.
-
-        Raises:
-            UsageError: `no_approval`; `decided` (it is not open here any more: nothing is
-                sent); `bad_answer` (the schema refuses the answer); `forbidden` (this
-                token lacks the `approve` scope).
-        """
-        if not self.may_decide:
-            raise UsageError("forbidden", "this token lacks the approve scope")
-        return approvals.decide(
-            self.conversation,
-            id,
-            approve=approve,
-            answer=answer,
-            reason=reason,
-            decided_by=self.session.sub or "anonymous",
-            at=int(time.time() * 1000),
-        )
-
-    def set_frontend_tools(self, names: Sequence[str]) -> AsideId:
-        """List the tools a UI runs (a `rig.tools` aside): their calls wait for a UI's
-        result (`result`), and a turn waiting only for them is parked."""
-        value = {"tools": list(names)}
-        conversation = self.conversation
-        for id_, aside in conversation.asides():
-            if aside.kind == approvals.TOOLS_KIND:
-                if aside.value != value:
-                    conversation.replace_aside(id_, Aside(aside.kind, None, aside.author, value))
-                return id_
-        return conversation.add_aside(Aside(approvals.TOOLS_KIND, None, Author.rig(), value))
-
-    async def result(self, call_id: str) -> ToolResult:
-        """Wait for the result of tool call `call_id` (a frontend tool's, pushed by a UI)
-        and return it: the first that landed (strict pairing refuses a second)."""
-        while True:
-            found = _result_of(self.conversation, call_id)
-            if found is not None:
-                return found
-            self._raise_if_refused()
-            self._progress.clear()
-            await self._progress.wait()
-
-    async def _welcomed_once(self) -> None:
-        while self.session.sub is None:
-            self._raise_if_refused()
-            self._progress.clear()
-            await self._progress.wait()
 
     async def set_status(self, status: str | None, detail: object = None) -> None:
         """Set this replica's presence status (at most 64 characters; `detail` at most 1 KiB
@@ -778,7 +484,7 @@ class Replica:
                         reason = self._silent
                     elif close is not None:
                         reason = f"closed {close.code} {close.reason}".strip()
-                        retry = _retry_after(close.code, close.reason, reason)
+                        retry = retry_after(close.code, close.reason, reason)
             except Refused as exc:
                 if not self._retry_with_new_token(exc.code):
                     self._stop_refused(exc)
@@ -791,13 +497,13 @@ class Replica:
                 if 400 <= status < 500 and status not in (408, 429):
                     self._stop_refused(Refused(f"http_{status}", detail or f"HTTP {status}"))
                     return
-                reason = _refused_for_now(status, detail)
+                reason = refused_for_now(status, detail)
             except (OSError, TimeoutError, ConnectionClosed, InvalidHandshake) as exc:
                 reason = f"{type(exc).__name__}: {exc}"
                 rcvd = exc.rcvd if isinstance(exc, ConnectionClosed) else None
                 if rcvd is not None:
                     try:
-                        retry = _retry_after(rcvd.code, rcvd.reason, reason)
+                        retry = retry_after(rcvd.code, rcvd.reason, reason)
                     except Refused as refused:
                         if not self._retry_with_new_token(refused.code):
                             self._stop_refused(refused)
@@ -878,7 +584,7 @@ class Replica:
         with contextlib.suppress(ConnectionClosed):  # a refusal may already be on its way
             await ws.send(encode_message(self._hello(token)), text=True)
         failure: ConvsyncError | None = None
-        async with _first_error(), anyio.create_task_group() as group:
+        async with first_error(), anyio.create_task_group() as group:
             group.start_soon(self._push_loop, ws)
             group.start_soon(self._live_loop, ws)
             if self._keepalive is not None:
@@ -999,149 +705,6 @@ class Replica:
                     await anyio.sleep(self._draft_interval)
         except ConnectionClosed:
             pass  # the reading side sees the close and ends the connection
-
-
-def _result_of(conversation: Conversation, call_id: str) -> ToolResult | None:
-    """The first result answering call `call_id` after the (last) entry holding it."""
-    at = len(conversation) - 1
-    while at >= 0:
-        message = conversation.entry(at).message  # type: ignore[union-attr]
-        if isinstance(message, Assistant) and any(c.id == call_id for c in message.tool_calls()):
-            break
-        at -= 1
-    else:
-        return None
-    for later in range(at + 1, len(conversation)):
-        message = conversation.entry(later).message  # type: ignore[union-attr]
-        if isinstance(message, User):
-            for result in message.tool_results():
-                if result.call_id == call_id:
-                    return result
-    return None
-
-
-def _refused_for_now(status: int, detail: str) -> str:
-    """The reason for a handshake answered with HTTP `status` (not 4xx: retried)."""
-    detail = f"HTTP {status}: {detail}" if detail else f"HTTP {status}"
-    if status == 503:
-        return f"the hub is refusing connections for now ({detail})"
-    return f"the hub answered {detail}"
-
-
-def _check_times(**options: float | None) -> None:
-    """Refuse a timing option out of its range (`keepalive` may be None: no pings).
-
-    Raises:
-        UsageError: `bad_option`, naming the option, the value and the range.
-    """
-    ranges = {
-        "backoff": (0.0, False),
-        "max_backoff": (0.0, False),
-        "connect_timeout": (0.0, False),
-        "draft_interval": (0.0, True),
-        "keep_every": (0.0, False),
-        "keepalive": (0.1, True),
-    }
-    for name, value in options.items():
-        if value is None and name == "keepalive":
-            continue
-        least, inclusive = ranges[name]
-        number = isinstance(value, int | float) and not isinstance(value, bool)
-        if (
-            not number
-            or not math.isfinite(value)  # type: ignore[arg-type]
-            or (value < least if inclusive else value <= least)  # type: ignore[operator]
-        ):
-            off = "None (no pings) or " if name == "keepalive" else ""
-            bound = f"{'at least' if inclusive else 'more than'} {least:g}"
-            raise UsageError(
-                "bad_option", f"{name} must be {off}a number of seconds, {bound} (got {value!r})"
-            )
-    if options["max_backoff"] < options["backoff"]:  # type: ignore[operator]
-        raise UsageError(
-            "bad_option",
-            f"max_backoff must be at least backoff (got {options['max_backoff']!r} "
-            f"and {options['backoff']!r})",
-        )
-
-
-def _retry_after(close_code: int, close_reason: str, detail: str) -> Retry:
-    """What to do after the hub closed with `close_code`/`close_reason` (`sync.errors.CODES`).
-
-    Raises:
-        Refused: the close means the hub refused this replica for good.
-    """
-    code = code_of_close(close_code, close_reason)
-    if code is None:
-        return "backoff"
-    retry = retry_of(code)
-    if retry in ("never", "new_token"):
-        raise Refused(code, f"the hub closed the connection ({detail})")
-    return retry
-
-
-def url_problem(url: str) -> str | None:
-    """What is wrong with hub url `url` (`ws://host:port` or `wss://...`), in words, or None.
-
-    An IPv6 address without brackets is named as such (`ws://[::1]:8790`), not as a bad
-    scheme or port.
-    """
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError as exc:  # an unclosed `[`
-        return f"{url!r} is not a url ({exc})"
-    if parts.scheme not in ("ws", "wss"):
-        hint = f"not {parts.scheme}://" if "://" in url else f"e.g. ws://{url}"
-        return f"{url!r} is not a ws:// or wss:// url ({hint})"
-    netloc = parts.netloc.rpartition("@")[2]
-    if netloc.count(":") > 1 and not netloc.startswith("["):
-        host, _, port = netloc.rpartition(":")
-        if not port.isdigit() or ":" not in host or host.endswith(":"):  # no port given
-            host, port = netloc, ""
-        shown = f"{parts.scheme}://[{host}]" + (f":{port}" if port else "")
-        return f"{url!r}: IPv6 addresses need brackets, as in {shown}"
-    if not parts.hostname:
-        return f"{url!r} has no host (e.g. ws://127.0.0.1:8765)"
-    try:
-        parts.port  # noqa: B018 - raises for a bad port
-    except ValueError as exc:
-        return f"{url!r}: {exc}"
-    return None
-
-
-@contextlib.asynccontextmanager
-async def _first_error() -> AsyncIterator[None]:
-    """Raise the error that ended a task group, not a group of one: `_run` tells a failed
-    connection by the error's type (a child loop's too: keepalive, token refresh)."""
-    try:
-        yield
-    except BaseExceptionGroup as group:
-        error = sole_exception(group)
-        if error is group:
-            raise  # several at once (a bug): the task ends and its waiters raise the group
-        raise error from None
-
-
-def conversation_urls(url: str | Sequence[str], conversation_id: str) -> list[str]:
-    """The websocket urls of `conversation_id` on each hub of `url` (one or several).
-
-    Raises:
-        UsageError: no url given, or one that is not a hub url (`url_problem` says why).
-    """
-    if not is_conversation_id(conversation_id):
-        # Pasted into the URL as it is: a `?` or `#` would send the edits to another one.
-        raise UsageError(
-            "bad_conversation_id",
-            f"conversation id {conversation_id!r} is not 1 to 128 of A-Z a-z 0-9 . _ : -",
-        )
-    bases = [url] if isinstance(url, str) else list(url)
-    if not bases:
-        raise UsageError("bad_url", "no hub url given")
-    for base in bases:
-        problem = url_problem(base)
-        if problem is not None:
-            raise UsageError("bad_url", problem)
-    return [f"{base.rstrip('/')}/v1/conversations/{conversation_id}" for base in bases]
 
 
 def connect(

@@ -1,33 +1,30 @@
 """The replica's side of the protocol, pure: messages in, messages and events out.
 
-How this works: the session holds `confirmed` (the log's state at the last revision seen, no
-outbox) and `local` (what the application edits: `confirmed` plus pending records). Pending
-records are the batch in flight (sent, not yet acked) followed by `local`'s outbox (made since,
-on top of that batch). At most one batch is in flight.
+How this works: the session holds the log as it last saw it (`log`, a `LogView`: `confirmed`,
+the log's value, and the lag of records folded into `local` alone) and `local` (what the
+application edits: the log plus pending records). Pending records are the batch in flight
+(sent, not yet acked) followed by `local`'s outbox (made since, on top of that batch). At most
+one batch is in flight. Which message or call is legal when is one table, `client.phases`:
+`connecting` -> `catching_up` -> `live`, and `closed` for good.
 
-- `hello()` opens each connection. On `welcome`, a batch in flight whose seq the hub already
-  holds has landed (its records come in the catch-up); any other goes back to the outbox. The
-  catch-up (`records` up to the welcome's revision, or a `state`) folds into `confirmed` only;
-  once it is complete, `local` is rebased on it in one step.
-- Afterwards, with nothing pending (the common case of a subscriber), records from others
-  fold into `local` alone and are kept as the *lag*: `confirmed` plus the lag is the log.
-  `confirmed` catches up only when something reads it (records arriving while something is
-  pending, an ack, a reject, a welcome, a caller), by folding the lag: valid whatever `local`
-  holds by then. `revision` and `lineage` (what `hello` and a push carry) count the lag
-  without folding it. Once the lag outgrows `max(lag_floor, len(local) // 4)` records
-  while nothing is pending, `local` equals the log, so `confirmed` and the lag are dropped:
-  `local` alone stands for the log, and each record costs one fold and nothing more. The
-  log's value is set apart again, as a copy of `local` (O(len(local))), right before the
-  application's next edit (`Conversation.before_edit`), or when something reads it. A pure
-  subscriber (a viewer, a dashboard) so holds one value, not two.
+- `hello()` opens each connection (`connecting`). On `welcome` (`catching_up`), a batch in
+  flight whose seq the hub already holds has landed (its records come in the catch-up); any
+  other goes back to the outbox. The catch-up (`records` up to the welcome's revision, or a
+  `state`) folds into `confirmed` only; once it is complete (`live`), `local` is rebased on it
+  in one step.
+- Live, with nothing pending (the common case of a subscriber), records from others fold into
+  `local` alone (`LogView.follow`: the lag, and `local` alone standing for the log once the
+  lag grows; see `client.logview`). `revision` and `lineage` (what `hello` and a push carry)
+  count the lag without folding it; reading `confirmed` folds it.
 - Records that arrive while something is pending fold into `confirmed`; the batch in flight
   is doomed (the hub will reject it as `behind`: it handles pushes in log order) and every
   pending record is replayed on the new log by `sync.rebase`.
 - `ack` folds the batch into `confirmed`; `reject invalid` (or `forbidden`, a token without
   `write`) reports each of its records as a `Conflict` and rebases what was made on top of it.
 
-`receive` raises `ProtocolError` for a message that breaks the protocol; the caller then drops
-the connection and resumes with a new `hello()`.
+`receive` raises `ProtocolError` for a message that breaks the protocol (one its phase does not
+accept among them, refused before it changes anything); the caller then drops the connection
+and resumes with a new `hello()`.
 """
 
 from __future__ import annotations
@@ -49,7 +46,6 @@ from sync import (
     UsageError,
     encode,
 )
-from sync.approvals import APPROVAL_KIND, Approval, approval_of
 from sync.budget import Budget, TokenBucket, pace
 from sync.errors import Refused, RemoteProtocolError, Unavailable, reject_rule, retry_of
 from sync.frames import MAX_FRAME, PUSH_OVERHEAD, fill_budget, push_frame, runs
@@ -73,9 +69,39 @@ from sync.protocol import (
     Welcome,
 )
 from sync.rebase import Conflict, needs_base, rebase, replay_pushes
-from sync.steer import QUEUED_KIND, STOP_KIND, is_stop_request, queue_records
+from sync.steer import QUEUED_KIND, is_stop_request, queue_records
 
-from .live import DraftChanged, DraftEnded, LiveState, PresenceChanged
+from .events import (
+    Applied,
+    ApprovalAsked,
+    ApprovalDecided,
+    Connected,
+    Disconnected,
+    DraftChanged,
+    DraftEnded,
+    Event,
+    PresenceChanged,
+    Queued,
+    Rebased,
+    Reset,
+    StopRequested,
+    approval_events,
+    steer_events,
+)
+from .live import LiveState
+from .logview import LogView, fold, unseen
+from .phases import (
+    CATCHING_UP,
+    CAUGHT_UP,
+    CLOSED,
+    CONNECTING,
+    DISCONNECTED,
+    HELLO,
+    LIVE,
+    RELEASE,
+    TABLE,
+    Step,
+)
 
 HUB_REBASE = "hub_rebase"
 """The feature this session lists: it takes a placed push's records as its batch."""
@@ -97,92 +123,6 @@ __all__ = [
     "Reset",
     "StopRequested",
 ]
-
-
-class Connected(msgspec.Struct, frozen=True):
-    """The hub welcomed this replica; the log is at `lineage`/`revision`."""
-
-    lineage: int
-    revision: int
-
-
-class Disconnected(msgspec.Struct, frozen=True):
-    """The connection dropped; the replica reconnects by itself (unless `reason` starts with
-    `refused:`: then it stopped for good). `reason` says why. One per lost connection, not
-    one per failed attempt to reconnect."""
-
-    reason: str
-
-
-class Applied(msgspec.Struct, frozen=True):
-    """Records from the log folded in, up to `revision`."""
-
-    count: int
-    revision: int
-
-
-class Queued(msgspec.Struct, frozen=True):
-    """User input was queued while a step runs (SPEC 10): `rig.queued` asides `ids` came in
-    from the log (a worker may cut its step short). `mine`: this replica's own push was
-    refused `queued` and is replayed as those asides."""
-
-    ids: list[str]
-    mine: bool = False
-
-
-class StopRequested(msgspec.Struct, frozen=True):
-    """Someone asked the running turn to stop (SPEC 10): `rig.stop` aside `id` came in from
-    the log, naming `turn` (None: no turn record was open)."""
-
-    id: str
-    turn: int | None
-
-
-class ApprovalAsked(msgspec.Struct, frozen=True):
-    """A worker asks a person (SPEC 12): approval `id` came in from the log, open."""
-
-    id: str
-    approval: Approval
-
-
-class ApprovalDecided(msgspec.Struct, frozen=True):
-    """Approval `id` was decided (approved, denied, answered) or cancelled: it came in from
-    the log so."""
-
-    id: str
-    approval: Approval
-
-
-class Rebased(msgspec.Struct, frozen=True):
-    """Pending records were replayed on a log that moved on (conflicts come as their own
-    events)."""
-
-    replayed: int
-    revision: int
-
-
-class Reset(msgspec.Struct, frozen=True):
-    """The replica took the log's whole state (a new replica, or a log rewritten)."""
-
-    lineage: int
-    revision: int
-
-
-Event = (
-    Connected
-    | Disconnected
-    | Applied
-    | Rebased
-    | Reset
-    | Conflict
-    | DraftChanged
-    | DraftEnded
-    | PresenceChanged
-    | Queued
-    | StopRequested
-    | ApprovalAsked
-    | ApprovalDecided
-)
 
 
 class _Batch:
@@ -233,12 +173,9 @@ class ReplicaSession:
             raise UsageError("saved_value", "a replica starts from a value with no saved records")
         self.client = client
         self.local = local
-        # None: dropped, `local` is the log (lineage and revision below), nothing pending.
-        self._confirmed: Conversation | None = Conversation()
-        self._log_lineage = Lineage.EMPTY  # the log's, while `_confirmed` is None
-        self._log_revision = 0
-        self._lag: list[ChangeRecord] = []  # folded into `local` only, not yet into `_confirmed`
-        self._lag_limit = 0  # the lag's length that makes `_bound_lag` look again
+        self._phase: str = CONNECTING
+        self.log = LogView(local, self._idle, lambda: self.lag_floor)
+        """The log as this replica last saw it: `confirmed` and the lag (`client.logview`)."""
         self.seq = seq
         self._max_frame = 0
         self.max_frame = max_frame
@@ -246,17 +183,16 @@ class ReplicaSession:
         self._inflight: _Batch | None = None
         self._held: list[ChangeRecord] = []  # log records that overtook the batch in flight
         self._landed: list[ChangeRecord] = []
-        self._welcome: Welcome | None = None
+        self._welcome: Welcome | None = None  # this connection's, from `welcome` to its end
         self.superseded: list[ChangeRecord] = []
         """Records of pushes refused `superseded` (SPEC 10), until taken (`Replica.answer`)."""
         self._last_welcome: Welcome | None = None  # kept over a disconnect: who we are
-        self._catching_up = False
         self._before_catch_up: Conversation | None = None
         self._rebase_due = False  # rebase `local` at the end of the catch-up, moved or not
         # The revision the last ack said this replica will hold: a queue the hub landed with
         # the push follows its ack (SPEC 10); no push goes until those records are in.
         self._owed = 0
-        self._partial: State | None = None
+        self._partial: State | None = None  # a state arriving in pieces (`Entries` follow)
         self._partial_entries: list[Entry] = []
         self.on_landed: Callable[[int, list[ChangeRecord]], None] | None = None
         """Called with a batch's seq and records once the hub holds them (for observers)."""
@@ -271,6 +207,34 @@ class ReplicaSession:
         self.paced_until: float | None = None
         """When `next_push` held a push back to stay within the hub's budget: the time (in the
         clock `next_push` was given) to call it again; None when it held nothing back."""
+
+    # ------------------------------------------------------------------ the phase
+
+    @property
+    def phase(self) -> str:
+        """Where this session is: `connecting`, `catching_up`, `live` or `closed`
+        (`client.phases.TABLE` says what each accepts)."""
+        return self._phase
+
+    def _step(self, step: Step) -> None:
+        """Move to the phase `TABLE` gives for `step` (a call or the session's own step)."""
+        after = TABLE[self._phase].get(step)
+        if after is None:
+            raise UsageError("closed", f"{step} while the replica session is {self._phase}")
+        self._phase = after
+
+    def _refusal(self, message: HubMessage) -> Exception:
+        """What a message its phase does not accept raises: the hub broke the protocol, or
+        (`closed`) the caller fed a session it released."""
+        name = type(message).__name__
+        if self._phase is CLOSED:
+            return UsageError("closed", f"{name} for a released replica session")
+        when = "before welcome" if self._phase is CONNECTING else f"while {self._phase}"
+        return RemoteProtocolError("unexpected", f"{name} {when}")
+
+    def _idle(self) -> bool:
+        """Nothing in flight, no records held behind it (`LogView` may share `local`)."""
+        return self._inflight is None and not self._held
 
     # ------------------------------------------------------------------ reads
 
@@ -295,39 +259,31 @@ class ReplicaSession:
         """The log's value at `revision`, as this replica last saw it (no outbox).
 
         Reading it folds in the records that so far went into `local` alone, or copies
-        `local` when no separate value is kept (see the module doc); read `revision` and
+        `local` when no separate value is kept (`client.logview`); read `revision` and
         `lineage` instead when they are all you need.
         """
-        confirmed = self._confirmed
-        if confirmed is None:
-            return self._set_apart()
-        self._fold_lag()
-        return confirmed
+        return self.log.value()
 
     @property
     def revision(self) -> int:
         """The log's revision as this replica last saw it (`confirmed.revision`, without
         folding or copying anything)."""
-        confirmed = self._confirmed
-        if confirmed is None:
-            return self._log_revision
-        return confirmed.revision + len(self._lag)
+        return self.log.revision
 
     @property
     def lineage(self) -> int:
         """The lineage of the log this replica follows (`confirmed.lineage`)."""
-        confirmed = self._confirmed
-        return self._log_lineage if confirmed is None else confirmed.lineage
+        return self.log.lineage
 
     @property
     def lagging(self) -> int:
         """Records folded into `local` alone so far: what reading `confirmed` would fold."""
-        return len(self._lag)
+        return self.log.lagging
 
     @property
     def shares_local(self) -> bool:
         """Whether `local` alone holds the log's value now (no separate `confirmed` kept)."""
-        return self._confirmed is None
+        return self.log.shares_local
 
     @property
     def pending(self) -> int:
@@ -354,8 +310,8 @@ class ReplicaSession:
 
     @property
     def ready(self) -> bool:
-        """Welcomed and caught up: pushes can go."""
-        return self._welcome is not None and not self._catching_up and self.revision >= self._owed
+        """Welcomed and caught up (`live`): pushes can go."""
+        return self._phase is LIVE and self.log.revision >= self._owed
 
     @property
     def settled(self) -> bool:
@@ -365,18 +321,21 @@ class ReplicaSession:
     # ------------------------------------------------------------------ sending
 
     def hello(self, token: str | None = None) -> Hello:
-        """The first message of a new connection; forgets the previous connection's state."""
+        """The first message of a new connection; forgets the previous connection's state.
+
+        Raises:
+            UsageError: `closed`, the session was released.
+        """
+        self._step(HELLO)
         self._welcome = None
-        self._catching_up = False
         self._partial = None
         self._partial_entries = []
         self._held = []  # the hub sends them again in the catch-up
         self._owed = 0  # the catch-up brings them
         self.live.connecting()
         features = [HUB_REBASE, *self.features]
-        return Hello(
-            self.client, self.lineage, self.revision, token, features, self.kind, self.watch
-        )
+        log = self.log
+        return Hello(self.client, log.lineage, log.revision, token, features, self.kind, self.watch)
 
     def next_push(self, now: float | None = None) -> tuple[bytes | None, list[Conflict]]:
         """The next push frame to send, if one may go now, and records refused locally.
@@ -437,19 +396,18 @@ class ReplicaSession:
             ProtocolError: the message breaks the protocol; drop the connection.
         """
         if type(message) is Records:  # first: by far the most frequent
-            if (
-                self._inflight is None
-                and not self._catching_up
-                and not self.local.has_unsaved
-                and self._welcome is not None
-            ):
-                events = self._on_records_settled(message)
-            else:
+            if self._phase is LIVE and self._inflight is None and not self.local.has_unsaved:
+                events = self.log.follow(message)  # a subscriber's records: the lag
+            elif Records in TABLE[self._phase]:
                 events = self._on_records(message)
-            steer = _steer_events(message.records) + _approval_events(message.records)
+            else:
+                raise self._refusal(message)
+            steer = steer_events(message.records) + approval_events(message.records)
             if steer:
                 events = events + steer
             return events + self._drafts_landed() if self.live.drafts else events
+        if type(message) not in TABLE[self._phase]:
+            raise self._refusal(message)  # before anything changes
         match message:
             case Welcome():
                 return self._on_welcome(message)
@@ -470,12 +428,8 @@ class ReplicaSession:
                     raise Refused(code, detail)
                 raise Unavailable(code, detail)
             case Drafts() | DraftUpdate() | DraftState() | DraftEnd():
-                if self._welcome is None:
-                    raise RemoteProtocolError("unexpected", "a draft message before welcome")
                 return self.live.receive(message)
             case PresenceSnapshot() | PresenceDiff():
-                if self._welcome is None:
-                    raise RemoteProtocolError("unexpected", "a presence message before welcome")
                 return self.live.receive(message)
         raise RemoteProtocolError("unexpected", f"unexpected {type(message).__name__}")
 
@@ -488,6 +442,7 @@ class ReplicaSession:
     def release(self) -> None:
         """The replica stopped for good: take the session's hook off `local`, which the
         application keeps (an edit there then copies nothing for a session nobody runs)."""
+        self._step(RELEASE)
         self.local.before_edit(None)
 
     def disconnected(self, reason: str) -> list[Event]:
@@ -497,12 +452,12 @@ class ReplicaSession:
         attempt that never got its welcome: events mark changes of state (one `Disconnected`
         after each `Connected`), not every failed attempt to reconnect.
         """
+        self._step(DISCONNECTED)
         welcomed, self._welcome = self._welcome, None
         return [Disconnected(reason)] if welcomed is not None else []
 
     def _on_welcome(self, welcome: Welcome) -> list[Event]:
-        if self._welcome is not None:
-            raise RemoteProtocolError("unexpected", "a second welcome")
+        self._step(Welcome)
         self._welcome = self._last_welcome = welcome
         budget = (welcome.limits or {}).get("push")
         self._pacer = None if budget is None else _pacer(budget)
@@ -531,7 +486,6 @@ class ReplicaSession:
         if confirmed.lineage == Lineage.EMPTY and confirmed.revision == 0:
             # A value begun here continues any log from its start.
             confirmed.continue_log(welcome.lineage, 0)
-        self._catching_up = True
         if self._before_catch_up is None:
             # What pending records were made on (kept if a catch-up is cut off and resumed).
             self._before_catch_up = confirmed.copy()
@@ -552,7 +506,7 @@ class ReplicaSession:
             confirmed.lineage == welcome.lineage and confirmed.revision >= welcome.revision
         ):
             return []
-        self._catching_up = False
+        self._step(CAUGHT_UP)
         base = self._before_catch_up
         self._before_catch_up = None
         landed, self._landed = self._landed, []
@@ -575,64 +529,14 @@ class ReplicaSession:
             events.append(Rebased(len(pending) - len(conflicts), self.confirmed.revision))
         return events
 
-    def _on_records_settled(self, message: Records) -> list[Event]:
-        """Records for a session with nothing pending or in flight (so nothing held), caught
-        up: fold them into `local` alone and keep them as the lag (or only count them, while
-        `local` alone stands for the log). This is a subscriber's whole cost per record, so it
-        stays lean."""
-        confirmed = self._confirmed
-        lag = self._lag
-        revision = self._log_revision if confirmed is None else confirmed.revision + len(lag)
-        records = message.records
-        if message.from_ != revision:
-            records = _unseen(message, revision)
-            if not records:
-                return []
-        self._fold_into_local(records)
-        if confirmed is not None and len(lag) > self._lag_limit:
-            self._bound_lag()
-        return [Applied(len(records), revision + len(records))]
-
-    def _fold_into_local(self, records: Sequence[ChangeRecord]) -> None:
-        """Fold records of the log into `local` alone. What fitted counts toward the log this
-        session holds: kept in the lag beside `confirmed`, or counted in `_log_revision` while
-        `local` alone stands for the log.
-
-        Raises:
-            RemoteProtocolError: `diverged`, at the first record that does not fit.
-        """
-        local = self.local
-        before = local.revision
-        try:
-            if len(records) == 1:  # the common case: as cheap as it gets
-                local.apply(records[0])
-            else:
-                apply = local.apply
-                for record in records:
-                    apply(record)
-        except Exception as exc:
-            raise RemoteProtocolError(
-                "diverged", f"a record from the hub does not fit: {exc}"
-            ) from exc
-        finally:
-            fitted = local.revision - before
-            if self._confirmed is None:
-                self._log_revision += fitted
-            else:
-                self._lag += records if fitted == len(records) else records[:fitted]
-
     def _on_records(self, message: Records) -> list[Event]:
-        if self._welcome is None:
-            raise RemoteProtocolError("unexpected", "records before welcome")
-        if self._confirmed is None:
-            self._set_apart()  # `local` moved away from the log outside the session's sight
+        self.log.unshare()  # `local` may have moved away from the log outside our sight
         revision = self.revision + len(self._held)
-        records = message.records if message.from_ == revision else _unseen(message, revision)
+        records = message.records if message.from_ == revision else unseen(message, revision)
         if not records:
             return []
-        if self._catching_up:
-            confirmed = self.confirmed
-            self._fold(confirmed, records)
+        if self._phase is CATCHING_UP:
+            confirmed = self.log.fold(records)
             return [Applied(len(records), confirmed.revision), *self._maybe_caught_up()]
         inflight = self._inflight
         if inflight is not None and not inflight.doomed:
@@ -653,7 +557,7 @@ class ReplicaSession:
                         # writer that awaits its flush makes none: no copy).
                         self.local.before_edit(functools.partial(self._keep_base, inflight))
                 overtaken = self._fold_held()
-                self._fold(self.confirmed, records)
+                self.log.fold(records)
                 inflight.landed += records
                 return overtaken
             # The log moved under the batch in flight, which the hub may still place: hold
@@ -670,7 +574,7 @@ class ReplicaSession:
         pending = self.local.take_unsaved()
         if needs_base(pending):
             base = confirmed.copy()
-        self._fold(confirmed, records)
+        fold(confirmed, records)
         self.local.return_unsaved(pending)
         events: list[Event] = [Applied(len(records), confirmed.revision)]
         return events + self._rebase_local(base)
@@ -693,14 +597,13 @@ class ReplicaSession:
             local.return_unsaved(pending)
             return None
         try:
-            self._fold_into_local(records)
+            self.log.fold_into_local(records)
         except RemoteProtocolError:
             # What fitted stays folded; the pending pushes go back on top as unsaved records,
             # for the rebase after the reconnect to replay (a bad record loses no edit).
             replay_pushes(local, pending)
             raise
-        if len(self._lag) > self._lag_limit:
-            self._bound_lag()  # `local` is exactly the log here: `confirmed` may be dropped
+        self.log.bound()  # `local` is exactly the log here: `confirmed` may be dropped
         now = revision + len(records)
         conflicts = replay_pushes(local, pending)
         return [Applied(len(records), now), *conflicts, Rebased(len(pending) - len(conflicts), now)]
@@ -710,77 +613,10 @@ class ReplicaSession:
         held, self._held = self._held, []
         if not held:
             return []
-        confirmed = self.confirmed
-        self._fold(confirmed, held)
+        confirmed = self.log.fold(held)
         return [Applied(len(held), confirmed.revision)]
 
-    def _bound_lag(self) -> None:
-        """The lag passed its last limit: drop `confirmed` when it passes the current one,
-        max(lag_floor, len(local) // 4), and note the limit for the next records."""
-        limit = max(self.lag_floor, len(self.local) >> 2)
-        if len(self._lag) > limit:
-            self._drop_confirmed()
-        self._lag_limit = limit
-
-    def _drop_confirmed(self) -> None:
-        """Nothing pending: `local` holds exactly `confirmed` plus the lag (and maybe unsaved
-        asides, which are not the log's), so let `local` alone stand for the log until the
-        application's next edit: no copy kept, no lag, one fold per record from now on."""
-        old = self._confirmed
-        assert old is not None
-        revision = old.revision + len(self._lag)
-        local = self.local
-        if local.revision != revision or local.has_unsaved or self._inflight or self._held:
-            self._fold_lag()  # `local` is not the log (an application misusing it): fold
-            return
-        self._log_lineage, self._log_revision = old.lineage, revision
-        self._confirmed = None
-        self._lag = []
-        local.before_edit(self._set_apart)
-
-    def _set_apart(self) -> Conversation:
-        """`local` alone stood for the log: copy it into `confirmed` again (O(len(local))),
-        right before the application's first edit or whatever else needs the log's value."""
-        local = self.local
-        local.before_edit(None)
-        lineage, revision = self._log_lineage, self._log_revision
-        fresh = Conversation()
-        if local.revision == revision and not local.has_unsaved:
-            fresh.reread(local)  # its unsaved asides stay out
-            # `local` may still carry the lineage it began with (EMPTY) when its log was empty.
-            fresh.continue_log(lineage, revision)
-        # Else `local` was changed outside the session (`apply`, `take_unsaved`...): which
-        # part is the log's is unknown, so forget the log. The next push or catch-up starts
-        # from an empty log, and the hub answers with the log's state; `local` is rebased on
-        # it, as after any catch-up.
-        self._confirmed = fresh
-        self._lag_limit = 0  # the next record sets the lag's limit again
-        return fresh
-
-    def _fold_lag(self) -> None:
-        """Bring `confirmed` up to `revision`: valid whatever `local` holds by now."""
-        lag = self._lag
-        if lag:
-            confirmed = self._confirmed
-            assert confirmed is not None  # a lag is kept only beside a `confirmed`
-            # These records fitted `local` when it equalled `confirmed` plus the lag before
-            # them, so they fit here too.
-            self._fold(confirmed, lag)
-            self._lag = []
-
-    @staticmethod
-    def _fold(conversation: Conversation, records: Sequence[ChangeRecord]) -> None:
-        try:
-            for record in records:
-                conversation.apply(record)
-        except Exception as exc:
-            raise RemoteProtocolError(
-                "diverged", f"a record from the hub does not fit: {exc}"
-            ) from exc
-
     def _on_state(self, message: State) -> list[Event]:
-        if self._welcome is None:
-            raise RemoteProtocolError("unexpected", "state before welcome")
         self._partial = message
         self._partial_entries = []
         return [] if message.more else self._take_state()
@@ -801,7 +637,7 @@ class ReplicaSession:
             state = msgspec.structs.replace(state, entries=entries)
             self._partial_entries = []
         if (
-            not self._catching_up
+            self._phase is not CATCHING_UP
             and not self._held
             and (message.lineage, message.revision) == (self.lineage, self.revision)
             and message.lineage not in (Lineage.EMPTY, Lineage.DETACHED)
@@ -819,15 +655,10 @@ class ReplicaSession:
         confirmed.continue_log(message.lineage, message.revision)
         self._held = []  # the state holds them
         self._owed = 0  # a state holds whatever an ack said would follow, or replaces it
-        old: Conversation | None = None
-        if self._inflight is None and not self.local.unsaved():
-            self._lag = []  # nothing pending: no rebase needs the old value as a base
-            self.local.before_edit(None)
-        else:
-            old = self.confirmed
-        self._confirmed = confirmed
+        pending = self._inflight is not None or bool(self.local.unsaved())
+        old = self.log.replace(confirmed, pending=pending)
         events: list[Event] = [Reset(message.lineage, message.revision)]
-        if self._catching_up:
+        if self._phase is CATCHING_UP:
             return events + self._maybe_caught_up()
         inflight = self._inflight
         if inflight is not None and not inflight.doomed:
@@ -862,7 +693,7 @@ class ReplicaSession:
                 # Nothing made on top of a batch of pushes (a writer awaiting its flush): put
                 # what overtook it under it in `local`, as in the log, in O(records) where a
                 # rebase rereads the whole conversation.
-                self._fold(local, batch.overtook + landed)
+                fold(local, batch.overtook + landed)
                 return events
             return events + self._rebase_local(batch.base)
         if ack.from_ != confirmed.revision or ack.revision < ack.from_ + len(batch.records):
@@ -873,7 +704,7 @@ class ReplicaSession:
             )
         self._inflight = None
         self._owed = ack.revision  # more than the batch: a queue landed with it, and follows
-        self._fold(confirmed, batch.records)
+        fold(confirmed, batch.records)
         self._report_landed(batch)
         return []
 
@@ -969,52 +800,6 @@ class ReplicaSession:
             and record.change.aside.kind == QUEUED_KIND
         ]
         return [*events, Queued(ids, mine=True), *self._rebase_local(base)]
-
-
-def _steer_events(records: Sequence[ChangeRecord]) -> list[Event]:
-    """`Queued` and `StopRequested` for the steering asides `records` put (SPEC 10)."""
-    queued: list[str] = []
-    events: list[Event] = []
-    for record in records:
-        change = record.change
-        if type(change) is AsideChange and change.aside is not None:
-            kind = change.aside.kind
-            if kind == QUEUED_KIND:
-                queued.append(change.id)
-            elif kind == STOP_KIND:
-                value = change.aside.value
-                turn = value.get("turn") if isinstance(value, dict) else None
-                events.append(StopRequested(change.id, turn if type(turn) is int else None))
-    if queued:
-        events.insert(0, Queued(queued))
-    return events
-
-
-def _approval_events(records: Sequence[ChangeRecord]) -> list[Event]:
-    """`ApprovalAsked` and `ApprovalDecided` for the approvals `records` put (SPEC 12)."""
-    events: list[Event] = []
-    for record in records:
-        change = record.change
-        if type(change) is AsideChange and change.aside is not None:
-            if change.aside.kind == APPROVAL_KIND:
-                approval = approval_of(change.aside)
-                if approval is not None:
-                    event = ApprovalAsked if approval.is_open else ApprovalDecided
-                    events.append(event(change.id, approval))
-    return events
-
-
-def _unseen(message: Records, revision: int) -> list[ChangeRecord]:
-    """The records of `message` past `revision`, the last one held (a catch-up may overlap
-    what came live).
-
-    Raises:
-        RemoteProtocolError: `gap`, the message starts past `revision`.
-    """
-    skip = revision - message.from_
-    if skip < 0:
-        raise RemoteProtocolError("gap", f"records from {message.from_}, at {revision}")
-    return message.records[skip:]
 
 
 def _folded(base: Conversation, records: Sequence[ChangeRecord]) -> Conversation | None:
