@@ -13,11 +13,10 @@ from pathlib import Path
 
 import anyio
 import pytest
-from cliproc import ROOT, SCALE, TIMEOUT, Running, cli_env, convsync
+from cliproc import ROOT, SCALE, TIMEOUT, Running, cli_env, convsync, run
 from test_transfer import a_turn, an_authored_conversation
 
 from client import connect
-from client.cli import main
 from client.http import _get
 from client.tail import Watcher, render
 from client.transfer import batches
@@ -50,13 +49,6 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield proc.url()
     finally:
         proc.stop()
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    """`main(argv)` in this process: exit code, stdout, stderr."""
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def exported(capsys: pytest.CaptureFixture[str], url: str, id_: str, tmp_path: Path) -> bytes:

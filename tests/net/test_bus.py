@@ -9,9 +9,9 @@ from typing import Any
 
 import anyio
 import pytest
+from cliproc import Running, run
 from conftest import bound, hub_config
 from hubprocess import HubProcess
-from test_cli import Running, run
 
 from client import Replica, connect
 from client.live import DraftChanged, DraftEnded

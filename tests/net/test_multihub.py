@@ -11,9 +11,9 @@ from typing import Any
 
 import anyio
 import pytest
+from cliproc import Running, run
 from conftest import bound, hub_config
 from hubprocess import HubProcess
-from test_cli import Running, run
 
 from client import Replica, connect
 from client.cli import CliError, build_parser

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+import pytest
+
 SCALE = float(os.environ.get("CONVSYNC_TIMEOUT_SCALE", "1"))
 TIMEOUT = 20.0 * SCALE
 ROOT = Path(__file__).resolve().parents[2]
@@ -197,3 +199,12 @@ def _read(stream: IO[str], put: Callable[[str | None], None]) -> None:
 
 def _keep(stream: IO[str], lines: list[str]) -> None:
     lines.extend(stream)
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """`convsync ARGV` run in this process (`client.cli.main`): exit code, stdout, stderr."""
+    from client.cli import main
+
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
