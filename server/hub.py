@@ -104,6 +104,7 @@ class Hub:
         self._port = port
         self._closing = False
         self._stop: anyio.Event | None = None  # made in `_run` (an anyio event needs a loop)
+        self._stop_asked = False  # `aclose` came before `_run` made `_stop`
         self._background = Background()
         self._web = Web(self)
         touched = self._web.touched
@@ -114,7 +115,7 @@ class Hub:
             self.metrics,
             on_deadline=self._timer.deadline,
             touched=touched,
-            auth=self.auth,
+            auth=lambda: self.auth,
         )
         self._retention = Retention(self._rooms, self._store, self.config)
         waiting = Caps(self.config.max_waiting_per_address)
@@ -181,6 +182,7 @@ class Hub:
 
     async def aclose(self) -> None:
         """Stop accepting, finish appends under way, close every socket, close the store."""
+        self._stop_asked = True
         if self._stop is not None:
             self._stop.set()
         await self._background.wait()
@@ -193,6 +195,8 @@ class Hub:
         """The hub as one service: started once it takes connections (the port bound
         reported), until `aclose`."""
         self._stop = anyio.Event()
+        if self._stop_asked:
+            self._stop.set()
         # The store is closed last, after the server and the task group.
         async with contextlib.AsyncExitStack() as opened:
             async with anyio.create_task_group() as group:

@@ -37,7 +37,8 @@ class Rooms:
         metrics: where `conversations_loaded` is kept.
         on_deadline: told a room's next deadline after each of its operations (the timer).
         touched: told a room changed in a way the summary rows show (here: it was deleted).
-        auth: whether the hub checks tokens (rooms then check scopes).
+        auth: whether the hub checks tokens now (rooms then check scopes); asked at each
+            load, since the hub's keys may be set after it was made.
     """
 
     def __init__(
@@ -48,7 +49,7 @@ class Rooms:
         *,
         on_deadline: Callable[[int | None], None],
         touched: Callable[[Room], None],
-        auth: bool,
+        auth: Callable[[], bool],
     ) -> None:
         self.loaded: dict[str, Room] = {}
         """The rooms loaded, by conversation id (read by the hub's other parts)."""
@@ -101,7 +102,7 @@ class Rooms:
                 self._config,
                 self._metrics,
                 self._on_deadline,
-                auth=self._auth,
+                auth=self._auth(),
             )
             await room.load()
             room.on_gone = self.gone

@@ -277,7 +277,7 @@ class Sockets:
             group.cancel_scope.cancel()
 
     async def _watch(self, session: HubSession, sub: Subscriber, held: _Held) -> None:
-        """Sleep until the session's deadline, or until `moved` says a hello or a refresh
+        """Sleep until the session's deadline, or until `held.moved` says a hello or a refresh
         changed it; close the socket once it has passed (no hello in time, a token expired).
         A task of its own, so reading a frame arms no timer."""
         while not sub.closing:
