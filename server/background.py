@@ -5,7 +5,8 @@ and left by different tasks (a test fixture's setup and its teardown). So the hu
 lives in a task of its own, started here; `Hub.__aenter__` waits until the service reports it
 started, `Hub.aclose` until the task ends.
 
-Async API: asyncio (a task that outlives the scope of whoever started it has no anyio spelling).
+Async API: asyncio (a task that outlives the scope of whoever started it has no anyio
+spelling); the one bridge: inside that task it enters the service's anyio task group.
 """
 
 from __future__ import annotations

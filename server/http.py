@@ -8,7 +8,7 @@ Plain requests go to the viewer and the conversation list first (`server.web.Web
 `/metrics`, `/v1/retain` and `/v1/conversations/{id}` (`GET`, `HEAD`, `DELETE`). No token is
 ever logged: every refusal's detail is a fixed phrase.
 
-Async API: anyio (it only awaits the hub's own calls; no tasks or timers here).
+Async API: none of its own (it only awaits the hub's calls: no tasks, events or timers here).
 """
 
 from __future__ import annotations
