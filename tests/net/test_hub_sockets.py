@@ -96,8 +96,8 @@ async def test_a_ping_flood_from_a_peer_that_never_reads_stays_bounded() -> None
         silent = await asyncio.to_thread(Silent, hub.port, "/v1/conversations/flood")
         try:
             sent = await asyncio.to_thread(silent.flood_pings, 1.0)
-            assert hub._server is not None
-            (connection,) = hub._server.all_connections
+            assert hub._sockets.server is not None
+            (connection,) = hub._sockets.server.all_connections
             backlog = connection.transport.get_write_buffer_size()
             # Without the pause every ping's pong waits here: `sent` bytes of pings (a pong is
             # as long as its ping). With it, what one read brings in, at most.
@@ -251,7 +251,7 @@ async def hello_behind_a_read(
             await store.entered.wait()
             hello = {"type": "hello", "client": "reader", "lineage": 0, "revision": 0}
             await ws.send(json.dumps(hello))
-            while hub._awaiting.get(conversation_id, 0) < 2:  # noqa: ASYNC110
+            while hub._rooms.awaiting.get(conversation_id, 0) < 2:  # noqa: ASYNC110
                 await asyncio.sleep(0.01)  # both wait on the load
         yield read, ws
 

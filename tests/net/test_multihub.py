@@ -128,11 +128,11 @@ async def test_head_checks_leave_a_conversation_without_a_log_alone(
     replicas get no state, and pushes made meanwhile land without a reconnect."""
     async with hubs(postgres_dsn, pg_schema, 1, head_check=0.01) as (hub,):
         async with connect(hub.url, CONVERSATION, client="early") as replica:
-            lineage = hub._rooms[CONVERSATION].lineage
+            lineage = hub._rooms.loaded[CONVERSATION].lineage
             with anyio.fail_after(bound(10)):
                 for n in range(20):
                     await anyio.sleep(0.01)
-                    assert hub._rooms[CONVERSATION].lineage == lineage
+                    assert hub._rooms.loaded[CONVERSATION].lineage == lineage
                     if n == 10:
                         replica.conversation.push(Message.user("first"))
                 await replica.flush()

@@ -196,7 +196,7 @@ async def test_of_two_hubs_on_postgresql_exactly_one_ends_a_lapsed_turn(
         lapsed = Lease("race", 0, "worker", 0)  # what both hubs' stores would say by now
         async with anyio.create_task_group() as group:
             for hub in (first, second):
-                group.start_soon(hub._rooms["race"].finish_expired, lapsed)
+                group.start_soon(hub._rooms.loaded["race"].finish_expired, lapsed)
         async with PostgresStore(postgres_dsn, schema=pg_schema) as store:
             loaded = await store.load("race")
             assert loaded is not None

@@ -33,7 +33,7 @@ async def test_replicas_on_two_hubs_sharing_a_store_land_everything_and_never_ru
         async def check_never_ahead() -> None:
             while True:
                 for replica, hub in pairs:
-                    room = hub._rooms.get(CONVERSATION)
+                    room = hub._rooms.loaded.get(CONVERSATION)
                     confirmed = replica.session.confirmed
                     if room is not None and confirmed.lineage == room.lineage:
                         if confirmed.revision > room.revision:

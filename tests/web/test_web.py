@@ -217,7 +217,7 @@ async def test_summary_reports_a_conversation_that_changed_and_unloaded_between_
         assert json.loads(await ws.recv())["rows"] == []
         await fill(hub, "brief.1", "in and out")
         # Unload it at once, as the idle unloader would (before the feed's next tick).
-        hub._rooms.pop("brief.1")
+        hub._rooms.loaded.pop("brief.1")
         row: dict[str, Any] = {}
         while row.get("online", ["?"]) != []:  # earlier diffs may show the filler online
             diff = json.loads(await ws.recv())
