@@ -316,8 +316,12 @@ async def dashboard(url: str, ready: anyio.Event, counted: list[int], stop: anyi
                     counted[0] += len(frame)
 
 
-async def measure(hub: ServerProcess, dashboards: int, seconds: float) -> tuple[float, float]:
-    """(the hub's CPU share over `seconds`, bytes/s per dashboard) with `dashboards` open."""
+async def measure(
+    hub: ServerProcess, dashboards: int, seconds: float, profile: int = 0
+) -> tuple[float, float]:
+    """(the hub's CPU share over `seconds`, bytes/s per dashboard) with `dashboards` open;
+    with `profile`, the hub's cProfile of the measurement (its top `profile` functions) is
+    printed on stderr (the profiler's own cost counts in that share)."""
     stop = anyio.Event()
     counted = [0]
     async with anyio.create_task_group() as group:
@@ -328,10 +332,16 @@ async def measure(hub: ServerProcess, dashboards: int, seconds: float) -> tuple[
             await ready.wait()
         await anyio.sleep(1)  # past the snapshots
         counted[0] = 0
+        if profile:
+            await hub.ask("profile_start")
         before = (await hub.ask("stats"))["cpu"]
         start = time.perf_counter()
         await anyio.sleep(seconds)
         cpu = (await hub.ask("stats"))["cpu"] - before
+        if profile:
+            tables = await hub.ask("profile_stop", top=profile)
+            log(f"profile, {dashboards} dashboards: {tables['idle']}")
+            print(tables["tottime"], tables["cumulative"], sep="\n\n", file=sys.stderr)
         elapsed = time.perf_counter() - start
         received = counted[0]
         stop.set()
@@ -353,7 +363,7 @@ async def run_cpu(args: argparse.Namespace) -> int:
             await anyio.sleep(3)
             for repeat in range(args.repeats):
                 for dashboards in (0, DASHBOARDS) if repeat % 2 == 0 else (DASHBOARDS, 0):
-                    share, rate = await measure(hub, dashboards, args.seconds)
+                    share, rate = await measure(hub, dashboards, args.seconds, args.profile)
                     shares[dashboards].append(share)
                     if dashboards:
                         rates.append(rate)
@@ -411,7 +421,8 @@ async def run_cpu(args: argparse.Namespace) -> int:
             results.table(),
         ]
     )
-    write_section(f"{CPU_HEADING}, {args.store} store", body)
+    if not args.profile:
+        write_section(f"{CPU_HEADING}, {args.store} store", body)
     print(body)
     return 0 if not results.failed else 1
 
@@ -434,6 +445,14 @@ def main() -> None:
         choices=["sqlite", "memory"],
         default="sqlite",
         help="the hub's store: a SQLite file (what `convsync serve` runs) or memory",
+    )
+    cpu.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="TOP",
+        help="print the hub's cProfile of each measurement (its TOP functions) on stderr; "
+        "the figures then include the profiler's cost: nothing is written",
     )
     args = parser.parse_args()
     sys.exit(asyncio.run(run_page(args) if args.what == "page" else run_cpu(args)))

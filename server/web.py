@@ -4,10 +4,14 @@ How this works: `Web` answers plain HTTP requests the hub hands it (`respond`) a
 `/v1/summary` websocket (`serve_summary`). It owns no conversation state: a summary row is read
 from a room, when its lock is free (so the row never shows a batch whose append is still under
 way), loaded for the read if need be. The hub calls `touched(room)` after every join, push,
-leave, rewrite and move of a room; each summary socket collects the rooms touched since its last
-tick and, every `SUMMARY_INTERVAL` seconds, sends the rows of those that changed, so diffs are
-coalesced to at most one per conversation per interval. A room object keeps its last state after
-it unloads, so a conversation touched and unloaded between two ticks is still reported.
+leave, rewrite and move of a room. The summary sockets showing the same window (the same
+`prefix`, `order`, `after`, `limit` and the same `convs` of their grant) share one `_Window`: it
+collects the rooms touched since its last diff, and the first of its sockets to tick after
+`SUMMARY_INTERVAL` works the diff out and encodes it once; every socket of the window sends
+that frame (20 dashboards on one window cost one diff a tick, not 20). So diffs are coalesced to
+at most one per conversation per interval. A socket behind the window by more than the frames
+kept (`KEPT_FRAMES`) gets a snapshot of the window instead. A room object keeps its last state
+after it unloads, so a conversation touched and unloaded between two ticks is still reported.
 
 Access: `grant_for(token)` decides which rows a reader may see: without auth every one; with
 auth the conversations the token's grant allows (`read` needed), the token coming from the
@@ -20,9 +24,11 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import time
 import urllib.parse
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -79,6 +85,7 @@ SUMMARY_INTERVAL: Final = 0.25  # seconds: at most one diff per conversation per
 CSP: Final = "default-src 'self'; frame-ancestors 'none'"
 PREVIEW_CHARS: Final = 160
 ROW_CACHE: Final = 10_000  # rows kept built (and encoded) at most: about 10 MB
+KEPT_FRAMES: Final = 1 << 20  # bytes of diffs a window keeps for its sockets behind it
 ROW_LIST: Final = 16  # at most this many statuses and draft producers in a row: rows stay small
 DEFAULT_LIMIT: Final = 100
 MAX_LIMIT: Final = 1000
@@ -224,7 +231,8 @@ class Web:
     def __init__(self, hub: Hub, static_dir: Path = STATIC_DIR) -> None:
         self._hub = hub
         self._static_dir = static_dir
-        self._watchers: set[_Touched] = set()  # one per summary socket
+        # The windows the summary sockets show, by window and grant: one per distinct window.
+        self._windows: dict[tuple[Page, tuple[str, ...]], _Window] = {}
         # Each conversation's row as last built, and its JSON, by id: built once per change
         # whatever the number of feeds showing it (20 dashboards built and encoded each row
         # 20 times). Dropped by `touched`, which follows every change of a room.
@@ -233,9 +241,11 @@ class Web:
     def touched(self, room: Room) -> None:
         """The hub changed `room` (or who is in it): summary sockets look at it next tick."""
         self._rows.pop(room.id, None)
-        for watcher in self._watchers:
-            watcher.rooms[room.id] = room
-            watcher.wake.set()
+        for window in self._windows.values():
+            if window.page.holds(room.id):
+                window.rooms[room.id] = room
+                for watcher in window.watchers:
+                    watcher.wake.set()
 
     def row(self, room: Room) -> Row:
         """The row of `room` (loaded, its lock free), from the cache when it did not change."""
@@ -445,12 +455,11 @@ class Web:
             await _close_with(ws, "rate_limited", "too many connections for this principal")
             return
         watcher = _Touched()
-        self._watchers.add(watcher)  # before the snapshot: no change falls between the two
+        window: _Window | None = None
         try:
             async with anyio.create_task_group() as group:
                 group.start_soon(self._listen, ws, watcher, feed, group.cancel_scope)
-                window = _Window(self, page, feed.visible)
-                snapshot = await window.snapshot()
+                window, snapshot = await self._join(page, feed.grant, watcher)
                 if pings:
                     snapshot["features"] = ["ping"]
                 await ws.send(self.encode(snapshot))
@@ -467,30 +476,63 @@ class Web:
                     if self._key_of(feed.grant) != feed.key:  # retired (or replaced) since
                         await _close_with(ws, "unauthorized", "the token's key was retired")
                         return
+                    if feed.grant.convs != window.convs and not watcher.pages:
+                        watcher.pages.append(window.page)  # refreshed, other convs: new rows
                     if watcher.pages:
                         page = watcher.pages.pop()
                         watcher.pages.clear()
                         watcher.wake = anyio.Event()
-                        watcher.rooms.clear()  # the snapshot reads them fresh
-                        window = _Window(self, page, feed.visible)
-                        await ws.send(self.encode(await window.snapshot()))
+                        self._leave(window, watcher)
+                        window = None
+                        window, snapshot = await self._join(page, feed.grant, watcher)
+                        await ws.send(self.encode(snapshot))
+                        del snapshot
                         continue
                     await anyio.sleep(SUMMARY_INTERVAL)  # coalesce: one diff per interval
                     watcher.wake = anyio.Event()
                     if watcher.pages:
                         watcher.wake.set()  # a window asked for meanwhile: next turn
                         continue
-                    diff = await window.diff(watcher)
-                    if watcher.rooms:
-                        watcher.wake.set()  # a room under an append: look again next interval
-                    if diff is not None:
-                        await ws.send(self.encode(diff))
+                    for frame in await window.frames_for(watcher):
+                        await ws.send(frame)
+                    if window.rooms:
+                        watcher.wake.set()  # a room under an append, or touched since the
+                        # window's diff: look again next interval
         except ConnectionClosed:
             return
         finally:
-            self._watchers.discard(watcher)
+            if window is not None:
+                self._leave(window, watcher)
             if feed.grant is not ANONYMOUS:
                 self._hub.let_go_principal(feed.grant.sub)
+
+    async def _join(self, page: Page, grant: Grant, watcher: _Touched) -> tuple[_Window, Row]:
+        """Show `page` to `watcher`'s socket: the window of the same page and convs if one is
+        shown (its rows as of its last diff), else a new one (read from the rooms); the
+        window and the snapshot to send."""
+        key = (page, grant.convs)
+        window = self._windows.get(key)
+        if window is None:
+            window = self._windows[key] = _Window(self, page, grant.allows, grant.convs)
+        window.watchers.add(watcher)  # before the snapshot: no change falls between the two
+        try:
+            async with window.lock:
+                if window.primed:
+                    snapshot = window.current()
+                else:
+                    snapshot = await window.snapshot()
+                watcher.epoch = window.epoch
+        except BaseException:
+            self._leave(window, watcher)
+            raise
+        return window, snapshot
+
+    def _leave(self, window: _Window, watcher: _Touched) -> None:
+        """`watcher`'s socket no longer shows `window`; a window no socket shows goes."""
+        window.watchers.discard(watcher)
+        key = (window.page, window.convs)
+        if not window.watchers and self._windows.get(key) is window:
+            del self._windows[key]
 
     async def _listen(
         self, ws: ServerConnection, watcher: _Touched, feed: _Feed, scope: anyio.CancelScope
@@ -567,13 +609,14 @@ class _Feed:
 
 
 class _Touched:
-    """One summary socket's inbox: the rooms touched since its last tick, by conversation id,
-    and the windows its reader asked for since."""
+    """One summary socket's inbox: whether a room of its window was touched since its last
+    tick (`wake`), the windows its reader asked for since, and the last diff of its window
+    it sent (`epoch`)."""
 
     def __init__(self) -> None:
-        self.rooms: dict[str, Room] = {}
         self.pages: list[Page] = []
         self.wake = anyio.Event()  # set when a room is touched or a window asked for
+        self.epoch = 0
 
 
 class _Window:
@@ -584,24 +627,72 @@ class _Window:
     that enter and leave are sent. `order: "updated"`: only a touched room can change its
     rank, so the window is the best `limit` of its rows and the touched ones; a row whose
     activity went back (a rewrite) could let an untouched one in, so then it is ranked
-    again from all the rows."""
+    again from all the rows.
 
-    def __init__(self, web: Web, page: Page, visible: Visible) -> None:
+    Shared by the sockets showing the same window to the same `convs` (`watchers`): the
+    rooms touched since the last diff are collected here, the diff is worked out and encoded
+    once, by the first socket to tick, and kept (diff `epoch` by epoch, up to `KEPT_FRAMES`
+    bytes) until every socket of the window sent it."""
+
+    def __init__(self, web: Web, page: Page, visible: Visible, convs: tuple[str, ...]) -> None:
         self._web = web
         self.page = page
+        self.convs = convs
         self._visible = visible
         self.known: dict[str, Row] = {}
         self.more = False
+        self.rooms: dict[str, Room] = {}  # touched since the last diff, by conversation id
+        self.watchers: set[_Touched] = set()
+        self.lock = anyio.Lock()  # one snapshot or diff at a time
+        self.primed = False  # `known` holds the window (its first snapshot was read)
+        self.epoch = 0  # the diffs worked out so far
+        self.frames: deque[tuple[int, str]] = deque()  # (epoch, encoded diff) not sent by all
+        self._kept = 0  # bytes in `frames`
+        self._diffed_at = -math.inf
 
     async def snapshot(self) -> Row:
         rows, self.more = await self._web.rows(self.page, self._visible)
         self.known = {row["id"]: row for row in rows}
+        self.primed = True
         return {"type": "summary", "order": self.page.order, "rows": rows, "more": self.more}
 
-    async def diff(self, watcher: _Touched) -> Row | None:
-        """The `summary_diff` for the rooms touched since the last tick, or None."""
+    def current(self) -> Row:
+        """The window as of its last diff, as a snapshot (a socket joining or behind)."""
+        rows = list(self.known.values())
+        rows.sort(key=(lambda row: row["id"]) if self.page.order == "id" else recency)
+        return {"type": "summary", "order": self.page.order, "rows": rows, "more": self.more}
+
+    async def frames_for(self, watcher: _Touched) -> list[str]:
+        """The frames `watcher`'s socket sends this tick: the diffs since the last it sent,
+        after working out the next diff if rooms were touched and the window's last diff is
+        at least half an interval old (else its sockets have it, or get it next tick)."""
+        async with self.lock:
+            now = time.monotonic()
+            if self.rooms and now - self._diffed_at >= SUMMARY_INTERVAL / 2:
+                self._diffed_at = now
+                diff = await self.diff()
+                if diff is not None:
+                    self.epoch += 1
+                    frame = self._web.encode(diff)
+                    self.frames.append((self.epoch, frame))
+                    self._kept += len(frame)
+                    sent = min(other.epoch for other in self.watchers)
+                    while self.frames and (
+                        self.frames[0][0] <= sent
+                        or (self._kept > KEPT_FRAMES and len(self.frames) > 1)
+                    ):
+                        self._kept -= len(self.frames.popleft()[1])
+            behind, watcher.epoch = watcher.epoch, self.epoch
+            if behind == self.epoch:
+                return []
+            if not self.frames or self.frames[0][0] > behind + 1:
+                return [self._web.encode(self.current())]  # behind what is kept
+            return [frame for epoch, frame in self.frames if epoch > behind]
+
+    async def diff(self) -> Row | None:
+        """The `summary_diff` for the rooms touched since the last diff, or None."""
         page, known = self.page, self.known
-        rooms, watcher.rooms = watcher.rooms, {}
+        rooms, self.rooms = self.rooms, {}
         fresh: dict[str, Row] = {}
         again = False  # the window's members must be read again
         entering = False  # a row from outside may rank into an "updated" window
@@ -613,7 +704,7 @@ class _Window:
             if not page.holds(conversation_id) or not self._visible(conversation_id):
                 continue
             if room.lock.locked():
-                watcher.rooms.setdefault(conversation_id, room)  # an append under way: next tick
+                self.rooms.setdefault(conversation_id, room)  # an append under way: next tick
                 continue
             inside = conversation_id in known
             if not room.exists:
