@@ -6,11 +6,12 @@ from a room, when its lock is free (so the row never shows a batch whose append 
 way), loaded for the read if need be. The hub calls `touched(room)` after every join, push,
 leave, rewrite and move of a room. The summary sockets showing the same window (the same
 `prefix`, `order`, `after`, `limit` and the same `convs` of their grant) share one `_Window`: it
-collects the rooms touched since its last diff, and the first of its sockets to tick after
-`SUMMARY_INTERVAL` works the diff out and encodes it once; every socket of the window sends
-that frame (20 dashboards on one window cost one diff a tick, not 20). So diffs are coalesced to
-at most one per conversation per interval. A socket behind the window by more than the frames
-kept (`KEPT_FRAMES`) gets a snapshot of the window instead. A room object keeps its last state
+collects the rooms touched since its last diff and, `SUMMARY_INTERVAL` after the first, works
+the diff out and encodes it once (its tick, run by one of its sockets' tasks); every socket of
+the window is woken to send that frame (20 dashboards on one window cost one diff, one encoding
+and one timer a tick, not 20). So diffs are coalesced to at most one per conversation per
+interval. A socket behind the window by more than the frames kept (`KEPT_FRAMES`) gets a
+snapshot of the window instead. A room object keeps its last state
 after it unloads, so a conversation touched and unloaded between two ticks is still reported.
 
 Access: `grant_for(token)` decides which rows a reader may see: without auth every one; with
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import re
 import time
 import urllib.parse
@@ -244,8 +244,7 @@ class Web:
         for window in self._windows.values():
             if window.page.holds(room.id):
                 window.rooms[room.id] = room
-                for watcher in window.watchers:
-                    watcher.wake.set()
+                window.wake.set()
 
     def row(self, room: Room) -> Row:
         """The row of `room` (loaded, its lock free), from the cache when it did not change."""
@@ -465,11 +464,15 @@ class Web:
                 await ws.send(self.encode(snapshot))
                 del snapshot
                 while True:
-                    # Asleep until a room is touched, a window is asked for or the token's time
-                    # is up: an idle feed costs no wake-up (1,500 polling feeds took 19% of a
-                    # hub's CPU).
+                    if window.ticker is None:  # the window's ticking socket left: take it over
+                        window.ticker = (watcher, anyio.CancelScope())
+                        group.start_soon(window.tick, window.ticker[1])
+                    # Asleep until the window has a diff, a window is asked for or the token's
+                    # time is up: an idle feed costs no wake-up (1,500 polling feeds took 19% of
+                    # a hub's CPU).
                     with anyio.move_on_after(feed.closes_at() - time.time()):
                         await watcher.wake.wait()
+                    watcher.wake = anyio.Event()
                     if time.time() >= feed.closes_at():
                         await _close_with(ws, "unauthorized", "token expired")
                         return
@@ -481,23 +484,14 @@ class Web:
                     if watcher.pages:
                         page = watcher.pages.pop()
                         watcher.pages.clear()
-                        watcher.wake = anyio.Event()
                         self._leave(window, watcher)
                         window = None
                         window, snapshot = await self._join(page, feed.grant, watcher)
                         await ws.send(self.encode(snapshot))
                         del snapshot
                         continue
-                    await anyio.sleep(SUMMARY_INTERVAL)  # coalesce: one diff per interval
-                    watcher.wake = anyio.Event()
-                    if watcher.pages:
-                        watcher.wake.set()  # a window asked for meanwhile: next turn
-                        continue
-                    for frame in await window.frames_for(watcher):
+                    for frame in window.frames_for(watcher):
                         await ws.send(frame)
-                    if window.rooms:
-                        watcher.wake.set()  # a room under an append, or touched since the
-                        # window's diff: look again next interval
         except ConnectionClosed:
             return
         finally:
@@ -528,8 +522,14 @@ class Web:
         return window, snapshot
 
     def _leave(self, window: _Window, watcher: _Touched) -> None:
-        """`watcher`'s socket no longer shows `window`; a window no socket shows goes."""
+        """`watcher`'s socket no longer shows `window`; a window no socket shows goes. The
+        window's tick, if this socket ran it, stops; another of its sockets takes it over."""
         window.watchers.discard(watcher)
+        if window.ticker is not None and window.ticker[0] is watcher:
+            window.ticker[1].cancel()
+            window.ticker = None
+            for other in window.watchers:
+                other.wake.set()  # one of them starts ticking
         key = (window.page, window.convs)
         if not window.watchers and self._windows.get(key) is window:
             del self._windows[key]
@@ -609,13 +609,12 @@ class _Feed:
 
 
 class _Touched:
-    """One summary socket's inbox: whether a room of its window was touched since its last
-    tick (`wake`), the windows its reader asked for since, and the last diff of its window
-    it sent (`epoch`)."""
+    """One summary socket's inbox: whether its window has a diff it did not send (`wake`),
+    the windows its reader asked for, and the last diff of its window it sent (`epoch`)."""
 
     def __init__(self) -> None:
         self.pages: list[Page] = []
-        self.wake = anyio.Event()  # set when a room is touched or a window asked for
+        self.wake = anyio.Event()  # set when its window has a diff or a window is asked for
         self.epoch = 0
 
 
@@ -630,9 +629,10 @@ class _Window:
     again from all the rows.
 
     Shared by the sockets showing the same window to the same `convs` (`watchers`): the
-    rooms touched since the last diff are collected here, the diff is worked out and encoded
-    once, by the first socket to tick, and kept (diff `epoch` by epoch, up to `KEPT_FRAMES`
-    bytes) until every socket of the window sent it."""
+    rooms touched since the last diff are collected here; `tick` (run in the task group of one
+    of the sockets, `ticker`) works the diff out and encodes it once an interval, keeps it
+    (diff `epoch` by epoch, up to `KEPT_FRAMES` bytes) until every socket sent it, and wakes
+    the sockets."""
 
     def __init__(self, web: Web, page: Page, visible: Visible, convs: tuple[str, ...]) -> None:
         self._web = web
@@ -643,12 +643,13 @@ class _Window:
         self.more = False
         self.rooms: dict[str, Room] = {}  # touched since the last diff, by conversation id
         self.watchers: set[_Touched] = set()
+        self.wake = anyio.Event()  # set when a room is touched
+        self.ticker: tuple[_Touched, anyio.CancelScope] | None = None  # whose task ticks
         self.lock = anyio.Lock()  # one snapshot or diff at a time
         self.primed = False  # `known` holds the window (its first snapshot was read)
         self.epoch = 0  # the diffs worked out so far
         self.frames: deque[tuple[int, str]] = deque()  # (epoch, encoded diff) not sent by all
         self._kept = 0  # bytes in `frames`
-        self._diffed_at = -math.inf
 
     async def snapshot(self) -> Row:
         rows, self.more = await self._web.rows(self.page, self._visible)
@@ -662,32 +663,47 @@ class _Window:
         rows.sort(key=(lambda row: row["id"]) if self.page.order == "id" else recency)
         return {"type": "summary", "order": self.page.order, "rows": rows, "more": self.more}
 
-    async def frames_for(self, watcher: _Touched) -> list[str]:
-        """The frames `watcher`'s socket sends this tick: the diffs since the last it sent,
-        after working out the next diff if rooms were touched and the window's last diff is
-        at least half an interval old (else its sockets have it, or get it next tick)."""
+    async def tick(self, scope: anyio.CancelScope) -> None:
+        """Once an interval after a room is touched, the next diff (`step`), until `scope`
+        is cancelled (its socket left the window)."""
+        with scope:
+            while True:
+                await self.wake.wait()
+                await anyio.sleep(SUMMARY_INTERVAL)  # coalesce: one diff per interval
+                self.wake = anyio.Event()
+                with anyio.CancelScope(shield=True):  # the touched rooms are taken: finish
+                    await self.step()
+                if self.rooms:
+                    self.wake.set()  # a room under an append: look again next interval
+
+    async def step(self) -> None:
+        """Work out the diff of the rooms touched since the last; if it shows anything, keep
+        it encoded as the next epoch and wake the window's sockets."""
         async with self.lock:
-            now = time.monotonic()
-            if self.rooms and now - self._diffed_at >= SUMMARY_INTERVAL / 2:
-                self._diffed_at = now
-                diff = await self.diff()
-                if diff is not None:
-                    self.epoch += 1
-                    frame = self._web.encode(diff)
-                    self.frames.append((self.epoch, frame))
-                    self._kept += len(frame)
-                    sent = min(other.epoch for other in self.watchers)
-                    while self.frames and (
-                        self.frames[0][0] <= sent
-                        or (self._kept > KEPT_FRAMES and len(self.frames) > 1)
-                    ):
-                        self._kept -= len(self.frames.popleft()[1])
-            behind, watcher.epoch = watcher.epoch, self.epoch
-            if behind == self.epoch:
-                return []
-            if not self.frames or self.frames[0][0] > behind + 1:
-                return [self._web.encode(self.current())]  # behind what is kept
-            return [frame for epoch, frame in self.frames if epoch > behind]
+            diff = await self.diff()
+            if diff is None:
+                return
+            frame = self._web.encode(diff)
+            self.epoch += 1
+            self.frames.append((self.epoch, frame))
+            self._kept += len(frame)
+            sent = min((other.epoch for other in self.watchers), default=self.epoch)
+            while self.frames and (
+                self.frames[0][0] <= sent or (self._kept > KEPT_FRAMES and len(self.frames) > 1)
+            ):
+                self._kept -= len(self.frames.popleft()[1])
+            for watcher in self.watchers:
+                watcher.wake.set()
+
+    def frames_for(self, watcher: _Touched) -> list[str]:
+        """The frames `watcher`'s socket sends now: the diffs since the last it sent, or a
+        snapshot when it is behind the frames kept."""
+        behind, watcher.epoch = watcher.epoch, self.epoch
+        if behind == self.epoch:
+            return []
+        if not self.frames or self.frames[0][0] > behind + 1:
+            return [self._web.encode(self.current())]  # behind what is kept
+        return [frame for epoch, frame in self.frames if epoch > behind]
 
     async def diff(self) -> Row | None:
         """The `summary_diff` for the rooms touched since the last diff, or None."""

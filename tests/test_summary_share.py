@@ -94,17 +94,20 @@ async def test_a_socket_behind_the_kept_frames_gets_a_snapshot(
         async with connect(f"ws://127.0.0.1:{hub.port}", "lag.1", client="agent") as py:
             py.conversation.push(Message.user(text))
             await py.flush()
-        await anyio.sleep(server.web.SUMMARY_INTERVAL)  # the window diffs at most so often
-        return await window.frames_for(quick)
+        await window.step()  # as the window's tick does (no socket runs it here)
+        while window.rooms:  # one under an append, or the agent's leave
+            await anyio.sleep(0.05)
+            await window.step()
+        return window.frames_for(quick)
 
     with anyio.fail_after(bound(30)):
         sent = [frame for n in range(3) for frame in await step(f"kept {n}")]
         assert [json.loads(frame)["type"] for frame in sent] == ["summary_diff"] * len(sent)
-        assert await window.frames_for(slow) == sent  # all kept: the same frames, in order
+        assert window.frames_for(slow) == sent  # all kept: the same frames, in order
         monkeypatch.setattr(server.web, "KEPT_FRAMES", 1)
         for n in range(3):
             await step(f"dropped {n}")
-        (caught_up,) = await window.frames_for(slow)
+        (caught_up,) = window.frames_for(slow)
         snapshot = json.loads(caught_up)
         assert snapshot["type"] == "summary"
         assert [(r["id"], r["last"]["text"]) for r in snapshot["rows"]] == [("lag.1", "dropped 2")]
@@ -114,3 +117,29 @@ async def test_a_socket_behind_the_kept_frames_gets_a_snapshot(
     for watcher in (quick, slow, late):
         web._leave(window, watcher)
     assert web._windows == {}
+
+
+async def test_when_the_ticking_socket_leaves_another_takes_the_window_over(hub: Hub) -> None:
+    """The window's diffs are worked out in the task of one of its sockets; once that socket
+    closes, the others still get every change."""
+    first = await summary(hub, prefix="hand.")
+    with anyio.fail_after(bound(10)):
+        assert json.loads(await first.recv())["type"] == "summary"
+        (window,) = hub._web._windows.values()
+        assert window.ticker is not None
+        ticking = window.ticker[0]
+        second = await summary(hub, prefix="hand.")
+        assert json.loads(await second.recv())["type"] == "summary"
+        await first.close()
+        for _ in range(1000):  # the hub sees the close (bounded by the fail_after)
+            if window.ticker is None or window.ticker[0] is not ticking:
+                break
+            await anyio.sleep(0.01)
+        async with connect(f"ws://127.0.0.1:{hub.port}", "hand.1", client="agent") as py:
+            py.conversation.push(Message.user("after the handover"))
+            await py.flush()
+            row: dict[str, Any] = {}
+            while row.get("revision") != 1:
+                diff = json.loads(await second.recv())
+                row = {r["id"]: r for r in diff["rows"]}.get("hand.1", row)
+    await second.close()
