@@ -318,8 +318,9 @@ async def dashboard(url: str, ready: anyio.Event, counted: list[int], stop: anyi
 
 async def measure(
     hub: ServerProcess, dashboards: int, seconds: float, profile: int = 0
-) -> tuple[float, float]:
-    """(the hub's CPU share over `seconds`, bytes/s per dashboard) with `dashboards` open;
+) -> tuple[float, float, float]:
+    """(the hub's CPU share over `seconds`, bytes/s per dashboard, messages the hub took a
+    second: the same workload with and without dashboards) with `dashboards` open;
     with `profile`, the hub's cProfile of the measurement (its top `profile` functions) is
     printed on stderr (the profiler's own cost counts in that share)."""
     stop = anyio.Event()
@@ -334,10 +335,12 @@ async def measure(
         counted[0] = 0
         if profile:
             await hub.ask("profile_start")
-        before = (await hub.ask("stats"))["cpu"]
+        before = await hub.ask("stats")
         start = time.perf_counter()
         await anyio.sleep(seconds)
-        cpu = (await hub.ask("stats"))["cpu"] - before
+        after = await hub.ask("stats")
+        cpu = after["cpu"] - before["cpu"]
+        pushes = after["pushes_accepted"] - before["pushes_accepted"]
         if profile:
             tables = await hub.ask("profile_stop", top=profile)
             log(f"profile, {dashboards} dashboards: {tables['idle']}")
@@ -346,7 +349,7 @@ async def measure(
         received = counted[0]
         stop.set()
     per_dashboard = received / elapsed / dashboards if dashboards else 0.0
-    return cpu / elapsed, per_dashboard
+    return cpu / elapsed, per_dashboard, pushes / elapsed
 
 
 async def run_cpu(args: argparse.Namespace) -> int:
@@ -355,6 +358,7 @@ async def run_cpu(args: argparse.Namespace) -> int:
     hub, busy = await fleet_hub(args.store, folder)
     done = anyio.Event()
     shares: dict[int, list[float]] = {0: [], DASHBOARDS: []}
+    pushes: dict[int, list[float]] = {0: [], DASHBOARDS: []}
     rates: list[float] = []
     rss = 0
     try:
@@ -363,12 +367,14 @@ async def run_cpu(args: argparse.Namespace) -> int:
             await anyio.sleep(3)
             for repeat in range(args.repeats):
                 for dashboards in (0, DASHBOARDS) if repeat % 2 == 0 else (DASHBOARDS, 0):
-                    share, rate = await measure(hub, dashboards, args.seconds, args.profile)
+                    share, rate, pushed = await measure(hub, dashboards, args.seconds, args.profile)
                     shares[dashboards].append(share)
+                    pushes[dashboards].append(pushed)
                     if dashboards:
                         rates.append(rate)
                     log(
-                        f"{dashboards} dashboards: hub CPU {share:.1%}, {rate / 1000:.1f} KB/s each"
+                        f"{dashboards} dashboards: hub CPU {share:.1%}, {rate / 1000:.1f} KB/s "
+                        f"each, {pushed:.1f} messages/s"
                     )
             rss = (await hub.ask("stats"))["rss_kb"]
             done.set()
@@ -399,6 +405,14 @@ async def run_cpu(args: argparse.Namespace) -> int:
             spread_of([r / 1000 for r in rates], "{:.1f} KB/s"),
         )
     )
+    for count in (0, DASHBOARDS):
+        results.add(
+            Row(
+                f"messages the agents pushed a second, {count or 'no'} dashboards",
+                f"{median(pushes[count]):.1f}",
+                spread_of(pushes[count], "{:.1f}"),
+            )
+        )
     results.add(Row("hub resident memory at the end", f"{rss / 1024:.0f} MB"))
     head = "  \n".join(
         [

@@ -41,6 +41,7 @@ from websockets.asyncio.server import ServerConnection
 from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
+from websockets.protocol import State
 
 from sync.conversation import Conversation
 from sync.entries import TURN_KIND, TurnRecord
@@ -61,7 +62,7 @@ from sync.messages import (
 
 from .auth import ANONYMOUS, AuthError, Grant, Key, bearer_token, verify
 from .session import CONVERSATION_PATH, is_conversation_id
-from .subscriber import CLOSE_DEADLINE, cut_if_open
+from .subscriber import CLOSE_DEADLINE, DIRECT_WRITE, FRAMED_ONCE, cut_if_open, wire_bytes
 
 if TYPE_CHECKING:
     from .hub import Hub
@@ -490,8 +491,11 @@ class Web:
                         await ws.send(self.encode(snapshot))
                         del snapshot
                         continue
-                    for frame in window.frames_for(watcher):
-                        await ws.send(frame)
+                    for data, wire in window.frames_for(watcher):
+                        if wire is not None and _keeps_up(ws):
+                            _write(ws, wire)  # framed once for all the window's sockets
+                        else:
+                            await ws.send(data, text=True)  # framed here; waits for the reader
         except ConnectionClosed:
             return
         finally:
@@ -648,7 +652,9 @@ class _Window:
         self.lock = anyio.Lock()  # one snapshot or diff at a time
         self.primed = False  # `known` holds the window (its first snapshot was read)
         self.epoch = 0  # the diffs worked out so far
-        self.frames: deque[tuple[int, str]] = deque()  # (epoch, encoded diff) not sent by all
+        # (epoch, the diff's JSON, the same framed for a socket without extension or None)
+        # of the diffs not yet sent by every socket.
+        self.frames: deque[tuple[int, bytes, bytes | None]] = deque()
         self._kept = 0  # bytes in `frames`
 
     async def snapshot(self) -> Row:
@@ -683,10 +689,11 @@ class _Window:
             diff = await self.diff()
             if diff is None:
                 return
-            frame = self._web.encode(diff)
+            data = self._web.encode(diff).encode()
+            wire = wire_bytes(data) if len(data) <= FRAMED_ONCE else None
             self.epoch += 1
-            self.frames.append((self.epoch, frame))
-            self._kept += len(frame)
+            self.frames.append((self.epoch, data, wire))
+            self._kept += len(data)
             sent = min((other.epoch for other in self.watchers), default=self.epoch)
             while self.frames and (
                 self.frames[0][0] <= sent or (self._kept > KEPT_FRAMES and len(self.frames) > 1)
@@ -695,15 +702,15 @@ class _Window:
             for watcher in self.watchers:
                 watcher.wake.set()
 
-    def frames_for(self, watcher: _Touched) -> list[str]:
-        """The frames `watcher`'s socket sends now: the diffs since the last it sent, or a
-        snapshot when it is behind the frames kept."""
+    def frames_for(self, watcher: _Touched) -> list[tuple[bytes, bytes | None]]:
+        """The frames `watcher`'s socket sends now, each as JSON and framed (or None): the
+        diffs since the last it sent, or a snapshot when it is behind the frames kept."""
         behind, watcher.epoch = watcher.epoch, self.epoch
         if behind == self.epoch:
             return []
         if not self.frames or self.frames[0][0] > behind + 1:
-            return [self._web.encode(self.current())]  # behind what is kept
-        return [frame for epoch, frame in self.frames if epoch > behind]
+            return [(self._web.encode(self.current()).encode(), None)]  # behind what is kept
+        return [(data, wire) for epoch, data, wire in self.frames if epoch > behind]
 
     async def diff(self) -> Row | None:
         """The `summary_diff` for the rooms touched since the last diff, or None."""
@@ -777,6 +784,26 @@ class _Window:
         if more != self.more:
             message["more"] = self.more = more
         return message if sent or len(message) > 2 else None
+
+
+def _keeps_up(ws: ServerConnection) -> bool:
+    """Whether a frame framed once can go straight to `ws`'s transport: no extension (the
+    bytes are the same for every socket), open, and few unsent bytes (below `DIRECT_WRITE`:
+    else `send` waits for the reader)."""
+    return (
+        not ws.protocol.extensions
+        and ws.protocol.state is State.OPEN
+        and ws.transport.get_write_buffer_size() < DIRECT_WRITE
+    )
+
+
+def _write(ws: ServerConnection, wire: bytes) -> None:
+    """Write a framed frame to `ws`'s transport, as the conversation sockets do (`Subscriber`)."""
+    try:
+        ws.transport.write(wire)
+    except Exception:  # one bad socket stops no other
+        log.warning("a summary frame could not be written; dropping the connection", exc_info=True)
+        ws.transport.abort()
 
 
 async def _close_with(ws: ServerConnection, code: str, detail: str) -> None:

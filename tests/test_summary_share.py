@@ -90,7 +90,7 @@ async def test_a_socket_behind_the_kept_frames_gets_a_snapshot(
     assert (await web._join(page, ANONYMOUS, slow))[0] is window
     assert first["rows"] == []
 
-    async def step(text: str) -> list[str]:
+    async def step(text: str) -> list[tuple[bytes, bytes | None]]:
         async with connect(f"ws://127.0.0.1:{hub.port}", "lag.1", client="agent") as py:
             py.conversation.push(Message.user(text))
             await py.flush()
@@ -102,12 +102,14 @@ async def test_a_socket_behind_the_kept_frames_gets_a_snapshot(
 
     with anyio.fail_after(bound(30)):
         sent = [frame for n in range(3) for frame in await step(f"kept {n}")]
-        assert [json.loads(frame)["type"] for frame in sent] == ["summary_diff"] * len(sent)
+        assert [json.loads(data)["type"] for data, _ in sent] == ["summary_diff"] * len(sent)
+        assert all(wire is not None and wire.endswith(data) for data, wire in sent)
         assert window.frames_for(slow) == sent  # all kept: the same frames, in order
         monkeypatch.setattr(server.web, "KEPT_FRAMES", 1)
         for n in range(3):
             await step(f"dropped {n}")
-        (caught_up,) = window.frames_for(slow)
+        ((caught_up, wire),) = window.frames_for(slow)
+        assert wire is None  # framed for that socket alone
         snapshot = json.loads(caught_up)
         assert snapshot["type"] == "summary"
         assert [(r["id"], r["last"]["text"]) for r in snapshot["rows"]] == [("lag.1", "dropped 2")]
