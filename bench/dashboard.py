@@ -79,13 +79,26 @@ ARGS = [
 PAGE_HEADING = "Dashboard page in Chromium (`bench/dashboard.py page`)"
 CPU_HEADING = "Hub cost per dashboard (`bench/dashboard.py cpu`)"
 
-# Injected before the page's scripts: note the first paint after 50 rows are in the document.
+# Injected before the page's scripts: note the first paint after 50 rows are in the document,
+# and on the way (`__phases`) when the page's scripts had run (DOMContentLoaded: module scripts
+# run before it), the summary socket opened, its snapshot came and the rows were in.
 PROBE = """
 (() => {
+  const phases = (window.__phases = {});
+  const Socket = window.WebSocket;
+  window.WebSocket = class extends Socket {
+    constructor(...args) {
+      super(...args);
+      this.addEventListener('open', () => { phases.open ??= performance.now(); });
+      this.addEventListener('message', () => { phases.snapshot ??= performance.now(); });
+    }
+  };
   const watch = () => {
+    phases.scripts = performance.now();
     const observer = new MutationObserver(() => {
       if (document.querySelectorAll('[data-conversation-id]').length >= 50) {
         observer.disconnect();
+        phases.rows = performance.now();
         requestAnimationFrame(() => { window.__painted = performance.now(); });
       }
     });
@@ -94,6 +107,12 @@ PROBE = """
   document.addEventListener('DOMContentLoaded', watch);
 })();
 """
+PHASES = (
+    ("scripts", "the page and its scripts loaded and run (DOMContentLoaded)"),
+    ("open", "the summary socket open"),
+    ("snapshot", "its snapshot arrived"),
+    ("rows", "50 rows in the document"),
+)
 
 
 def log(line: str) -> None:
@@ -126,18 +145,28 @@ async def listed(port: int, query: str) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------------- page
 
 
-async def first_paints(browser: Any, url: str) -> list[float]:
+async def first_paints(
+    browser: Any,
+    url: str,
+    phases: dict[str, list[float]] | None = None,
+    repeats: int = PAINT_REPEATS,
+) -> list[float]:
+    """Seconds from navigation start to the first paint of 50 rows, per page load; with
+    `phases`, each load's moments on the way (`PHASES`, seconds) are added to it."""
     seconds = []
-    for repeat in range(PAINT_REPEATS + 1):  # the first warms the hub's rooms up
+    for repeat in range(repeats + 1):  # the first warms the hub's rooms up
         context = await browser.new_context(viewport={"width": 1280, "height": 900})
         page = await context.new_page()
         await page.add_init_script(PROBE)
         await page.goto(url)
         await page.wait_for_function("() => window.__painted !== undefined", timeout=60000)
         painted = await page.evaluate("() => window.__painted")
+        moments = await page.evaluate("() => window.__phases")
         await context.close()
         if repeat > 0:
             seconds.append(painted / 1000)
+            for name, _ in PHASES if phases is not None else ():
+                phases.setdefault(name, []).append(moments[name] / 1000)
     return seconds
 
 
@@ -183,13 +212,16 @@ async def run_page(args: argparse.Namespace) -> int:
                 browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
                 version = browser.version
                 paints = {}
+                phases: dict[str, dict[str, list[float]]] = {"id": {}, "updated": {}}
                 for order, query in (("id", ""), ("updated", "?order=updated")):
                     log(f"first paint, order {order}")
-                    paints[order] = await first_paints(browser, base + query)
+                    paints[order] = await first_paints(
+                        browser, base + query, phases[order], args.repeats
+                    )
                 if args.paint_only:
                     done.set()
                     await browser.close()
-                    return paint_section(args, paints, began, version)
+                    return paint_section(args, paints, began, version, phases)
                 log(f"soak: {args.soak} s of activity with a page of each order open")
                 pages = {}
                 for order, query in (("id", ""), ("updated", "?order=updated")):
@@ -245,7 +277,7 @@ async def run_page(args: argparse.Namespace) -> int:
         [
             head,
             "The hub runs " + how.strip(),
-            f"First paints: the median of {PAINT_REPEATS} page loads (after one warm-up load).",
+            f"First paints: the median of {args.repeats} page loads (after one warm-up load).",
             results.table(),
         ]
     )
@@ -255,11 +287,25 @@ async def run_page(args: argparse.Namespace) -> int:
 
 
 def paint_section(
-    args: argparse.Namespace, paints: dict[str, list[float]], began: float, version: str
+    args: argparse.Namespace,
+    paints: dict[str, list[float]],
+    began: float,
+    version: str,
+    phases: dict[str, dict[str, list[float]]],
 ) -> int:
-    """Write the first paints of a `--paint-only` run in their own section."""
+    """Write the first paints of a `--paint-only` run in their own section, with where the
+    time went (`PHASES`: navigation start to each moment)."""
     results = Results()
     for order in ("id", "updated"):
+        for name, label in PHASES:
+            moments = phases[order][name]
+            results.add(
+                Row(
+                    f"by {order}: navigation start to {label}",
+                    f"{median(moments):.3f} s",
+                    spread_of(moments, "{:.3f} s"),
+                )
+            )
         figure = median(paints[order])
         results.add(
             Row(
@@ -282,7 +328,9 @@ def paint_section(
         [
             head,
             "As the first paints of the section above (same hub, fleet and agents), without the "
-            f"soak; the median of {PAINT_REPEATS} page loads after one warm-up load.",
+            f"soak; the median of {args.repeats} page loads after one warm-up load"
+            ", and where the time went: navigation start to each moment on the way (the same "
+            "loads; the socket's moments are those of the page's first WebSocket).",
             results.table(),
         ]
     )
@@ -446,6 +494,9 @@ def main() -> None:
     sub = parser.add_subparsers(dest="what", required=True)
     page = sub.add_parser("page", help="first paint and staleness in Chromium")
     page.add_argument("--soak", type=float, default=300.0, help="seconds of activity")
+    page.add_argument(
+        "--repeats", type=int, default=PAINT_REPEATS, help="page loads per order (after a warm-up)"
+    )
     page.add_argument(
         "--paint-only",
         action="store_true",

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import time
 import urllib.parse
@@ -471,8 +472,11 @@ class Web:
                     # Asleep until the window has a diff, a window is asked for or the token's
                     # time is up: an idle feed costs no wake-up (1,500 polling feeds took 19% of
                     # a hub's CPU).
-                    with anyio.move_on_after(feed.closes_at() - time.time()):
+                    if feed.closes_at() == math.inf:  # no token to expire: no timer either
                         await watcher.wake.wait()
+                    else:
+                        with anyio.move_on_after(feed.closes_at() - time.time()):
+                            await watcher.wake.wait()
                     watcher.wake = anyio.Event()
                     if time.time() >= feed.closes_at():
                         await _close_with(ws, "unauthorized", "token expired")
@@ -496,8 +500,8 @@ class Web:
                             _write(ws, wire)  # framed once for all the window's sockets
                         else:
                             await ws.send(data, text=True)  # framed here; waits for the reader
-        except ConnectionClosed:
-            return
+        except* ConnectionClosed:
+            pass  # the reader went (raised in the task group: wrapped in an ExceptionGroup)
         finally:
             if window is not None:
                 self._leave(window, watcher)
