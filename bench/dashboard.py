@@ -79,13 +79,26 @@ ARGS = [
 PAGE_HEADING = "Dashboard page in Chromium (`bench/dashboard.py page`)"
 CPU_HEADING = "Hub cost per dashboard (`bench/dashboard.py cpu`)"
 
-# Injected before the page's scripts: note the first paint after 50 rows are in the document.
+# Injected before the page's scripts: note the first paint after 50 rows are in the document,
+# and on the way (`__phases`) when the page's scripts had run (DOMContentLoaded: module scripts
+# run before it), the summary socket opened, its snapshot came and the rows were in.
 PROBE = """
 (() => {
+  const phases = (window.__phases = {});
+  const Socket = window.WebSocket;
+  window.WebSocket = class extends Socket {
+    constructor(...args) {
+      super(...args);
+      this.addEventListener('open', () => { phases.open ??= performance.now(); });
+      this.addEventListener('message', () => { phases.snapshot ??= performance.now(); });
+    }
+  };
   const watch = () => {
+    phases.scripts = performance.now();
     const observer = new MutationObserver(() => {
       if (document.querySelectorAll('[data-conversation-id]').length >= 50) {
         observer.disconnect();
+        phases.rows = performance.now();
         requestAnimationFrame(() => { window.__painted = performance.now(); });
       }
     });
@@ -94,6 +107,12 @@ PROBE = """
   document.addEventListener('DOMContentLoaded', watch);
 })();
 """
+PHASES = (
+    ("scripts", "the page and its scripts loaded and run (DOMContentLoaded)"),
+    ("open", "the summary socket open"),
+    ("snapshot", "its snapshot arrived"),
+    ("rows", "50 rows in the document"),
+)
 
 
 def log(line: str) -> None:
@@ -126,18 +145,28 @@ async def listed(port: int, query: str) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------------- page
 
 
-async def first_paints(browser: Any, url: str) -> list[float]:
+async def first_paints(
+    browser: Any,
+    url: str,
+    phases: dict[str, list[float]] | None = None,
+    repeats: int = PAINT_REPEATS,
+) -> list[float]:
+    """Seconds from navigation start to the first paint of 50 rows, per page load; with
+    `phases`, each load's moments on the way (`PHASES`, seconds) are added to it."""
     seconds = []
-    for repeat in range(PAINT_REPEATS + 1):  # the first warms the hub's rooms up
+    for repeat in range(repeats + 1):  # the first warms the hub's rooms up
         context = await browser.new_context(viewport={"width": 1280, "height": 900})
         page = await context.new_page()
         await page.add_init_script(PROBE)
         await page.goto(url)
         await page.wait_for_function("() => window.__painted !== undefined", timeout=60000)
         painted = await page.evaluate("() => window.__painted")
+        moments = await page.evaluate("() => window.__phases")
         await context.close()
         if repeat > 0:
             seconds.append(painted / 1000)
+            for name, _ in PHASES if phases is not None else ():
+                phases.setdefault(name, []).append(moments[name] / 1000)
     return seconds
 
 
@@ -183,13 +212,16 @@ async def run_page(args: argparse.Namespace) -> int:
                 browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
                 version = browser.version
                 paints = {}
+                phases: dict[str, dict[str, list[float]]] = {"id": {}, "updated": {}}
                 for order, query in (("id", ""), ("updated", "?order=updated")):
                     log(f"first paint, order {order}")
-                    paints[order] = await first_paints(browser, base + query)
+                    paints[order] = await first_paints(
+                        browser, base + query, phases[order], args.repeats
+                    )
                 if args.paint_only:
                     done.set()
                     await browser.close()
-                    return paint_section(args, paints, began, version)
+                    return paint_section(args, paints, began, version, phases)
                 log(f"soak: {args.soak} s of activity with a page of each order open")
                 pages = {}
                 for order, query in (("id", ""), ("updated", "?order=updated")):
@@ -245,7 +277,7 @@ async def run_page(args: argparse.Namespace) -> int:
         [
             head,
             "The hub runs " + how.strip(),
-            f"First paints: the median of {PAINT_REPEATS} page loads (after one warm-up load).",
+            f"First paints: the median of {args.repeats} page loads (after one warm-up load).",
             results.table(),
         ]
     )
@@ -255,11 +287,25 @@ async def run_page(args: argparse.Namespace) -> int:
 
 
 def paint_section(
-    args: argparse.Namespace, paints: dict[str, list[float]], began: float, version: str
+    args: argparse.Namespace,
+    paints: dict[str, list[float]],
+    began: float,
+    version: str,
+    phases: dict[str, dict[str, list[float]]],
 ) -> int:
-    """Write the first paints of a `--paint-only` run in their own section."""
+    """Write the first paints of a `--paint-only` run in their own section, with where the
+    time went (`PHASES`: navigation start to each moment)."""
     results = Results()
     for order in ("id", "updated"):
+        for name, label in PHASES:
+            moments = phases[order][name]
+            results.add(
+                Row(
+                    f"by {order}: navigation start to {label}",
+                    f"{median(moments):.3f} s",
+                    spread_of(moments, "{:.3f} s"),
+                )
+            )
         figure = median(paints[order])
         results.add(
             Row(
@@ -282,7 +328,9 @@ def paint_section(
         [
             head,
             "As the first paints of the section above (same hub, fleet and agents), without the "
-            f"soak; the median of {PAINT_REPEATS} page loads after one warm-up load.",
+            f"soak; the median of {args.repeats} page loads after one warm-up load"
+            ", and where the time went: navigation start to each moment on the way (the same "
+            "loads; the socket's moments are those of the page's first WebSocket).",
             results.table(),
         ]
     )
@@ -316,8 +364,13 @@ async def dashboard(url: str, ready: anyio.Event, counted: list[int], stop: anyi
                     counted[0] += len(frame)
 
 
-async def measure(hub: ServerProcess, dashboards: int, seconds: float) -> tuple[float, float]:
-    """(the hub's CPU share over `seconds`, bytes/s per dashboard) with `dashboards` open."""
+async def measure(
+    hub: ServerProcess, dashboards: int, seconds: float, profile: int = 0
+) -> tuple[float, float, float]:
+    """(the hub's CPU share over `seconds`, bytes/s per dashboard, messages the hub took a
+    second: the same workload with and without dashboards) with `dashboards` open;
+    with `profile`, the hub's cProfile of the measurement (its top `profile` functions) is
+    printed on stderr (the profiler's own cost counts in that share)."""
     stop = anyio.Event()
     counted = [0]
     async with anyio.create_task_group() as group:
@@ -328,15 +381,23 @@ async def measure(hub: ServerProcess, dashboards: int, seconds: float) -> tuple[
             await ready.wait()
         await anyio.sleep(1)  # past the snapshots
         counted[0] = 0
-        before = (await hub.ask("stats"))["cpu"]
+        if profile:
+            await hub.ask("profile_start")
+        before = await hub.ask("stats")
         start = time.perf_counter()
         await anyio.sleep(seconds)
-        cpu = (await hub.ask("stats"))["cpu"] - before
+        after = await hub.ask("stats")
+        cpu = after["cpu"] - before["cpu"]
+        pushes = after["pushes_accepted"] - before["pushes_accepted"]
+        if profile:
+            tables = await hub.ask("profile_stop", top=profile)
+            log(f"profile, {dashboards} dashboards: {tables['idle']}")
+            print(tables["tottime"], tables["cumulative"], sep="\n\n", file=sys.stderr)
         elapsed = time.perf_counter() - start
         received = counted[0]
         stop.set()
     per_dashboard = received / elapsed / dashboards if dashboards else 0.0
-    return cpu / elapsed, per_dashboard
+    return cpu / elapsed, per_dashboard, pushes / elapsed
 
 
 async def run_cpu(args: argparse.Namespace) -> int:
@@ -345,6 +406,7 @@ async def run_cpu(args: argparse.Namespace) -> int:
     hub, busy = await fleet_hub(args.store, folder)
     done = anyio.Event()
     shares: dict[int, list[float]] = {0: [], DASHBOARDS: []}
+    pushes: dict[int, list[float]] = {0: [], DASHBOARDS: []}
     rates: list[float] = []
     rss = 0
     try:
@@ -353,12 +415,14 @@ async def run_cpu(args: argparse.Namespace) -> int:
             await anyio.sleep(3)
             for repeat in range(args.repeats):
                 for dashboards in (0, DASHBOARDS) if repeat % 2 == 0 else (DASHBOARDS, 0):
-                    share, rate = await measure(hub, dashboards, args.seconds)
+                    share, rate, pushed = await measure(hub, dashboards, args.seconds, args.profile)
                     shares[dashboards].append(share)
+                    pushes[dashboards].append(pushed)
                     if dashboards:
                         rates.append(rate)
                     log(
-                        f"{dashboards} dashboards: hub CPU {share:.1%}, {rate / 1000:.1f} KB/s each"
+                        f"{dashboards} dashboards: hub CPU {share:.1%}, {rate / 1000:.1f} KB/s "
+                        f"each, {pushed:.1f} messages/s"
                     )
             rss = (await hub.ask("stats"))["rss_kb"]
             done.set()
@@ -389,6 +453,14 @@ async def run_cpu(args: argparse.Namespace) -> int:
             spread_of([r / 1000 for r in rates], "{:.1f} KB/s"),
         )
     )
+    for count in (0, DASHBOARDS):
+        results.add(
+            Row(
+                f"messages the agents pushed a second, {count or 'no'} dashboards",
+                f"{median(pushes[count]):.1f}",
+                spread_of(pushes[count], "{:.1f}"),
+            )
+        )
     results.add(Row("hub resident memory at the end", f"{rss / 1024:.0f} MB"))
     head = "  \n".join(
         [
@@ -411,7 +483,8 @@ async def run_cpu(args: argparse.Namespace) -> int:
             results.table(),
         ]
     )
-    write_section(f"{CPU_HEADING}, {args.store} store", body)
+    if not args.profile:
+        write_section(f"{CPU_HEADING}, {args.store} store", body)
     print(body)
     return 0 if not results.failed else 1
 
@@ -421,6 +494,9 @@ def main() -> None:
     sub = parser.add_subparsers(dest="what", required=True)
     page = sub.add_parser("page", help="first paint and staleness in Chromium")
     page.add_argument("--soak", type=float, default=300.0, help="seconds of activity")
+    page.add_argument(
+        "--repeats", type=int, default=PAINT_REPEATS, help="page loads per order (after a warm-up)"
+    )
     page.add_argument(
         "--paint-only",
         action="store_true",
@@ -434,6 +510,14 @@ def main() -> None:
         choices=["sqlite", "memory"],
         default="sqlite",
         help="the hub's store: a SQLite file (what `convsync serve` runs) or memory",
+    )
+    cpu.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="TOP",
+        help="print the hub's cProfile of each measurement (its TOP functions) on stderr; "
+        "the figures then include the profiler's cost: nothing is written",
     )
     args = parser.parse_args()
     sys.exit(asyncio.run(run_page(args) if args.what == "page" else run_cpu(args)))

@@ -4,10 +4,15 @@ How this works: `Web` answers plain HTTP requests the hub hands it (`respond`) a
 `/v1/summary` websocket (`serve_summary`). It owns no conversation state: a summary row is read
 from a room, when its lock is free (so the row never shows a batch whose append is still under
 way), loaded for the read if need be. The hub calls `touched(room)` after every join, push,
-leave, rewrite and move of a room; each summary socket collects the rooms touched since its last
-tick and, every `SUMMARY_INTERVAL` seconds, sends the rows of those that changed, so diffs are
-coalesced to at most one per conversation per interval. A room object keeps its last state after
-it unloads, so a conversation touched and unloaded between two ticks is still reported.
+leave, rewrite and move of a room. The summary sockets showing the same window (the same
+`prefix`, `order`, `after`, `limit` and the same `convs` of their grant) share one `_Window`: it
+collects the rooms touched since its last diff and, `SUMMARY_INTERVAL` after the first, works
+the diff out and encodes it once (its tick, run by one of its sockets' tasks); every socket of
+the window is woken to send that frame (20 dashboards on one window cost one diff, one encoding
+and one timer a tick, not 20). So diffs are coalesced to at most one per conversation per
+interval. A socket behind the window by more than the frames kept (`KEPT_FRAMES`) gets a
+snapshot of the window instead. A room object keeps its last state
+after it unloads, so a conversation touched and unloaded between two ticks is still reported.
 
 Access: `grant_for(token)` decides which rows a reader may see: without auth every one; with
 auth the conversations the token's grant allows (`read` needed), the token coming from the
@@ -20,9 +25,11 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import time
 import urllib.parse
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -35,6 +42,7 @@ from websockets.asyncio.server import ServerConnection
 from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
+from websockets.protocol import State
 
 from sync.conversation import Conversation
 from sync.entries import TURN_KIND, TurnRecord
@@ -55,7 +63,7 @@ from sync.messages import (
 
 from .auth import ANONYMOUS, AuthError, Grant, Key, bearer_token, verify
 from .session import CONVERSATION_PATH, is_conversation_id
-from .subscriber import CLOSE_DEADLINE, cut_if_open
+from .subscriber import CLOSE_DEADLINE, DIRECT_WRITE, FRAMED_ONCE, cut_if_open, wire_bytes
 
 if TYPE_CHECKING:
     from .hub import Hub
@@ -79,6 +87,7 @@ SUMMARY_INTERVAL: Final = 0.25  # seconds: at most one diff per conversation per
 CSP: Final = "default-src 'self'; frame-ancestors 'none'"
 PREVIEW_CHARS: Final = 160
 ROW_CACHE: Final = 10_000  # rows kept built (and encoded) at most: about 10 MB
+KEPT_FRAMES: Final = 1 << 20  # bytes of diffs a window keeps for its sockets behind it
 ROW_LIST: Final = 16  # at most this many statuses and draft producers in a row: rows stay small
 DEFAULT_LIMIT: Final = 100
 MAX_LIMIT: Final = 1000
@@ -229,7 +238,8 @@ class Web:
     def __init__(self, hub: Hub, static_dir: Path = STATIC_DIR) -> None:
         self._hub = hub
         self._static_dir = static_dir
-        self._watchers: set[_Touched] = set()  # one per summary socket
+        # The windows the summary sockets show, by window and grant: one per distinct window.
+        self._windows: dict[tuple[Page, tuple[str, ...]], _Window] = {}
         # Each conversation's row as last built, and its JSON, by id: built once per change
         # whatever the number of feeds showing it (20 dashboards built and encoded each row
         # 20 times). Dropped by `touched`, which follows every change of a room.
@@ -238,9 +248,10 @@ class Web:
     def touched(self, room: Room) -> None:
         """The hub changed `room` (or who is in it): summary sockets look at it next tick."""
         self._rows.pop(room.id, None)
-        for watcher in self._watchers:
-            watcher.rooms[room.id] = room
-            watcher.wake.set()
+        for window in self._windows.values():
+            if window.page.holds(room.id):
+                window.rooms[room.id] = room
+                window.wake.set()
 
     def row(self, room: Room) -> Row:
         """The row of `room` (loaded, its lock free), from the cache when it did not change."""
@@ -450,52 +461,91 @@ class Web:
             await _close_with(ws, "rate_limited", "too many connections for this principal")
             return
         watcher = _Touched()
-        self._watchers.add(watcher)  # before the snapshot: no change falls between the two
+        window: _Window | None = None
         try:
             async with anyio.create_task_group() as group:
                 group.start_soon(self._listen, ws, watcher, feed, group.cancel_scope)
-                window = _Window(self, page, feed.visible)
-                snapshot = await window.snapshot()
+                window, snapshot = await self._join(page, feed.grant, watcher)
                 if pings:
                     snapshot["features"] = ["ping"]
                 await ws.send(self.encode(snapshot))
                 del snapshot
                 while True:
-                    # Asleep until a room is touched, a window is asked for or the token's time
-                    # is up: an idle feed costs no wake-up (1,500 polling feeds took 19% of a
-                    # hub's CPU).
-                    with anyio.move_on_after(feed.closes_at() - time.time()):
+                    if window.ticker is None:  # the window's ticking socket left: take it over
+                        window.ticker = (watcher, anyio.CancelScope())
+                        group.start_soon(window.tick, window.ticker[1])
+                    # Asleep until the window has a diff, a window is asked for or the token's
+                    # time is up: an idle feed costs no wake-up (1,500 polling feeds took 19% of
+                    # a hub's CPU).
+                    if feed.closes_at() == math.inf:  # no token to expire: no timer either
                         await watcher.wake.wait()
+                    else:
+                        with anyio.move_on_after(feed.closes_at() - time.time()):
+                            await watcher.wake.wait()
+                    watcher.wake = anyio.Event()
                     if time.time() >= feed.closes_at():
                         await _close_with(ws, "unauthorized", "token expired")
                         return
                     if self._key_of(feed.grant) != feed.key:  # retired (or replaced) since
                         await _close_with(ws, "unauthorized", "the token's key was retired")
                         return
+                    if feed.grant.convs != window.convs and not watcher.pages:
+                        watcher.pages.append(window.page)  # refreshed, other convs: new rows
                     if watcher.pages:
                         page = watcher.pages.pop()
                         watcher.pages.clear()
-                        watcher.wake = anyio.Event()
-                        watcher.rooms.clear()  # the snapshot reads them fresh
-                        window = _Window(self, page, feed.visible)
-                        await ws.send(self.encode(await window.snapshot()))
+                        self._leave(window, watcher)
+                        window = None
+                        window, snapshot = await self._join(page, feed.grant, watcher)
+                        await ws.send(self.encode(snapshot))
+                        del snapshot
                         continue
-                    await anyio.sleep(SUMMARY_INTERVAL)  # coalesce: one diff per interval
-                    watcher.wake = anyio.Event()
-                    if watcher.pages:
-                        watcher.wake.set()  # a window asked for meanwhile: next turn
-                        continue
-                    diff = await window.diff(watcher)
-                    if watcher.rooms:
-                        watcher.wake.set()  # a room under an append: look again next interval
-                    if diff is not None:
-                        await ws.send(self.encode(diff))
-        except ConnectionClosed:
-            return
+                    for data, wire in window.frames_for(watcher):
+                        if wire is not None and _keeps_up(ws):
+                            _write(ws, wire)  # framed once for all the window's sockets
+                        else:
+                            await ws.send(data, text=True)  # framed here; waits for the reader
+        except* ConnectionClosed:
+            pass  # the reader went (raised in the task group: wrapped in an ExceptionGroup)
         finally:
-            self._watchers.discard(watcher)
+            if window is not None:
+                self._leave(window, watcher)
             if feed.grant is not ANONYMOUS:
                 self._hub.let_go_principal(feed.grant.sub)
+
+    async def _join(self, page: Page, grant: Grant, watcher: _Touched) -> tuple[_Window, Row]:
+        """Show `page` to `watcher`'s socket: the window of the same page and convs if one is
+        shown (its rows as of its last diff), else a new one (read from the rooms); the
+        window and the snapshot to send."""
+        key = (page, grant.convs)
+        window = self._windows.get(key)
+        if window is None:
+            window = self._windows[key] = _Window(self, page, grant.allows, grant.convs)
+        window.watchers.add(watcher)  # before the snapshot: no change falls between the two
+        try:
+            async with window.lock:
+                if window.primed:
+                    snapshot = window.current()
+                else:
+                    snapshot = await window.snapshot()
+                watcher.epoch = window.epoch
+        except BaseException:
+            self._leave(window, watcher)
+            raise
+        return window, snapshot
+
+    def _leave(self, window: _Window, watcher: _Touched) -> None:
+        """`watcher`'s socket no longer shows `window`; a window no socket shows goes. The
+        window's tick, if this socket ran it, stops; another of its sockets takes it over."""
+        window.watchers.discard(watcher)
+        if window.ticker is not None and window.ticker[0] is watcher:
+            window.ticker[1].cancel()
+            window.ticker = None
+            for other in window.watchers:
+                other.wake.set()  # one of them starts ticking
+        key = (window.page, window.convs)
+        if not window.watchers and self._windows.get(key) is window:
+            del self._windows[key]
 
     async def _listen(
         self, ws: ServerConnection, watcher: _Touched, feed: _Feed, scope: anyio.CancelScope
@@ -572,13 +622,13 @@ class _Feed:
 
 
 class _Touched:
-    """One summary socket's inbox: the rooms touched since its last tick, by conversation id,
-    and the windows its reader asked for since."""
+    """One summary socket's inbox: whether its window has a diff it did not send (`wake`),
+    the windows its reader asked for, and the last diff of its window it sent (`epoch`)."""
 
     def __init__(self) -> None:
-        self.rooms: dict[str, Room] = {}
         self.pages: list[Page] = []
-        self.wake = anyio.Event()  # set when a room is touched or a window asked for
+        self.wake = anyio.Event()  # set when its window has a diff or a window is asked for
+        self.epoch = 0
 
 
 class _Window:
@@ -589,24 +639,92 @@ class _Window:
     that enter and leave are sent. `order: "updated"`: only a touched room can change its
     rank, so the window is the best `limit` of its rows and the touched ones; a row whose
     activity went back (a rewrite) could let an untouched one in, so then it is ranked
-    again from all the rows."""
+    again from all the rows.
 
-    def __init__(self, web: Web, page: Page, visible: Visible) -> None:
+    Shared by the sockets showing the same window to the same `convs` (`watchers`): the
+    rooms touched since the last diff are collected here; `tick` (run in the task group of one
+    of the sockets, `ticker`) works the diff out and encodes it once an interval, keeps it
+    (diff `epoch` by epoch, up to `KEPT_FRAMES` bytes) until every socket sent it, and wakes
+    the sockets."""
+
+    def __init__(self, web: Web, page: Page, visible: Visible, convs: tuple[str, ...]) -> None:
         self._web = web
         self.page = page
+        self.convs = convs
         self._visible = visible
         self.known: dict[str, Row] = {}
         self.more = False
+        self.rooms: dict[str, Room] = {}  # touched since the last diff, by conversation id
+        self.watchers: set[_Touched] = set()
+        self.wake = anyio.Event()  # set when a room is touched
+        self.ticker: tuple[_Touched, anyio.CancelScope] | None = None  # whose task ticks
+        self.lock = anyio.Lock()  # one snapshot or diff at a time
+        self.primed = False  # `known` holds the window (its first snapshot was read)
+        self.epoch = 0  # the diffs worked out so far
+        # (epoch, the diff's JSON, the same framed for a socket without extension or None)
+        # of the diffs not yet sent by every socket.
+        self.frames: deque[tuple[int, bytes, bytes | None]] = deque()
+        self._kept = 0  # bytes in `frames`
 
     async def snapshot(self) -> Row:
         rows, self.more = await self._web.rows(self.page, self._visible)
         self.known = {row["id"]: row for row in rows}
+        self.primed = True
         return {"type": "summary", "order": self.page.order, "rows": rows, "more": self.more}
 
-    async def diff(self, watcher: _Touched) -> Row | None:
-        """The `summary_diff` for the rooms touched since the last tick, or None."""
+    def current(self) -> Row:
+        """The window as of its last diff, as a snapshot (a socket joining or behind)."""
+        rows = list(self.known.values())
+        rows.sort(key=(lambda row: row["id"]) if self.page.order == "id" else recency)
+        return {"type": "summary", "order": self.page.order, "rows": rows, "more": self.more}
+
+    async def tick(self, scope: anyio.CancelScope) -> None:
+        """Once an interval after a room is touched, the next diff (`step`), until `scope`
+        is cancelled (its socket left the window)."""
+        with scope:
+            while True:
+                await self.wake.wait()
+                await anyio.sleep(SUMMARY_INTERVAL)  # coalesce: one diff per interval
+                self.wake = anyio.Event()
+                with anyio.CancelScope(shield=True):  # the touched rooms are taken: finish
+                    await self.step()
+                if self.rooms:
+                    self.wake.set()  # a room under an append: look again next interval
+
+    async def step(self) -> None:
+        """Work out the diff of the rooms touched since the last; if it shows anything, keep
+        it encoded as the next epoch and wake the window's sockets."""
+        async with self.lock:
+            diff = await self.diff()
+            if diff is None:
+                return
+            data = self._web.encode(diff).encode()
+            wire = wire_bytes(data) if len(data) <= FRAMED_ONCE else None
+            self.epoch += 1
+            self.frames.append((self.epoch, data, wire))
+            self._kept += len(data)
+            sent = min((other.epoch for other in self.watchers), default=self.epoch)
+            while self.frames and (
+                self.frames[0][0] <= sent or (self._kept > KEPT_FRAMES and len(self.frames) > 1)
+            ):
+                self._kept -= len(self.frames.popleft()[1])
+            for watcher in self.watchers:
+                watcher.wake.set()
+
+    def frames_for(self, watcher: _Touched) -> list[tuple[bytes, bytes | None]]:
+        """The frames `watcher`'s socket sends now, each as JSON and framed (or None): the
+        diffs since the last it sent, or a snapshot when it is behind the frames kept."""
+        behind, watcher.epoch = watcher.epoch, self.epoch
+        if behind == self.epoch:
+            return []
+        if not self.frames or self.frames[0][0] > behind + 1:
+            return [(self._web.encode(self.current()).encode(), None)]  # behind what is kept
+        return [(data, wire) for epoch, data, wire in self.frames if epoch > behind]
+
+    async def diff(self) -> Row | None:
+        """The `summary_diff` for the rooms touched since the last diff, or None."""
         page, known = self.page, self.known
-        rooms, watcher.rooms = watcher.rooms, {}
+        rooms, self.rooms = self.rooms, {}
         fresh: dict[str, Row] = {}
         again = False  # the window's members must be read again
         entering = False  # a row from outside may rank into an "updated" window
@@ -618,7 +736,7 @@ class _Window:
             if not page.holds(conversation_id) or not self._visible(conversation_id):
                 continue
             if room.lock.locked():
-                watcher.rooms.setdefault(conversation_id, room)  # an append under way: next tick
+                self.rooms.setdefault(conversation_id, room)  # an append under way: next tick
                 continue
             inside = conversation_id in known
             if not room.exists:
@@ -675,6 +793,26 @@ class _Window:
         if more != self.more:
             message["more"] = self.more = more
         return message if sent or len(message) > 2 else None
+
+
+def _keeps_up(ws: ServerConnection) -> bool:
+    """Whether a frame framed once can go straight to `ws`'s transport: no extension (the
+    bytes are the same for every socket), open, and few unsent bytes (below `DIRECT_WRITE`:
+    else `send` waits for the reader)."""
+    return (
+        not ws.protocol.extensions
+        and ws.protocol.state is State.OPEN
+        and ws.transport.get_write_buffer_size() < DIRECT_WRITE
+    )
+
+
+def _write(ws: ServerConnection, wire: bytes) -> None:
+    """Write a framed frame to `ws`'s transport, as the conversation sockets do (`Subscriber`)."""
+    try:
+        ws.transport.write(wire)
+    except Exception:  # one bad socket stops no other
+        log.warning("a summary frame could not be written; dropping the connection", exc_info=True)
+        ws.transport.abort()
 
 
 async def _close_with(ws: ServerConnection, code: str, detail: str) -> None:

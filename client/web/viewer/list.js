@@ -117,7 +117,10 @@ export class ListView {
     this.scheduled = false;
     this.feed.on('rows', (event) => {
       if (event.snapshot) this.pending = false;
-      this.schedule();
+      // The first page is drawn as its snapshot comes, so it paints in the next frame, not
+      // in the one after; later rows wait for a frame (one draw per frame however many).
+      if (event.snapshot && this.drawn.size === 0) this.render();
+      else this.schedule();
     });
     this.feed.on('state', (event) => {
       root.dataset.connectionState = event.state;
