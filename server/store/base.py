@@ -48,6 +48,7 @@ __all__ = [
     "check_read_args",
     "check_records",
     "check_rewrite",
+    "closed_error",
     "merge_lease",
     "prefix_range",
 ]
@@ -237,6 +238,11 @@ class StoreLocked(StoreError):
         self.holder = holder
 
 
+def closed_error() -> UsageError:
+    """What every call on a closed store raises."""
+    return UsageError("closed", "the store is closed")
+
+
 class Closable:
     """What every store shares: after `close`, each call raises `UsageError` (`closed`)."""
 
@@ -244,7 +250,7 @@ class Closable:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise UsageError("closed", "the store is closed")
+            raise closed_error()
 
 
 class Counted(Closable):
