@@ -70,18 +70,22 @@ from .base import (
     Loaded,
     LogMoved,
     SeqTaken,
-    StoreError,
     check_append_args,
     check_base,
     check_delete_args,
     check_list_args,
+    check_live,
     check_mark,
-    check_new_lineage,
     check_read_args,
     check_records,
     check_rewrite,
+    check_rewrite_args,
+    check_snapshot_revision,
+    held_tail,
+    loaded,
     merge_lease,
     prefix_range,
+    readable,
 )
 from .postgres_dsn import check_dsn, describe_dsn
 from .postgres_notices import Notice, Notices
@@ -239,25 +243,20 @@ class PostgresStore(Counted):
                 if head is None:
                     return None
                 lineage, revision = head["lineage"], head["revision"]
-                if lineage == TOMBSTONE:
-                    raise Deleted(conversation_id, revision)
-                snapshot: bytes | None = None
-                snapshot_revision = 0
-                row = await conn.fetchrow(
+                check_live(conversation_id, (lineage, revision))
+                snapshot = await conn.fetchrow(
                     "SELECT revision, data FROM snapshots"
                     " WHERE conversation_id = $1 AND lineage = $2",
                     conversation_id,
                     lineage,
                 )
-                if row is not None:
-                    snapshot_revision, snapshot = row["revision"], row["data"]
                 records = [
                     r["data"]
                     for r in await conn.fetch(
                         "SELECT data FROM records WHERE conversation_id = $1 AND revision > $2"
                         " ORDER BY revision",
                         conversation_id,
-                        snapshot_revision,
+                        0 if snapshot is None else snapshot["revision"],
                     )
                 ]
                 clients = {
@@ -268,19 +267,8 @@ class PostgresStore(Counted):
                         conversation_id,
                     )
                 }
-            if len(records) != revision - snapshot_revision:
-                raise StoreError(
-                    f"{conversation_id!r} holds {len(records)} records after revision"
-                    f" {snapshot_revision}, expected {revision - snapshot_revision}"
-                )
-            return Loaded(
-                lineage=lineage,
-                revision=revision,
-                snapshot=snapshot,
-                snapshot_revision=snapshot_revision,
-                records=records,
-                clients=clients,
-            )
+            kept = None if snapshot is None else (snapshot["revision"], snapshot["data"])
+            return loaded(conversation_id, lineage, revision, kept, records, clients)
 
         return await self._pg.run(work)
 
@@ -364,16 +352,11 @@ class PostgresStore(Counted):
                 from_revision,
                 limit,
             )
-            if not rows:
-                return None
-            head = rows[0]
-            if head["lineage"] != lineage or from_revision > head["head"]:
+            current = (rows[0]["lineage"], rows[0]["head"]) if rows else None
+            if current is None or not readable(current, lineage, from_revision):
                 return None
             found = [(r["revision"], r["data"]) for r in rows if r["revision"] is not None]
-            if from_revision < head["head"] and limit != 0:
-                if not found or found[0][0] != from_revision + 1:
-                    return None  # the first record asked for is no longer held
-            return [data for _, data in found]
+            return held_tail(current[1], from_revision, limit, found)
 
         return await self._pg.run(work)
 
@@ -393,11 +376,7 @@ class PostgresStore(Counted):
                 )
                 if head is None or head["lineage"] != lineage:
                     return False
-                if not 0 <= revision <= head["revision"]:
-                    raise UsageError(
-                        "bad_revision",
-                        f"no revision {revision} in a log of {head['revision']} records",
-                    )
+                check_snapshot_revision(revision, head["revision"])
                 written = await conn.fetchval(
                     "INSERT INTO snapshots (conversation_id, lineage, revision, data)"
                     " VALUES ($1, $2, $3, $4) ON CONFLICT (conversation_id) DO UPDATE SET"
@@ -424,8 +403,7 @@ class PostgresStore(Counted):
     ) -> None:
         """See `LogStore.rewrite`."""
         self._check_open()
-        frozen = list(check_records(records))
-        check_new_lineage(lineage)
+        frozen = list(check_rewrite_args(lineage, records))
 
         async def work(conn: Conn) -> None:
             async with conn.transaction():
@@ -498,8 +476,8 @@ class PostgresStore(Counted):
                 conversation_id,
                 client,
             )
-            if row is not None and row["lineage"] == TOMBSTONE:
-                raise Deleted(conversation_id, row["revision"])
+            if row is not None:
+                check_live(conversation_id, (row["lineage"], row["revision"]))
             if row is None or row["seq"] is None:
                 return None
             return ClientMark(row["seq"], row["ack_from"], row["ack_revision"])

@@ -104,19 +104,25 @@ class Connections:
         # Never chained: asyncpg's error may quote the URL, password and all.
         return StoreError(f"postgresql at {self.where}: asyncpg cannot read the URL")
 
-    async def connect_one(self) -> asyncpg.Connection[asyncpg.Record]:
+    async def _reach(self, connect: Callable[[], Awaitable[T]]) -> T:
+        """What `connect` makes (a connection, a pool), its failures as `StoreError`."""
         try:
-            return await asyncpg.connect(
-                self._dsn,
-                timeout=self._connect_timeout,
-                command_timeout=self.command_timeout,
-                server_settings=self._settings,
-            )
+            return await connect()
         except DB_ERRORS as exc:
             raise self.translate(exc) from exc
         except ValueError:
             pass
         raise self._bad_url()  # outside the `except`: no context that quotes the URL
+
+    async def connect_one(self) -> asyncpg.Connection[asyncpg.Record]:
+        return await self._reach(
+            lambda: asyncpg.connect(
+                self._dsn,
+                timeout=self._connect_timeout,
+                command_timeout=self.command_timeout,
+                server_settings=self._settings,
+            )
+        )
 
     @contextlib.asynccontextmanager
     async def pooled(self, pool: asyncpg.Pool[asyncpg.Record]) -> AsyncIterator[Conn]:
@@ -170,8 +176,8 @@ class Connections:
                 await self._create_schema(conn)
             finally:
                 await self.close_conn(conn)
-            try:
-                pool = await asyncpg.create_pool(
+            pool = await self._reach(
+                lambda: asyncpg.create_pool(
                     self._dsn,
                     min_size=self._min_size,
                     max_size=self._max_size,
@@ -179,13 +185,8 @@ class Connections:
                     command_timeout=self.command_timeout,
                     server_settings=self._settings,
                 )
-            except DB_ERRORS as exc:
-                raise self.translate(exc) from exc
-            except ValueError:
-                pool = None
-            if pool is None:
-                raise self._bad_url()  # outside the `except`: no context that quotes the URL
-            self.pool = pool  # `close` waits for `_opening`, then closes it
+            )
+            self.pool = pool  # `close` waits for `opening`, then closes it
             return pool
 
     async def _create_schema(self, conn: Conn) -> None:

@@ -87,9 +87,9 @@ from .base import (
     check_append_args,
     check_delete_args,
     check_list_args,
-    check_new_lineage,
     check_read_args,
     check_records,
+    check_rewrite_args,
     closed_error,
 )
 from .sqlite_files import SCHEMA_VERSION, connect, fresh, store_error
@@ -321,8 +321,7 @@ class SqliteStore(Closable):
     ) -> None:
         """See `LogStore.rewrite`."""
         self._check_open()
-        frozen = check_records(records)
-        check_new_lineage(lineage)
+        frozen = check_rewrite_args(lineage, records)
         run = functools.partial(
             _rewrite_in,
             conversation_id=conversation_id,

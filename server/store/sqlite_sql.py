@@ -10,20 +10,21 @@ from __future__ import annotations
 
 import sqlite3
 
-from sync.errors import UsageError
-
 from .base import (
     TOMBSTONE,
     ClientMark,
-    Deleted,
     Lease,
     Loaded,
-    StoreError,
     check_base,
+    check_live,
     check_mark,
     check_rewrite,
+    check_snapshot_revision,
+    held_tail,
+    loaded,
     merge_lease,
     prefix_range,
+    readable,
 )
 
 _Db = sqlite3.Connection | sqlite3.Cursor
@@ -108,8 +109,7 @@ def _snapshot_in(
     current = _position_in(conn, conversation_id)
     if current is None or current[0] != lineage:
         return
-    if not 0 <= revision <= current[1]:
-        raise UsageError("bad_revision", f"no revision {revision} in a log of {current[1]} records")
+    check_snapshot_revision(revision, current[1])
     row = conn.execute(
         "SELECT lineage, revision FROM snapshots WHERE conversation_id = ?", (conversation_id,)
     ).fetchone()
@@ -143,29 +143,19 @@ def _load_in(conn: sqlite3.Connection, conversation_id: str) -> Loaded | None:
     current = _position_in(conn, conversation_id)
     if current is None:
         return None
+    check_live(conversation_id, current)
     lineage, revision = current
-    if lineage == TOMBSTONE:
-        raise Deleted(conversation_id, revision)
-    snapshot: bytes | None = None
-    snapshot_revision = 0
-    row = conn.execute(
+    snapshot = conn.execute(
         "SELECT revision, data FROM snapshots WHERE conversation_id = ? AND lineage = ?",
         (conversation_id, lineage),
     ).fetchone()
-    if row is not None:
-        snapshot_revision, snapshot = row
     records = [
         data
         for (data,) in conn.execute(
             "SELECT data FROM records WHERE conversation_id = ? AND revision > ? ORDER BY revision",
-            (conversation_id, snapshot_revision),
+            (conversation_id, 0 if snapshot is None else snapshot[0]),
         )
     ]
-    if len(records) != revision - snapshot_revision:
-        raise StoreError(
-            f"{conversation_id!r} holds {len(records)} records after revision"
-            f" {snapshot_revision}, expected {revision - snapshot_revision}"
-        )
     clients = {
         client: ClientMark(seq, ack_from, ack_revision)
         for client, seq, ack_from, ack_revision in conn.execute(
@@ -173,14 +163,7 @@ def _load_in(conn: sqlite3.Connection, conversation_id: str) -> Loaded | None:
             (conversation_id,),
         )
     }
-    return Loaded(
-        lineage=lineage,
-        revision=revision,
-        snapshot=snapshot,
-        snapshot_revision=snapshot_revision,
-        records=records,
-        clients=clients,
-    )
+    return loaded(conversation_id, lineage, revision, snapshot, records, clients)
 
 
 def _read_in(
@@ -191,16 +174,14 @@ def _read_in(
     limit: int | None,
 ) -> list[bytes] | None:
     current = _position_in(conn, conversation_id)
-    if current is None or current[0] != lineage or from_revision > current[1]:
+    if current is None or not readable(current, lineage, from_revision):
         return None
     rows = conn.execute(
         "SELECT revision, data FROM records WHERE conversation_id = ? AND revision > ?"
         " ORDER BY revision LIMIT ?",
         (conversation_id, from_revision, -1 if limit is None else limit),
     ).fetchall()
-    if from_revision < current[1] and limit != 0 and (not rows or rows[0][0] != from_revision + 1):
-        return None  # the first record asked for is no longer held
-    return [data for _, data in rows]
+    return held_tail(current[1], from_revision, limit, rows)
 
 
 def _list_in(
