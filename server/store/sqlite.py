@@ -60,6 +60,11 @@ How this works
   the lock checks the lock file is still the one at the path (not one removed meanwhile).
   The errors name the path and the cause (a directory that does not exist, a file that is not
   a database, ...).
+- **In parts.** This file holds the store (its `LogStore` methods) and the readers' pool. The
+  file's opening, its holder lock and its schema are `sqlite_files`; the statements every
+  write and read runs in its transaction are `sqlite_sql`; the group commit (`_Committer`, on
+  the loop) and the store's thread (`_Writer`: commits, fsync, checkpoints, scrubs) are
+  `sqlite_writer`.
 - The store is bound to asyncio (futures and `call_soon_threadsafe`). Cancelling a caller that
   awaits an append does not withdraw the append: it may still commit; reload to find out. So
   may a write that failed because its sync failed.
