@@ -112,7 +112,7 @@ class PostgresStore(Counted):
             take before `StoreError` (`unavailable`): a lock another session never lets go,
             or a network path that died without a reset, fails the call instead of hanging
             it; also the bound on each step of `close`.
-        notify: send `NOTIFY` after each write (see the module docs); off when no hub watches.
+        notify: send `NOTIFY` after each write (`postgres_notices`); off when no hub watches.
 
     Attributes:
         channel: the `NOTIFY` channel of these tables (`convsync` or `convsync:SCHEMA`).
