@@ -34,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import server.store.sqlite as sqlite_module
+import server.store.sqlite_writer as sqlite_module
 from bench._report import median, now, publish, spread
 from bench.hub import fsync_probe
 from server.store.sqlite import SqliteStore

@@ -29,18 +29,16 @@ from sync.ids import now_ms
 
 from .mirror import BusAsk, BusMessage, Change, Mirror, decode_bus, pack
 from .remote import answer_ask, relay_ops
+from .store.postgres_bus import NOTIFY_LIMIT, PostgresBus
 
 if TYPE_CHECKING:
     from .config import HubConfig
     from .room import Room
-    from .store.postgres import PostgresStore
 
-__all__ = ["Bus", "PostgresBus", "RedisBus", "Relay", "open_bus"]
+__all__ = ["NOTIFY_LIMIT", "Bus", "PostgresBus", "RedisBus", "Relay", "open_bus"]
 
 log = logging.getLogger("convsync.bus")
 
-NOTIFY_LIMIT = 7900
-"""Bytes per `NOTIFY` payload (PostgreSQL refuses 8000 and more)."""
 REDIS_LIMIT = 512 * 1024
 """Bytes per Redis message (Redis takes far more; this keeps one message one frame's worth)."""
 _MAX_UNSENT = 10_000  # bus messages kept while the bus is down
@@ -60,30 +58,6 @@ class Bus(Protocol):
     async def forget(self, hub: str) -> None: ...
 
     async def aclose(self) -> None: ...
-
-
-class PostgresBus:
-    """`NOTIFY` on the store's own database, heartbeats in a table of it."""
-
-    limit = NOTIFY_LIMIT
-
-    def __init__(self, store: PostgresStore) -> None:
-        self._store = store
-
-    async def publish(self, payloads: list[bytes]) -> None:
-        await self._store.bus_send([payload.decode() for payload in payloads])
-
-    def listen(self) -> contextlib.AbstractAsyncContextManager[AsyncIterator[bytes | str]]:
-        return self._store.bus_listen()
-
-    async def beat(self, hub: str, ttl: float) -> set[str]:
-        return await self._store.beat(hub, ttl)
-
-    async def forget(self, hub: str) -> None:
-        await self._store.forget_hub(hub)
-
-    async def aclose(self) -> None:
-        return None
 
 
 class RedisBus:

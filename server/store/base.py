@@ -43,13 +43,20 @@ __all__ = [
     "check_base",
     "check_delete_args",
     "check_list_args",
+    "check_live",
     "check_mark",
     "check_new_lineage",
     "check_read_args",
     "check_records",
     "check_rewrite",
+    "check_rewrite_args",
+    "check_snapshot_revision",
+    "closed_error",
+    "held_tail",
+    "loaded",
     "merge_lease",
     "prefix_range",
+    "readable",
 ]
 
 NO_LINEAGE = 0
@@ -237,6 +244,11 @@ class StoreLocked(StoreError):
         self.holder = holder
 
 
+def closed_error() -> UsageError:
+    """What every call on a closed store raises."""
+    return UsageError("closed", "the store is closed")
+
+
 class Closable:
     """What every store shares: after `close`, each call raises `UsageError` (`closed`)."""
 
@@ -244,7 +256,7 @@ class Closable:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise UsageError("closed", "the store is closed")
+            raise closed_error()
 
 
 class Counted(Closable):
@@ -484,6 +496,13 @@ def check_append_args(
     return check_records(records)
 
 
+def check_rewrite_args(lineage: int, records: Sequence[bytes]) -> tuple[bytes, ...]:
+    """Validate `rewrite`'s arguments; return the records frozen."""
+    frozen = check_records(records)
+    check_new_lineage(lineage)
+    return frozen
+
+
 def check_read_args(from_revision: int, limit: int | None) -> None:
     """Validate `read`'s arguments."""
     if from_revision < 0:
@@ -522,6 +541,67 @@ def check_delete_args(now: float) -> None:
         raise UsageError("bad_time", f"{now!r} is not a time in seconds since the epoch")
 
 
+def check_live(conversation_id: str, current: tuple[int, int] | None) -> None:
+    """Raise `Deleted` when the head at `current` (None: no log) is a tombstone."""
+    if current is not None and current[0] == TOMBSTONE:
+        raise Deleted(conversation_id, current[1])
+
+
+def check_snapshot_revision(revision: int, log_revision: int) -> None:
+    """Raise `UsageError` unless a snapshot at `revision` fits a log of `log_revision`."""
+    if not 0 <= revision <= log_revision:
+        raise UsageError(
+            "bad_revision", f"no revision {revision} in a log of {log_revision} records"
+        )
+
+
+def readable(current: tuple[int, int] | None, lineage: int, from_revision: int) -> bool:
+    """Whether `read` of `lineage` after `from_revision` can be answered from a log at
+    `current` (None: no log): the log is there, at that lineage, and not behind the reader."""
+    return current is not None and current[0] == lineage and from_revision <= current[1]
+
+
+def held_tail(
+    revision: int, from_revision: int, limit: int | None, rows: Sequence[tuple[int, bytes]]
+) -> list[bytes] | None:
+    """What `read` returns of a log at `revision` given `rows`, the `(revision, data)` a
+    store found after `from_revision` (in order, at most `limit`): their data, or None
+    when the store no longer holds the first record asked for."""
+    if from_revision < revision and limit != 0 and (not rows or rows[0][0] != from_revision + 1):
+        return None
+    return [data for _, data in rows]
+
+
+def loaded(
+    conversation_id: str,
+    lineage: int,
+    revision: int,
+    snapshot: tuple[int, bytes] | None,
+    records: list[bytes],
+    clients: dict[str, ClientMark],
+) -> Loaded:
+    """What `load` returns of a log at `lineage`, `revision` with `snapshot` (its revision
+    and state, None without one) and `records`, those a store found after the snapshot.
+
+    Raises:
+        StoreError: `records` are not all of those (a damaged store).
+    """
+    snapshot_revision, state = (0, None) if snapshot is None else snapshot
+    if len(records) != revision - snapshot_revision:
+        raise StoreError(
+            f"{conversation_id!r} holds {len(records)} records after revision"
+            f" {snapshot_revision}, expected {revision - snapshot_revision}"
+        )
+    return Loaded(
+        lineage=lineage,
+        revision=revision,
+        snapshot=state,
+        snapshot_revision=snapshot_revision,
+        records=records,
+        clients=clients,
+    )
+
+
 def check_base(
     conversation_id: str, current: tuple[int, int] | None, lineage: int, revision: int
 ) -> None:
@@ -530,8 +610,7 @@ def check_base(
     A missing log is at revision 0 of every lineage; a tombstone (`TOMBSTONE`) raises
     `Deleted` instead.
     """
-    if current is not None and current[0] == TOMBSTONE:
-        raise Deleted(conversation_id, current[1])
+    check_live(conversation_id, current)
     if current is None:
         if revision != 0:
             raise LogMoved(conversation_id, NO_LINEAGE, 0)
@@ -547,8 +626,7 @@ def check_rewrite(
 ) -> None:
     """Raise unless a log at `current` may be rewritten under `lineage` (see `rewrite`); a
     tombstone raises `Deleted`, with a `base` or without (a rewrite never revives one)."""
-    if current is not None and current[0] == TOMBSTONE:
-        raise Deleted(conversation_id, current[1])
+    check_live(conversation_id, current)
     if base is not None:
         check_base(conversation_id, current, *base)
     if current is not None and current[0] == lineage:

@@ -11,8 +11,6 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Self
 
-from sync.errors import UsageError
-
 from .base import (
     ClientMark,
     Counted,
@@ -24,12 +22,14 @@ from .base import (
     check_delete_args,
     check_list_args,
     check_mark,
-    check_new_lineage,
     check_read_args,
     check_records,
     check_rewrite,
+    check_rewrite_args,
+    check_snapshot_revision,
     merge_lease,
     prefix_range,
+    readable,
 )
 
 __all__ = ["MemoryStore"]
@@ -117,7 +117,7 @@ class MemoryStore(Counted):
         self._check_open()
         check_read_args(from_revision, limit)
         log = self._logs.get(conversation_id)
-        if log is None or log.lineage != lineage or from_revision > log.revision:
+        if log is None or not readable((log.lineage, log.revision), lineage, from_revision):
             return None
         stop = log.revision if limit is None else min(log.revision, from_revision + limit)
         return log.records[from_revision:stop]
@@ -131,10 +131,7 @@ class MemoryStore(Counted):
         log = self._logs.get(conversation_id)
         if log is None or log.lineage != lineage:
             return
-        if not 0 <= revision <= log.revision:
-            raise UsageError(
-                "bad_revision", f"no revision {revision} in a log of {log.revision} records"
-            )
+        check_snapshot_revision(revision, log.revision)
         if log.snapshot is not None and log.snapshot[0] == lineage and log.snapshot[1] >= revision:
             return
         log.snapshot = (lineage, revision, state)
@@ -150,8 +147,7 @@ class MemoryStore(Counted):
     ) -> None:
         """See `LogStore.rewrite`."""
         self._check_open()
-        frozen = check_records(records)
-        check_new_lineage(lineage)
+        frozen = check_rewrite_args(lineage, records)
         self._check_deleted(conversation_id)
         log = self._logs.get(conversation_id)
         current = None if log is None else (log.lineage, log.revision)

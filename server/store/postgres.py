@@ -35,29 +35,13 @@ How this works
   `command_timeout` seconds (a lock another session never lets go, a network path that died
   without a reset), then fails with `StoreError` (`unavailable`); so do the steps of `close`,
   which then cuts the connections.
-
-Hearing that another hub moved a log
-------------------------------------
-After a write commits (never inside its transaction) the store sends `NOTIFY` on its channel
-(`convsync`, or `convsync:SCHEMA` with a schema) with a JSON payload
-`{"conversation": ID, "lineage": L, "revision": R}`: the log's head after the write. Sends are
-coalesced per conversation and lineage: while one batch is going out, later writes to a
-conversation overwrite its pending notice, and the next batch carries only the latest. A
-batch that fails is sent again after a pause (a notice too long for PostgreSQL is left out).
-An append whose outcome is unknown (cancelled, or failed once COMMIT may have gone out) is
-announced too: a notice is a hint, and a wrong one costs a read.
-
-`async with store.watch() as notices:` opens a dedicated connection (not from the pool, and
-not through a transaction-pooling proxy: LISTEN needs a session), returns once `LISTEN` is in
-effect, and `async for notice in notices:` yields `Notice` values, coalesced per conversation
-while the consumer is busy (per conversation and lineage: lineages have no order, so a late
-notice of the old lineage never hides a rewrite's), so memory stays bounded by the number of
-conversations moving. A watcher hears its own store's writes too. A notice is a hint, not the
-record: read the log from the store by revision (`read` returning None means the lineage
-changed: reload). If the listening connection drops, or stops answering (it is checked every
-`_PING_EVERY` seconds), the iteration raises `StoreError` (`unavailable`) once and ends;
-notices may have been missed, so re-read the heads you hold before watching again. When the
-store closes, every watch ends.
+- **In parts.** This file holds the store: the `LogStore` methods and the turn leases. The
+  schema and `convsync_append` are `postgres_schema`, the pool and its errors
+  `postgres_pool`, the URL checks `postgres_dsn`. The notices that tell other hubs a log
+  moved (`NOTIFY` after each write, `watch` to hear them) are `postgres_notices` (`Notices`,
+  the store's `notices`; `watch()` and `channel` here are its); the bus of drafts and
+  presence between hubs is `postgres_bus` (`PostgresBus`, made from a store by
+  `server.bus.open_bus`).
 
 Cancelling a caller mid-write rolls the transaction back unless COMMIT was already sent; after
 a `StoreError` the write may or may not have landed: reload to find out.
@@ -67,15 +51,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
-from typing import Any, Self, TypeAlias, TypeVar
-from urllib.parse import SplitResult, urlsplit
+from typing import Any, Self
 
 import asyncpg
-import msgspec
 
 from sync.errors import UsageError
 
@@ -89,286 +70,31 @@ from .base import (
     Loaded,
     LogMoved,
     SeqTaken,
-    StoreError,
     check_append_args,
     check_base,
     check_delete_args,
     check_list_args,
+    check_live,
     check_mark,
-    check_new_lineage,
     check_read_args,
     check_records,
     check_rewrite,
+    check_rewrite_args,
+    check_snapshot_revision,
+    held_tail,
+    loaded,
     merge_lease,
     prefix_range,
+    readable,
 )
+from .postgres_dsn import check_dsn, describe_dsn
+from .postgres_notices import Notice, Notices
+from .postgres_pool import Conn, Connections
+from .postgres_schema import LEASES_TABLE, MOVED, SCHEMA_VERSION, SEQ_TAKEN, create_once
 
-__all__ = ["SCHEMA_VERSION", "Notice", "PostgresStore"]
-
-T = TypeVar("T")
-
-SCHEMA_VERSION = 1
-
-_SCHEMA = """
-CREATE TABLE convsync_meta (
-    key TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-CREATE TABLE conversations (
-    id TEXT COLLATE "C" PRIMARY KEY,
-    lineage BIGINT NOT NULL,
-    revision BIGINT NOT NULL
-);
-CREATE TABLE records (
-    conversation_id TEXT COLLATE "C" NOT NULL,
-    revision BIGINT NOT NULL,
-    data BYTEA NOT NULL,
-    PRIMARY KEY (conversation_id, revision)
-);
-CREATE TABLE snapshots (
-    conversation_id TEXT COLLATE "C" PRIMARY KEY,
-    lineage BIGINT NOT NULL,
-    revision BIGINT NOT NULL,
-    data BYTEA NOT NULL
-);
-CREATE TABLE clients (
-    conversation_id TEXT COLLATE "C" NOT NULL,
-    client TEXT NOT NULL,
-    seq BIGINT NOT NULL,
-    ack_from BIGINT NOT NULL,
-    ack_revision BIGINT NOT NULL,
-    PRIMARY KEY (conversation_id, client)
-);
-CREATE FUNCTION convsync_append(
-    p_id TEXT, p_lineage BIGINT, p_revision BIGINT, p_records BYTEA[],
-    p_client TEXT, p_seq BIGINT, p_ack_from BIGINT, p_ack_revision BIGINT
-) RETURNS BIGINT LANGUAGE plpgsql AS $$
-DECLARE
-    new_revision BIGINT := p_revision + cardinality(p_records);
-    held clients%ROWTYPE;
-    head conversations%ROWTYPE;
-BEGIN
-    IF p_client IS NOT NULL THEN
-        -- Checked first: a resend is answered with its ack even when the log moved since.
-        INSERT INTO clients (conversation_id, client, seq, ack_from, ack_revision)
-        VALUES (p_id, p_client, p_seq, p_ack_from, p_ack_revision)
-        ON CONFLICT (conversation_id, client) DO UPDATE SET
-            seq = excluded.seq, ack_from = excluded.ack_from, ack_revision = excluded.ack_revision
-        WHERE excluded.seq > clients.seq;
-        IF NOT FOUND THEN
-            SELECT * INTO held FROM clients WHERE conversation_id = p_id AND client = p_client;
-            RAISE EXCEPTION USING ERRCODE = 'CV001', MESSAGE = 'seq taken',
-                DETAIL = held.seq || ' ' || held.ack_from || ' ' || held.ack_revision;
-        END IF;
-    END IF;
-    -- The race is decided here: a second writer at this position waits for the first to
-    -- commit, re-checks the WHERE against the committed row, and updates nothing.
-    UPDATE conversations SET revision = new_revision
-    WHERE id = p_id AND lineage = p_lineage AND revision = p_revision;
-    IF NOT FOUND THEN
-        IF p_revision = 0 THEN
-            INSERT INTO conversations (id, lineage, revision)
-            VALUES (p_id, p_lineage, new_revision) ON CONFLICT (id) DO NOTHING;
-        END IF;
-        IF p_revision <> 0 OR NOT FOUND THEN
-            SELECT * INTO head FROM conversations WHERE id = p_id;
-            RAISE EXCEPTION USING ERRCODE = 'CV002', MESSAGE = 'log moved',
-                DETAIL = coalesce(head.lineage || ' ' || head.revision, 'none');
-        END IF;
-    END IF;
-    INSERT INTO records (conversation_id, revision, data)
-    SELECT p_id, p_revision + n, data FROM unnest(p_records) WITH ORDINALITY AS r(data, n);
-    RETURN new_revision;
-END
-$$;
-"""
-
-# What `convsync_append` raises (the statement, and so everything it wrote, is rolled back).
-_SEQ_TAKEN = "CV001"
-_MOVED = "CV002"
-
-# Any constant works; it only keeps two hubs from creating the schema at the same moment.
-_SCHEMA_LOCK = 0x636F6E7673796E63  # "convsync"
+__all__ = ["SCHEMA_VERSION", "Notice", "PostgresStore", "check_dsn", "describe_dsn"]
 
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,39}")
-
-_NOTIFY_BATCH = 500
-_NOTIFY_MAX = 7999  # bytes: PostgreSQL refuses a longer NOTIFY payload
-# How often a listening connection is checked (`SELECT 1`, within the command timeout): a
-# path that died without a reset would otherwise leave a watch silent for good.
-_PING_EVERY = 10.0
-
-
-class Notice(msgspec.Struct, frozen=True):
-    """A log moved: its head after a write another store (or this one) committed.
-
-    Attributes:
-        conversation: the conversation id.
-        lineage: the log's lineage after the write.
-        revision: the log's revision after the write.
-    """
-
-    conversation: str
-    lineage: int
-    revision: int
-
-
-_encode_notice = msgspec.json.Encoder().encode
-_decode_notice = msgspec.json.Decoder(Notice).decode
-
-# Errors that mean "the server is not there (now)", as opposed to "the server refused this".
-_UNAVAILABLE: tuple[type[BaseException], ...] = (
-    OSError,
-    TimeoutError,
-    asyncpg.CannotConnectNowError,
-    asyncpg.TooManyConnectionsError,
-    asyncpg.ConnectionDoesNotExistError,
-    asyncpg.InterfaceError,
-)
-_DB_ERRORS: tuple[type[BaseException], ...] = (asyncpg.PostgresError, *_UNAVAILABLE)
-_CLOSE_ERRORS: tuple[type[BaseException], ...] = (TimeoutError, *_DB_ERRORS)
-
-_Conn: TypeAlias = (
-    "asyncpg.Connection[asyncpg.Record] | asyncpg.pool.PoolConnectionProxy[asyncpg.Record]"
-)
-
-
-def describe_dsn(dsn: str) -> str:
-    """`host:port/database` of a PostgreSQL URL, for messages (the first host of several);
-    never the user or password, nor anything of a URL `check_dsn` would refuse."""
-    parts = _split(dsn)
-    if parts is None or _misquoted(dsn, parts) is not None:
-        return "the configured server"
-    first = parts.netloc.rpartition("@")[2].split(",")[0]
-    host, port = _host_port(first)
-    database = parts.path.lstrip("/")
-    where = f"{host or 'localhost'}:{port or 5432}"
-    return f"{where}/{database}" if database else where
-
-
-def check_dsn(dsn: object) -> None:
-    """Refuse what is not a `postgresql://` URL asyncpg reads as the user meant, without
-    repeating it (it may hold a password).
-
-    Raises:
-        UsageError: `bad_dsn`, saying what is wrong.
-    """
-    if not isinstance(dsn, str):
-        raise UsageError("bad_dsn", "the PostgreSQL URL must be a string")
-    parts = _split(dsn)
-    if parts is None:  # raised here, not in an `except`: the cause quotes the URL
-        raise UsageError(
-            "bad_dsn",
-            "the PostgreSQL URL cannot be read (a password holding '/', '#', '?' or '@' must"
-            " be percent-encoded)",
-        )
-    if parts.scheme not in ("postgresql", "postgres"):
-        raise UsageError(
-            "bad_dsn", "the PostgreSQL store takes a postgresql://user@host:port/database URL"
-        )
-    problem = _misquoted(dsn, parts)
-    if problem is not None:
-        raise UsageError("bad_dsn", problem)
-
-
-_QUOTE_HINT = "a password holding '/', '#', '?' or '@' must be percent-encoded"
-
-
-def _split(dsn: str) -> SplitResult | None:
-    """`dsn` split, or None when it cannot be read (a port that is not a number, of any of
-    its hosts: `host1:5432,host2:5433` names several)."""
-    try:
-        parts = urlsplit(dsn)
-    except ValueError:
-        return None
-    for host in parts.netloc.rpartition("@")[2].split(","):
-        _, port = _host_port(host)
-        if port is not None and not port.isdigit():
-            return None
-    return parts
-
-
-def _host_port(host: str) -> tuple[str, str | None]:
-    """`host[:port]` (an IPv6 host in brackets) split."""
-    if host.startswith("["):
-        name, _, rest = host[1:].partition("]")
-        return name, rest[1:] if rest.startswith(":") else None
-    name, colon, port = host.partition(":")
-    return name, port if colon else None
-
-
-def _misquoted(dsn: str, parts: SplitResult) -> str | None:
-    """Why a URL's password looks cut by a character that should have been encoded: asyncpg
-    splits at the first `@` where `urlsplit` takes the last, and `/`, `?` and `#` end the
-    host part early, leaving the rest of the password in the path or the fragment."""
-    if "@" in parts.netloc.rpartition("@")[0]:
-        return f"the PostgreSQL URL holds '@' twice before its host: {_QUOTE_HINT}"
-    if "@" in parts.path or "@" in parts.fragment:
-        return f"the PostgreSQL URL has a '@' after its host part: {_QUOTE_HINT}"
-    return None
-
-
-Pending = dict[tuple[str, int], Notice]
-"""Notices waiting to be sent or taken: one per conversation and lineage."""
-
-
-def _keep_newest(pending: Pending, notice: Notice) -> None:
-    """Coalesce `notice` into `pending`: one per conversation and lineage, never stepped back.
-
-    Writes (and the notices of different hubs) can finish out of order, so within a lineage
-    the higher revision wins. Lineages have no order, so a notice of another lineage is kept
-    beside the one there: a late notice of the old lineage must not hide a rewrite's.
-    """
-    key = (notice.conversation, notice.lineage)
-    queued = pending.get(key)
-    if queued is None or queued.revision < notice.revision:
-        pending[key] = notice
-
-
-class _Watcher:
-    """One `watch`: notices heard on its connection, coalesced until the consumer takes them."""
-
-    def __init__(self) -> None:
-        self.pending: Pending = {}
-        self.wake = asyncio.Event()
-        self.error: StoreError | None = None
-        self.ended = False
-
-    def heard(self, payload: str) -> None:
-        try:
-            notice = _decode_notice(payload)
-        except msgspec.DecodeError:
-            return  # not ours (someone else NOTIFYing on the channel): ignore
-        _keep_newest(self.pending, notice)
-        self.wake.set()
-
-    def fail(self, error: StoreError) -> None:
-        if not self.ended:
-            self.error = error
-        self.wake.set()
-
-    def end(self) -> None:
-        self.ended = True
-        self.wake.set()
-
-    def __aiter__(self) -> Self:
-        return self
-
-    async def __anext__(self) -> Notice:
-        while True:
-            if self.pending:
-                # Oldest conversation first; a conversation heard again while waiting keeps
-                # its place and shows only its latest head (per lineage).
-                key = next(iter(self.pending))
-                return self.pending.pop(key)
-            if self.error is not None:
-                error, self.error = self.error, None
-                self.ended = True  # raised once; then the iteration is over
-                raise error
-            if self.ended:
-                raise StopAsyncIteration
-            self.wake.clear()
-            await self.wake.wait()
 
 
 class PostgresStore(Counted):
@@ -386,10 +112,11 @@ class PostgresStore(Counted):
             take before `StoreError` (`unavailable`): a lock another session never lets go,
             or a network path that died without a reset, fails the call instead of hanging
             it; also the bound on each step of `close`.
-        notify: send `NOTIFY` after each write (see the module docs); off when no hub watches.
+        notify: send `NOTIFY` after each write (`postgres_notices`); off when no hub watches.
 
     Attributes:
         channel: the `NOTIFY` channel of these tables (`convsync` or `convsync:SCHEMA`).
+        notices: the notices it sends after each write and hears (`Notices`).
 
     Raises:
         UsageError: a bad URL (`bad_dsn`, without repeating it), schema name or pool size,
@@ -418,439 +145,32 @@ class PostgresStore(Counted):
             raise UsageError("bad_schema", f"schema name {schema!r} is not allowed")
         if not 0 <= min_size <= max_size or max_size < 1:
             raise UsageError("bad_pool", f"pool size {min_size}..{max_size} is not allowed")
-        self._dsn = dsn
-        self._where = describe_dsn(dsn)
-        self._schema = schema
-        self._min_size = min_size
-        self._max_size = max_size
-        self._connect_timeout = connect_timeout
-        self._command_timeout = command_timeout
-        self._notify = notify
-        self.channel = "convsync" if schema is None else f"convsync:{schema}"
-        self._settings = {"application_name": "convsync"}
-        if schema is not None:
-            self._settings["search_path"] = schema
-        self._pool: asyncpg.Pool[asyncpg.Record] | None = None
-        self._opening = asyncio.Lock()
+        self._pg = Connections(dsn, schema, min_size, max_size, connect_timeout, command_timeout)
+        self.notices = Notices(
+            self._pg, "convsync" if schema is None else f"convsync:{schema}", notify
+        )
         self._closed = False
         self._closing: asyncio.Task[None] | None = None
         self._commits = 0
         self._appends = 0
-        self._busy = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
-        self._to_notify: Pending = {}
-        self._notifier: asyncio.Task[None] | None = None
-        self._giving_back: set[asyncio.Task[None]] = set()  # see `_pooled`
-        self._watchers: set[_Watcher] = set()
-        # Every listening connection (`watch`, `bus_listen`) and how to end its iteration:
-        # `close` ends them all and closes their connections.
-        self._listeners: dict[
-            asyncpg.Connection[asyncpg.Record], tuple[Callable[[], None], asyncio.Task[None]]
-        ] = {}
-        self._hubs_table = False  # `convsync_hubs` is known to exist (see `beat`)
-        self._leases_table = False  # `convsync_leases` is known to exist (see `_leases`)
-
-    # Connections and errors.
-
-    def _unavailable(self, exc: BaseException) -> StoreError:
-        detail = str(exc) or type(exc).__name__
-        error = StoreError(f"postgresql at {self._where} is unavailable: {detail}", "unavailable")
-        error.__cause__ = exc
-        return error
-
-    def _translate(self, exc: BaseException) -> StoreError:
-        if isinstance(exc, _UNAVAILABLE):
-            return self._unavailable(exc)
-        error = StoreError(f"postgresql at {self._where} failed: {exc}")
-        error.__cause__ = exc
-        return error
-
-    def _bad_url(self) -> StoreError:
-        # Never chained: asyncpg's error may quote the URL, password and all.
-        return StoreError(f"postgresql at {self._where}: asyncpg cannot read the URL")
-
-    async def _connect_one(self) -> asyncpg.Connection[asyncpg.Record]:
-        try:
-            return await asyncpg.connect(
-                self._dsn,
-                timeout=self._connect_timeout,
-                command_timeout=self._command_timeout,
-                server_settings=self._settings,
-            )
-        except _DB_ERRORS as exc:
-            raise self._translate(exc) from exc
-        except ValueError:
-            pass
-        raise self._bad_url()  # outside the `except`: no context that quotes the URL
-
-    @contextlib.asynccontextmanager
-    async def _pooled(self, pool: asyncpg.Pool[asyncpg.Record]) -> AsyncIterator[_Conn]:
-        """A connection of `pool` for the block (waited for within the command timeout), given
-        back to the pool at its end.
-
-        asyncpg's own `acquire()` block gives the connection back (a reset, bounded by the
-        timeout) in a task of its own, shielded so a cancellation cannot strand it. Cancelled
-        meanwhile (`close` gives up on a notifier stuck on a dead path), the block ends but that
-        task goes on, and when the reset then times out nobody ever reads its `TimeoutError`:
-        asyncio logs "Task exception was never retrieved" when the task is freed, from inside
-        whatever runs then (docs/design.md, "The suite passes every time"). Here the giving back
-        is a task of this store's: awaited when the block is not cancelled (a failure raises as
-        before), else left to finish and its outcome read by `_gave_back`. A reset that fails
-        has asyncpg cut the connection; the pool makes a new one, and the block's work was done.
-        """
-        conn = await pool.acquire(timeout=self._command_timeout)
-        try:
-            yield conn
-        finally:
-            giving_back = asyncio.ensure_future(pool.release(conn))
-            self._giving_back.add(giving_back)  # held until done: the loop keeps weak references
-            giving_back.add_done_callback(self._gave_back)
-            await asyncio.shield(giving_back)
-
-    def _gave_back(self, task: asyncio.Task[None]) -> None:
-        """Forget a finished `_pooled` release, its outcome read (see `_pooled`)."""
-        self._giving_back.discard(task)
-        if not task.cancelled():
-            task.exception()  # read: the caller, if still there, got it from the shield
-
-    async def _close_conn(self, conn: asyncpg.Connection[asyncpg.Record]) -> None:
-        """Close `conn` politely within the command timeout, else cut it."""
-        try:
-            await conn.close(timeout=self._command_timeout)
-        except _DB_ERRORS:  # timed out, or broken already
-            conn.terminate()
-        except BaseException:  # cancelled: still not left open
-            conn.terminate()
-            raise
-
-    async def _open(self) -> asyncpg.Pool[asyncpg.Record]:
-        if self._pool is not None:
-            return self._pool
-        async with self._opening:
-            if self._pool is not None:
-                return self._pool
-            self._check_open()
-            conn = await self._connect_one()
-            try:
-                await self._create_schema(conn)
-            finally:
-                await self._close_conn(conn)
-            try:
-                pool = await asyncpg.create_pool(
-                    self._dsn,
-                    min_size=self._min_size,
-                    max_size=self._max_size,
-                    timeout=self._connect_timeout,
-                    command_timeout=self._command_timeout,
-                    server_settings=self._settings,
-                )
-            except _DB_ERRORS as exc:
-                raise self._translate(exc) from exc
-            except ValueError:
-                pool = None
-            if pool is None:
-                raise self._bad_url()  # outside the `except`: no context that quotes the URL
-            self._pool = pool  # `close` waits for `_opening`, then closes it
-            return pool
-
-    async def _create_schema(self, conn: _Conn) -> None:
-        try:
-            async with conn.transaction():
-                await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
-                if self._schema is not None:
-                    await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self._schema}"')
-                exists = await conn.fetchval("SELECT to_regclass('convsync_meta') IS NOT NULL")
-                if not exists:
-                    await conn.execute(_SCHEMA)
-                    await conn.execute(
-                        "INSERT INTO convsync_meta (key, value) VALUES ('schema_version', $1)",
-                        str(SCHEMA_VERSION),
-                    )
-                    return
-                found = await conn.fetchval(
-                    "SELECT value FROM convsync_meta WHERE key = 'schema_version'"
-                )
-        except _DB_ERRORS as exc:
-            raise self._translate(exc) from exc
-        version = int(found) if found is not None and str(found).isdigit() else None
-        if version != SCHEMA_VERSION:
-            newer = version is not None and version > SCHEMA_VERSION
-            raise StoreError(
-                f"postgresql at {self._where} holds convsync schema version {found}; this code"
-                f" knows version {SCHEMA_VERSION}" + (": upgrade convsync" if newer else ""),
-                "schema",
-            )
-
-    async def _run(self, work: Callable[[_Conn], Awaitable[T]]) -> T:
-        """Run `work` on a pooled connection, translating database failures to `StoreError`."""
-        self._check_open()
-        self._busy += 1
-        self._idle.clear()
-        try:
-            pool = await self._open()
-            try:
-                async with self._pooled(pool) as conn:
-                    try:
-                        return await work(conn)
-                    except asyncpg.InterfaceError:
-                        # The connection's state is not known (an operation interrupted or
-                        # still in progress on it): the pool must not hand it out again, or
-                        # the next call meets "cannot switch to state 12; another operation
-                        # is in progress" (issue 27). A terminated connection is replaced.
-                        # A timeout or a cancel needs none of this: asyncpg cancels the
-                        # statement on the server (cutting the socket instead would let a
-                        # write waiting on a lock land after its caller was told it failed).
-                        conn.terminate()
-                        raise
-            except _DB_ERRORS as exc:
-                raise self._translate(exc) from exc
-        finally:
-            self._busy -= 1
-            if not self._busy:
-                self._idle.set()
-
-    # Notifications.
-
-    def _moved(self, conversation_id: str, lineage: int, revision: int) -> None:
-        """Queue a notice for a committed write; keeps only the newest per conversation."""
-        if not self._notify:
-            return
-        _keep_newest(self._to_notify, Notice(conversation_id, lineage, revision))
-        if self._notifier is None or self._notifier.done():
-            self._notifier = asyncio.get_running_loop().create_task(self._send_notices())
-
-    async def _send_notices(self) -> None:
-        # One task sends at a time; what is queued meanwhile goes in its next batch. A batch
-        # that fails goes back in the queue (unless newer notices replaced its own) and is
-        # tried again after a pause, until the store closes: a lost notice only delays other
-        # hubs until their periodic re-read, but a hub without one waits for that re-read.
-        failures = 0
-        while self._to_notify and self._pool is not None:
-            batch = list(self._to_notify.values())[:_NOTIFY_BATCH]
-            for notice in batch:
-                del self._to_notify[notice.conversation, notice.lineage]
-            payloads = [_encode_notice(notice).decode() for notice in batch]
-            # A payload PostgreSQL would refuse (an id of kilobytes) must not sink the batch.
-            payloads = [payload for payload in payloads if len(payload.encode()) <= _NOTIFY_MAX]
-            try:
-                async with self._pooled(self._pool) as conn:
-                    await conn.execute(
-                        "SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS payload",
-                        self.channel,
-                        payloads,
-                    )
-                failures = 0
-            except _DB_ERRORS:
-                if self._closed:
-                    return
-                for notice in batch:
-                    _keep_newest(self._to_notify, notice)
-                failures += 1
-                await asyncio.sleep(min(5.0, 0.1 * 2 ** (failures - 1)))
-
-    def watch(self) -> contextlib.AbstractAsyncContextManager[AsyncIterator[Notice]]:
-        """Listen for logs that move; see the module docs.
-
-        Returns:
-            An async context manager; entering it returns once `LISTEN` is in effect and gives
-            an async iterator of `Notice`s that ends when the block or the store closes.
-
-        Raises:
-            StoreError: on enter, the server cannot be reached; while iterating, the
-                listening connection was lost (reason `unavailable`).
-        """
-        return self._watch()
-
-    @contextlib.asynccontextmanager
-    async def _watch(self) -> AsyncIterator[AsyncIterator[Notice]]:
-        watcher = _Watcher()
-        async with self._listening(
-            self.channel, watcher.heard, watcher.fail, watcher.end, "listening"
-        ):
-            self._watchers.add(watcher)
-            try:
-                yield watcher
-            finally:
-                self._watchers.discard(watcher)
-                watcher.end()
-
-    @contextlib.asynccontextmanager
-    async def _listening(
-        self,
-        channel: str,
-        heard: Callable[[str], None],
-        lost: Callable[[StoreError], None],
-        ended: Callable[[], None],
-        what: str,
-    ) -> AsyncIterator[None]:
-        """A connection of its own with `LISTEN` on `channel` in effect while inside:
-        `heard(payload)` for each notice, `lost(error)` once if the connection drops or stops
-        answering (checked every `_PING_EVERY` seconds; `what` names it in the error),
-        `ended()` when the store closes; closed on the way out.
-
-        Raises:
-            StoreError: on enter, the server cannot be reached or refused.
-            UsageError: the store closed meanwhile (`closed`).
-        """
-        self._check_open()
-        await self._open()
-        conn = await self._connect_one()
-        gone = False
-
-        def notice(_conn: object, _pid: int, _channel: str, payload: object) -> None:
-            heard(str(payload))
-
-        def lose(cause: BaseException) -> None:
-            nonlocal gone
-            if not gone:
-                gone = True
-                lost(self._unavailable(cause))
-
-        def closed(_conn: object) -> None:
-            lose(ConnectionError(f"the {what} connection closed"))
-
-        try:
-            conn.add_termination_listener(closed)
-            await conn.add_listener(channel, notice)
-            self._check_open()  # `close` ran meanwhile: it could not end this one
-        except _DB_ERRORS as exc:
-            await self._close_conn(conn)
-            raise self._translate(exc) from exc
-        except BaseException:
-            await self._close_conn(conn)
-            raise
-
-        async def ping() -> None:
-            while True:
-                await asyncio.sleep(_PING_EVERY)
-                try:
-                    await conn.execute("SELECT 1", timeout=self._command_timeout)
-                except _DB_ERRORS as exc:
-                    lose(exc)
-                    conn.terminate()
-                    return
-
-        pinging = asyncio.get_running_loop().create_task(ping())
-        self._listeners[conn] = (ended, pinging)
-        try:
-            yield
-        finally:
-            pinging.cancel()
-            self._listeners.pop(conn, None)
-            conn.remove_termination_listener(closed)
-            await self._close_conn(conn)
-
-    # The bus of drafts and presence between hubs (SPEC 9, `server/bus.py`), when no Redis
-    # is configured: NOTIFY on a channel of its own, and a heartbeat table. The table is
-    # UNLOGGED (heartbeats need no crash safety) and made on first use, outside the versioned
-    # schema: it holds nothing that outlives the hubs.
 
     @property
-    def bus_channel(self) -> str:
-        """The `NOTIFY` channel of the drafts-and-presence bus of these tables."""
-        return f"{self.channel}:bus"
+    def channel(self) -> str:
+        """The `NOTIFY` channel of these tables (`convsync` or `convsync:SCHEMA`)."""
+        return self.notices.channel
 
-    async def bus_send(self, payloads: list[str]) -> None:
-        """`NOTIFY` each payload (each under 8000 bytes) on `bus_channel`, in order.
-
-        Raises:
-            StoreError: the server cannot be reached or refused.
-        """
-        channel = self.bus_channel
-
-        async def work(conn: _Conn) -> None:
-            await conn.execute(
-                "SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS payload",
-                channel,
-                payloads,
-            )
-
-        await self._run(work)
-
-    @contextlib.asynccontextmanager
-    async def bus_listen(self) -> AsyncIterator[AsyncIterator[str]]:
-        """Listen on `bus_channel`: entering returns once `LISTEN` is in effect and gives an
-        async iterator of payloads that raises `StoreError` when the connection is lost."""
-        queue: asyncio.Queue[str | StoreError | None] = asyncio.Queue()
-
-        async def payloads() -> AsyncIterator[str]:
-            while True:
-                item = await queue.get()
-                if item is None:  # the store closed
-                    return
-                if isinstance(item, StoreError):
-                    raise item
-                yield item
-
-        async with self._listening(
-            self.bus_channel,
-            queue.put_nowait,
-            queue.put_nowait,
-            functools.partial(queue.put_nowait, None),
-            "bus",
-        ):
-            yield payloads()
-
-    async def beat(self, hub: str, ttl: float) -> set[str]:
-        """Record that hub `hub` lives for `ttl` more seconds (the database's clock); returns
-        every hub whose heartbeat has not expired.
-
-        Raises:
-            StoreError: the server cannot be reached or refused.
-        """
-
-        async def work(conn: _Conn) -> set[str]:
-            if not self._hubs_table:
-                async with conn.transaction():  # two hubs creating it at once would clash
-                    await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
-                    await conn.execute(
-                        "CREATE UNLOGGED TABLE IF NOT EXISTS convsync_hubs"
-                        " (hub text PRIMARY KEY, expires timestamptz NOT NULL)"
-                    )
-                self._hubs_table = True
-            await conn.execute(
-                "INSERT INTO convsync_hubs (hub, expires)"
-                " VALUES ($1, now() + make_interval(secs => $2))"
-                " ON CONFLICT (hub) DO UPDATE SET expires = EXCLUDED.expires",
-                hub,
-                ttl,
-            )
-            await conn.execute(
-                "DELETE FROM convsync_hubs WHERE expires < now() - interval '1 hour'"
-            )
-            rows = await conn.fetch("SELECT hub FROM convsync_hubs WHERE expires > now()")
-            return {row["hub"] for row in rows}
-
-        return await self._run(work)
-
-    async def forget_hub(self, hub: str) -> None:
-        """Hub `hub` stops: remove its heartbeat, so others need not wait for it to expire."""
-
-        async def work(conn: _Conn) -> None:
-            await conn.execute("DELETE FROM convsync_hubs WHERE hub = $1", hub)
-
-        await self._run(work)
+    def watch(self) -> contextlib.AbstractAsyncContextManager[AsyncIterator[Notice]]:
+        """Listen for logs that move: `Notices.watch` (see `postgres_notices`)."""
+        return self.notices.watch()
 
     # Turn leases (SPEC 10): rows beside the log, one per open turn, hints only. The table
-    # is made on first use, like `convsync_hubs`, so a schema of any version gains it.
-
-    async def _leases(self, conn: _Conn) -> None:
-        if not self._leases_table:
-            async with conn.transaction():  # two hubs creating it at once would clash
-                await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
-                await conn.execute(
-                    "CREATE TABLE IF NOT EXISTS convsync_leases (conversation_id text NOT NULL"
-                    ' COLLATE "C", turn bigint NOT NULL, owner text NOT NULL,'
-                    " expires bigint, stop_expires bigint, PRIMARY KEY (conversation_id, turn))"
-                )
-            self._leases_table = True
+    # is made on first use (`create_once`), so a schema of any version gains it.
 
     async def put_lease(self, lease: Lease, *, replace: bool = True) -> None:
         """See `LogStore.put_lease`: the row is locked while it is merged."""
 
-        async def work(conn: _Conn) -> None:
-            await self._leases(conn)
+        async def work(conn: Conn) -> None:
+            await create_once(conn, self._pg.made, LEASES_TABLE)
             async with conn.transaction():
                 row = await conn.fetchrow(
                     "SELECT owner, expires, stop_expires FROM convsync_leases"
@@ -878,27 +198,27 @@ class PostgresStore(Counted):
                         kept.stop_expires,
                     )
 
-        await self._run(work)
+        await self._pg.run(work)
 
     async def drop_lease(self, conversation_id: str, turn: int) -> None:
         """See `LogStore.drop_lease`."""
 
-        async def work(conn: _Conn) -> None:
-            await self._leases(conn)
+        async def work(conn: Conn) -> None:
+            await create_once(conn, self._pg.made, LEASES_TABLE)
             await conn.execute(
                 "DELETE FROM convsync_leases WHERE conversation_id = $1 AND turn = $2",
                 conversation_id,
                 turn,
             )
 
-        await self._run(work)
+        await self._pg.run(work)
 
     async def leases_due(self, now: int, limit: int = 100) -> list[Lease]:
         """See `LogStore.leases_due`."""
         check_list_args(limit)
 
-        async def work(conn: _Conn) -> list[Lease]:
-            await self._leases(conn)
+        async def work(conn: Conn) -> list[Lease]:
+            await create_once(conn, self._pg.made, LEASES_TABLE)
             rows = await conn.fetch(
                 "SELECT conversation_id, turn, owner, expires, stop_expires FROM convsync_leases"
                 " WHERE expires <= $1 OR stop_expires <= $1"
@@ -908,14 +228,14 @@ class PostgresStore(Counted):
             )
             return [Lease(*row) for row in rows]
 
-        return await self._run(work)
+        return await self._pg.run(work)
 
     # The `LogStore` methods.
 
     async def load(self, conversation_id: str) -> Loaded | None:
         """See `LogStore.load`."""
 
-        async def work(conn: _Conn) -> Loaded | None:
+        async def work(conn: Conn) -> Loaded | None:
             async with conn.transaction(isolation="repeatable_read", readonly=True):
                 head = await conn.fetchrow(
                     "SELECT lineage, revision FROM conversations WHERE id = $1", conversation_id
@@ -923,25 +243,20 @@ class PostgresStore(Counted):
                 if head is None:
                     return None
                 lineage, revision = head["lineage"], head["revision"]
-                if lineage == TOMBSTONE:
-                    raise Deleted(conversation_id, revision)
-                snapshot: bytes | None = None
-                snapshot_revision = 0
-                row = await conn.fetchrow(
+                check_live(conversation_id, (lineage, revision))
+                snapshot = await conn.fetchrow(
                     "SELECT revision, data FROM snapshots"
                     " WHERE conversation_id = $1 AND lineage = $2",
                     conversation_id,
                     lineage,
                 )
-                if row is not None:
-                    snapshot_revision, snapshot = row["revision"], row["data"]
                 records = [
                     r["data"]
                     for r in await conn.fetch(
                         "SELECT data FROM records WHERE conversation_id = $1 AND revision > $2"
                         " ORDER BY revision",
                         conversation_id,
-                        snapshot_revision,
+                        0 if snapshot is None else snapshot["revision"],
                     )
                 ]
                 clients = {
@@ -952,21 +267,10 @@ class PostgresStore(Counted):
                         conversation_id,
                     )
                 }
-            if len(records) != revision - snapshot_revision:
-                raise StoreError(
-                    f"{conversation_id!r} holds {len(records)} records after revision"
-                    f" {snapshot_revision}, expected {revision - snapshot_revision}"
-                )
-            return Loaded(
-                lineage=lineage,
-                revision=revision,
-                snapshot=snapshot,
-                snapshot_revision=snapshot_revision,
-                records=records,
-                clients=clients,
-            )
+            kept = None if snapshot is None else (snapshot["revision"], snapshot["data"])
+            return loaded(conversation_id, lineage, revision, kept, records, clients)
 
-        return await self._run(work)
+        return await self._pg.run(work)
 
     async def append(
         self,
@@ -981,7 +285,7 @@ class PostgresStore(Counted):
         self._check_open()
         frozen = list(check_append_args(lineage, revision, records, client, mark))
 
-        async def work(conn: _Conn) -> int:
+        async def work(conn: Conn) -> int:
             # One statement, one round trip: the function runs the whole compare-and-append
             # and raises (rolling all of it back) when the seq is taken or the log moved.
             try:
@@ -999,12 +303,12 @@ class PostgresStore(Counted):
             except asyncpg.PostgresError as exc:
                 # The function only says where things are; the same checks as every other
                 # store turn that into the error.
-                if exc.sqlstate == _SEQ_TAKEN and client is not None and mark is not None:
+                if exc.sqlstate == SEQ_TAKEN and client is not None and mark is not None:
                     seq, ack_from, ack_revision = map(int, str(exc.detail).split())
                     check_mark(
                         conversation_id, client, ClientMark(seq, ack_from, ack_revision), mark
                     )
-                if exc.sqlstate == _MOVED:
+                if exc.sqlstate == MOVED:
                     head = str(exc.detail)
                     current = None if head == "none" else _pair(head)
                     check_base(conversation_id, current, lineage, revision)
@@ -1015,18 +319,18 @@ class PostgresStore(Counted):
             return result
 
         try:
-            result = await self._run(work)
+            result = await self._pg.run(work)
         except (LogMoved, SeqTaken, UsageError, Deleted):
             self._appends += 1
             raise
         except BaseException:
             # Cancelled, or failed after COMMIT may have gone out: the append may have landed,
             # so tell the other hubs to look (a notice is a hint; a wrong one costs a read).
-            self._moved(conversation_id, lineage, revision + len(frozen))
+            self.notices.moved(conversation_id, lineage, revision + len(frozen))
             raise
         self._appends += 1
         self._commits += 1
-        self._moved(conversation_id, lineage, result)
+        self.notices.moved(conversation_id, lineage, result)
         return result
 
     async def read(
@@ -1036,7 +340,7 @@ class PostgresStore(Counted):
         self._check_open()
         check_read_args(from_revision, limit)
 
-        async def work(conn: _Conn) -> list[bytes] | None:
+        async def work(conn: Conn) -> list[bytes] | None:
             # One statement: the head and the records come from one snapshot of the database.
             rows = await conn.fetch(
                 "SELECT c.lineage, c.revision AS head, r.revision, r.data"
@@ -1048,18 +352,13 @@ class PostgresStore(Counted):
                 from_revision,
                 limit,
             )
-            if not rows:
-                return None
-            head = rows[0]
-            if head["lineage"] != lineage or from_revision > head["head"]:
+            current = (rows[0]["lineage"], rows[0]["head"]) if rows else None
+            if current is None or not readable(current, lineage, from_revision):
                 return None
             found = [(r["revision"], r["data"]) for r in rows if r["revision"] is not None]
-            if from_revision < head["head"] and limit != 0:
-                if not found or found[0][0] != from_revision + 1:
-                    return None  # the first record asked for is no longer held
-            return [data for _, data in found]
+            return held_tail(current[1], from_revision, limit, found)
 
-        return await self._run(work)
+        return await self._pg.run(work)
 
     async def write_snapshot(
         self, conversation_id: str, lineage: int, revision: int, state: bytes
@@ -1068,7 +367,7 @@ class PostgresStore(Counted):
         self._check_open()
         check_records([state])
 
-        async def work(conn: _Conn) -> bool:
+        async def work(conn: Conn) -> bool:
             async with conn.transaction():
                 # FOR SHARE: a rewrite cannot slip in between the check and the write.
                 head = await conn.fetchrow(
@@ -1077,11 +376,7 @@ class PostgresStore(Counted):
                 )
                 if head is None or head["lineage"] != lineage:
                     return False
-                if not 0 <= revision <= head["revision"]:
-                    raise UsageError(
-                        "bad_revision",
-                        f"no revision {revision} in a log of {head['revision']} records",
-                    )
+                check_snapshot_revision(revision, head["revision"])
                 written = await conn.fetchval(
                     "INSERT INTO snapshots (conversation_id, lineage, revision, data)"
                     " VALUES ($1, $2, $3, $4) ON CONFLICT (conversation_id) DO UPDATE SET"
@@ -1095,7 +390,7 @@ class PostgresStore(Counted):
                 )
             return written is not None
 
-        if await self._run(work):
+        if await self._pg.run(work):
             self._commits += 1
 
     async def rewrite(
@@ -1108,10 +403,9 @@ class PostgresStore(Counted):
     ) -> None:
         """See `LogStore.rewrite`."""
         self._check_open()
-        frozen = list(check_records(records))
-        check_new_lineage(lineage)
+        frozen = list(check_rewrite_args(lineage, records))
 
-        async def work(conn: _Conn) -> None:
+        async def work(conn: Conn) -> None:
             async with conn.transaction():
                 current = await _position_in(conn, conversation_id, lock=True)
                 check_rewrite(conversation_id, current, lineage, base)
@@ -1141,9 +435,9 @@ class PostgresStore(Counted):
                 )
                 await _insert_records(conn, conversation_id, 0, frozen)
 
-        await self._run(work)
+        await self._pg.run(work)
         self._commits += 1
-        self._moved(conversation_id, lineage, len(frozen))
+        self.notices.moved(conversation_id, lineage, len(frozen))
 
     async def list_conversations(
         self, prefix: str = "", *, after: str | None = None, limit: int | None = None
@@ -1153,7 +447,7 @@ class PostgresStore(Counted):
         check_list_args(limit)
         low, high = prefix_range(prefix)
 
-        async def work(conn: _Conn) -> list[str]:
+        async def work(conn: Conn) -> list[str]:
             # A range over the primary key (COLLATE "C"), never LIKE; NULL bounds drop out.
             rows = await conn.fetch(
                 "SELECT id FROM conversations WHERE id >= $1"
@@ -1167,12 +461,12 @@ class PostgresStore(Counted):
             )
             return [row["id"] for row in rows]
 
-        return await self._run(work)
+        return await self._pg.run(work)
 
     async def client_mark(self, conversation_id: str, client: str) -> ClientMark | None:
         """See `LogStore.client_mark`."""
 
-        async def work(conn: _Conn) -> ClientMark | None:
+        async def work(conn: Conn) -> ClientMark | None:
             # With the head row, in one statement: a hello on a deleted conversation is
             # refused by any hub at once, not only once its room has heard (SPEC 15).
             row = await conn.fetchrow(
@@ -1182,13 +476,13 @@ class PostgresStore(Counted):
                 conversation_id,
                 client,
             )
-            if row is not None and row["lineage"] == TOMBSTONE:
-                raise Deleted(conversation_id, row["revision"])
+            if row is not None:
+                check_live(conversation_id, (row["lineage"], row["revision"]))
             if row is None or row["seq"] is None:
                 return None
             return ClientMark(row["seq"], row["ack_from"], row["ack_revision"])
 
-        return await self._run(work)
+        return await self._pg.run(work)
 
     # Deleting (SPEC 15): the head row becomes the tombstone (lineage `TOMBSTONE`, the time of
     # the delete in its revision column), so every compare-and-set on the id fails for good.
@@ -1199,8 +493,9 @@ class PostgresStore(Counted):
         self._check_open()
         check_delete_args(now)
 
-        async def work(conn: _Conn) -> bool:
-            await self._leases(conn)  # its turn leases go with it (the table may be new)
+        async def work(conn: Conn) -> bool:
+            # Its turn leases go with it (the table may be new).
+            await create_once(conn, self._pg.made, LEASES_TABLE)
             async with conn.transaction():
                 # Marks first, then the head row: the order an append takes its locks in
                 # (`convsync_append` upserts the mark, then updates the head), so a delete
@@ -1223,10 +518,10 @@ class PostgresStore(Counted):
                 )
                 return True
 
-        deleted = await self._run(work)
+        deleted = await self._pg.run(work)
         if deleted:
             self._commits += 1
-            self._moved(conversation_id, TOMBSTONE, int(now))  # other hubs drop their rooms
+            self.notices.moved(conversation_id, TOMBSTONE, int(now))  # other hubs drop their rooms
         return deleted
 
     async def last_records(
@@ -1237,7 +532,7 @@ class PostgresStore(Counted):
         check_list_args(limit)
         low, high = prefix_range(prefix)
 
-        async def work(conn: _Conn) -> list[tuple[str, bytes | None]]:
+        async def work(conn: Conn) -> list[tuple[str, bytes | None]]:
             rows = await conn.fetch(
                 "SELECT c.id, r.data FROM conversations c LEFT JOIN records r"
                 " ON r.conversation_id = c.id AND r.revision = c.revision WHERE c.id >= $1"
@@ -1251,13 +546,13 @@ class PostgresStore(Counted):
             )
             return [(row["id"], row["data"]) for row in rows]
 
-        return await self._run(work)
+        return await self._pg.run(work)
 
     async def forget_deleted(self, before: float) -> int:
         """See `LogStore.forget_deleted`."""
         self._check_open()
 
-        async def work(conn: _Conn) -> int:
+        async def work(conn: Conn) -> int:
             status = await conn.execute(
                 "DELETE FROM conversations WHERE lineage = $1 AND revision < $2",
                 TOMBSTONE,
@@ -1265,7 +560,7 @@ class PostgresStore(Counted):
             )
             return int(status.split()[-1])
 
-        return await self._run(work)
+        return await self._pg.run(work)
 
     async def close(self) -> None:
         """Let writes already started finish, send their notices, end every watch and bus
@@ -1274,37 +569,19 @@ class PostgresStore(Counted):
         most the command timeout (writes under way are bounded by it too), then connections
         are cut."""
         if self._closing is None:
-            self._closed = True
+            self._closed = self._pg.closed = True
             self._closing = asyncio.get_running_loop().create_task(self._shut_down())
         if not self._closing.done():  # (one finished on a loop since closed is not awaited)
             await asyncio.shield(self._closing)
 
     async def _shut_down(self) -> None:
         try:
-            async with self._opening:
+            async with self._pg.opening:
                 pass  # an open under way finishes first; its pool is closed below
-            await self._idle.wait()
-            if self._notifier is not None:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(self._notifier, self._command_timeout)
-            for watcher in list(self._watchers):
-                watcher.end()
-            for conn, (ended, pinging) in list(self._listeners.items()):
-                ended()
-                pinging.cancel()  # a ping under way would hold the close for its timeout
-                await self._close_conn(conn)
+            await self._pg.idle.wait()
+            await self.notices.close()
         finally:
-            pool, self._pool = self._pool, None
-            if pool is not None:
-                try:
-                    await asyncio.wait_for(pool.close(), self._command_timeout)
-                except _CLOSE_ERRORS:
-                    # A server that does not answer: its connections are cut instead. Not
-                    # raised: the store is closed all the same, and every later `close` returns.
-                    pool.terminate()
-                except BaseException:
-                    pool.terminate()
-                    raise
+            await self._pg.close_pool()
 
     async def __aenter__(self) -> Self:
         """Connect and make sure the schema is there.
@@ -1315,7 +592,7 @@ class PostgresStore(Counted):
         """
         self._check_open()
         try:
-            await self._open()
+            await self._pg.open()
             self._check_open()  # closed while it opened
         except BaseException:
             await self.close()
@@ -1337,7 +614,7 @@ def _pair(text: str) -> tuple[int, int]:
 
 
 async def _position_in(
-    conn: _Conn, conversation_id: str, *, lock: bool = False
+    conn: Conn, conversation_id: str, *, lock: bool = False
 ) -> tuple[int, int] | None:
     row = await conn.fetchrow(
         "SELECT lineage, revision FROM conversations WHERE id = $1"
@@ -1347,7 +624,7 @@ async def _position_in(
     return None if row is None else (row["lineage"], row["revision"])
 
 
-async def _mark_in(conn: _Conn, conversation_id: str, client: str) -> ClientMark | None:
+async def _mark_in(conn: Conn, conversation_id: str, client: str) -> ClientMark | None:
     row = await conn.fetchrow(
         "SELECT seq, ack_from, ack_revision FROM clients WHERE conversation_id = $1"
         " AND client = $2",
@@ -1357,9 +634,7 @@ async def _mark_in(conn: _Conn, conversation_id: str, client: str) -> ClientMark
     return None if row is None else ClientMark(row["seq"], row["ack_from"], row["ack_revision"])
 
 
-async def _insert_records(
-    conn: _Conn, conversation_id: str, after: int, records: list[Any]
-) -> None:
+async def _insert_records(conn: Conn, conversation_id: str, after: int, records: list[Any]) -> None:
     if not records:
         return
     # One round trip for any number of records.

@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 
 import server.store.sqlite
+import server.store.sqlite_sql
+import server.store.sqlite_writer
 from server.store import ClientMark, Loaded, LogMoved, SeqTaken, SqliteStore, StoreError
 from server.store.sqlite import SCHEMA_VERSION
 from sync.errors import UsageError
@@ -194,7 +196,7 @@ async def test_an_error_that_ends_the_transaction_fails_the_batch_with_its_own_w
     full disk) fails every append of the batch with that error's text, not with what a
     rollback to the append's savepoint would say; nothing of the batch lands, and the next
     write starts afresh."""
-    insert = server.store.sqlite._insert_records
+    insert = server.store.sqlite_sql._insert_records
 
     def failing(conn: Any, conversation_id: str, after: int, records: Any) -> None:
         if conversation_id == "c":
@@ -204,7 +206,7 @@ async def test_an_error_that_ends_the_transaction_fails_the_batch_with_its_own_w
 
     path = tmp_path / "db"
     async with SqliteStore(path) as store:
-        monkeypatch.setattr(server.store.sqlite, "_insert_records", failing)
+        monkeypatch.setattr(server.store.sqlite_sql, "_insert_records", failing)
         async with asyncio.timeout(TIMEOUT):
             for first in ("c", "d"):  # the failing append first, then last, in one batch
                 other = "d" if first == "c" else "c"
@@ -219,7 +221,7 @@ async def test_an_error_that_ends_the_transaction_fails_the_batch_with_its_own_w
             with pytest.raises(StoreError, match="disk I/O error"):
                 await alone
             assert await store.read("d", L1, 0) is None
-            monkeypatch.setattr(server.store.sqlite, "_insert_records", insert)
+            monkeypatch.setattr(server.store.sqlite_sql, "_insert_records", insert)
             assert await store.append("c", L1, 0, recs("c1")) == 1
             assert await store.append("d", L1, 0, recs("d1")) == 1
 
@@ -438,9 +440,9 @@ async def test_the_store_checkpoints_the_wal_every_so_many_commits(
                 await store.append("c", L1, revision, [b"x" * 2000])
             return (await asyncio.to_thread(os.stat, f"{path}-wal")).st_size
 
-    every = server.store.sqlite.CHECKPOINT_EVERY
+    every = server.store.sqlite_writer.CHECKPOINT_EVERY
     checkpointed = await wal_after(3 * every, tmp_path / "a.db")
-    monkeypatch.setattr(server.store.sqlite, "CHECKPOINT_EVERY", 10**9)
+    monkeypatch.setattr(server.store.sqlite_writer, "CHECKPOINT_EVERY", 10**9)
     never = await wal_after(3 * every, tmp_path / "b.db")
     assert checkpointed < never / 2
 
@@ -638,14 +640,14 @@ async def test_close_waits_for_a_batch_at_the_thread_without_holding_the_loop(
 ) -> None:
     """`close` with a snapshot's batch handed to the store's thread, not yet begun there,
     waits for it without keeping the event loop busy (it spun on the loop until then)."""
-    begin = server.store.sqlite._Writer._commit
+    begin = server.store.sqlite_writer._Writer._commit
     hold = threading.Event()
 
     def held_commit(writer: Any, batch: Any) -> Any:
         hold.wait(TIMEOUT)
         return begin(writer, batch)
 
-    monkeypatch.setattr(server.store.sqlite._Writer, "_commit", held_commit)
+    monkeypatch.setattr(server.store.sqlite_writer._Writer, "_commit", held_commit)
     store = SqliteStore(tmp_path / "db")
     await store.__aenter__()
     hold.set()

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 import asyncpg
 import pytest
 
-import server.store.postgres
+import server.store.postgres_notices
 from server.store import (
     ClientMark,
     Loaded,
@@ -32,7 +32,8 @@ from server.store import (
     open_store,
 )
 from server.store.base import StoreLocked, prefix_range
-from server.store.postgres import Notice, _keep_newest
+from server.store.postgres import Notice
+from server.store.postgres_notices import _keep_newest
 from sync.errors import UsageError
 
 TIMEOUT = 10.0 * float(os.environ.get("CONVSYNC_TIMEOUT_SCALE", "1"))
@@ -760,7 +761,7 @@ async def test_postgres_a_dead_network_path_fails_calls_and_the_watch(
     """The path to the server dies without a reset (nothing comes back, nothing is closed):
     a write fails after the command timeout, the watch reports its connection lost (it is
     checked every so often) once and then ends, and `close` still ends."""
-    monkeypatch.setattr(server.store.postgres, "_PING_EVERY", 0.2)
+    monkeypatch.setattr(server.store.postgres_notices, "_PING_EVERY", 0.2)
     relay = Relay(postgres_dsn)
     async with relay as relayed:
         store = PostgresStore(relayed, schema=pg_schema, command_timeout=0.5, connect_timeout=2)
@@ -800,7 +801,7 @@ async def test_postgres_close_on_a_dead_path_cuts_the_connections_and_returns(
         async with asyncio.timeout(TIMEOUT):
             await store.close()
             await store.close()
-        assert store._pool is None
+        assert store._pg.pool is None
 
 
 async def test_postgres_close_cancelled_or_called_twice_still_closes_everything(
@@ -831,7 +832,7 @@ async def test_postgres_close_cancelled_or_called_twice_still_closes_everything(
             async with asyncio.timeout(TIMEOUT):
                 assert await busy == 2
                 await second
-                assert store._pool is None
+                assert store._pg.pool is None
                 with contextlib.suppress(asyncio.CancelledError):
                     await first
     finally:
@@ -861,7 +862,7 @@ async def test_postgres_close_while_entering_or_watching_leaves_nothing_open(
             with pytest.raises(UsageError) as refused:
                 await task
         assert refused.value.reason == "closed"
-        assert store._pool is None and not store._listeners
+        assert store._pg.pool is None and not store.notices._listeners
 
 
 async def test_postgres_a_cancelled_append_that_landed_is_still_heard(
@@ -879,7 +880,7 @@ async def test_postgres_a_cancelled_append_that_landed_is_still_heard(
                 assert await anext(notices) == Notice("c", L1, 1)
 
                 def settled() -> bool:  # its notice sent, its connection back in the pool
-                    pool, notifier = hub._pool, hub._notifier
+                    pool, notifier = hub._pg.pool, hub.notices._notifier
                     idle = pool is not None and pool.get_idle_size() > 0
                     return idle and (notifier is None or notifier.done())
 
@@ -926,7 +927,7 @@ async def test_postgres_a_notice_that_fails_to_go_out_is_sent_again(
         await writer.append("a", L1, 0, recs("r1"))  # the pool is open; the notice goes out
         async with asyncio.timeout(TIMEOUT):
             assert await anext(notices) == Notice("a", L1, 1)
-        pool = writer._pool
+        pool = writer._pg.pool
         assert pool is not None
         acquire = asyncpg.pool.Pool.acquire
         calls = 0
@@ -1008,7 +1009,7 @@ async def test_postgres_a_connection_left_mid_operation_is_discarded(
     store = pg(min_size=1, max_size=1)
     async with store:
         await store.append("c", L1, 0, [b"{}"])
-        pid = await store._run(lambda conn: conn.fetchval("SELECT pg_backend_pid()"))
+        pid = await store._pg.run(lambda conn: conn.fetchval("SELECT pg_backend_pid()"))
 
         async def overlapping(conn: Any) -> Any:
             sleeping = asyncio.ensure_future(conn.fetchval("SELECT pg_sleep(2)"))
@@ -1022,15 +1023,15 @@ async def test_postgres_a_connection_left_mid_operation_is_discarded(
 
         with pytest.raises(StoreError) as failed:
             async with asyncio.timeout(TIMEOUT):
-                await store._run(overlapping)
+                await store._pg.run(overlapping)
         assert failed.value.reason == "unavailable"
         for _ in range(3):
             async with asyncio.timeout(TIMEOUT):
                 assert (await store.load("c")) is not None
-                fresh = await store._run(lambda conn: conn.fetchval("SELECT pg_backend_pid()"))
+                fresh = await store._pg.run(lambda conn: conn.fetchval("SELECT pg_backend_pid()"))
         assert fresh != pid
         sleeping = asyncio.create_task(
-            store._run(lambda conn: conn.fetchval("SELECT pg_sleep(30)"))
+            store._pg.run(lambda conn: conn.fetchval("SELECT pg_sleep(30)"))
         )
         await asyncio.sleep(0.3)
         sleeping.cancel()
