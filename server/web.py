@@ -94,6 +94,11 @@ STATIC: Final[dict[str, tuple[str, str]]] = {
     "/static/markdown.js": ("markdown.js", "text/javascript; charset=utf-8"),
     "/static/viewer.css": ("viewer.css", "text/css; charset=utf-8"),
     "/static/icon.svg": ("icon.svg", "image/svg+xml"),
+    # The modules `convsync.js` re-exports (`client/web/lib/`), each by its own path.
+    **{
+        f"/static/lib/{module.name}": (f"lib/{module.name}", "text/javascript; charset=utf-8")
+        for module in sorted((STATIC_DIR / "lib").glob("*.js"))
+    },
 }
 PAGE: Final = ("viewer.html", "text/html; charset=utf-8")
 

@@ -1,15 +1,47 @@
 // The module itself: no dependencies, and the hand-kept .d.ts names exactly what it exports.
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { test } from 'node:test';
 
 import * as convsync from '../convsync.js';
 
 const source = (name) => readFileSync(new URL(`../${name}`, import.meta.url), 'utf8');
 
-test('convsync.js imports nothing (no dependencies, no build step)', () => {
-  assert.doesNotMatch(source('convsync.js'), /^\s*import\s[^(]/m);
-  assert.doesNotMatch(source('convsync.js'), /\brequire\(/);
+const LIB = readdirSync(new URL('../lib/', import.meta.url)).filter((name) => name.endsWith('.js'));
+
+/** The specifiers `name` imports or re-exports from. */
+const specifiers = (name) =>
+  Array.from(source(name).matchAll(/^(?:import|export)\b[^;]*?\bfrom\s+'([^']+)';/gms), (m) => m[1]);
+
+test('convsync.js and lib/ import only each other (no dependencies, no build step)', () => {
+  assert.ok(LIB.length >= 10, `lib/ holds ${LIB.length} modules`);
+  for (const name of ['convsync.js', ...LIB.map((file) => `lib/${file}`)]) {
+    const text = source(name);
+    assert.doesNotMatch(text, /\brequire\(/, name);
+    assert.doesNotMatch(text, /\bimport\(/, name); // no dynamic import either
+    const allowed = name === 'convsync.js' ? /^\.\/lib\/\w+\.js$/ : /^\.\/\w+\.js$/;
+    for (const specifier of specifiers(name)) assert.match(specifier, allowed, `${name}: ${specifier}`);
+    // Every import statement is one the pattern above read (none hides in another shape).
+    const statements = text.match(/^(?:import|export)\b[^;]*?\bfrom\s/gms) ?? [];
+    assert.equal(statements.length, specifiers(name).length, name);
+    assert.doesNotMatch(text.replace(/^import\b[^;]*?\bfrom\s+'[^']+';/gms, ''), /^\s*import\s/m, name);
+  }
+});
+
+test('every lib/ module imports in Node as it is, with no build step', async () => {
+  for (const file of LIB) {
+    const module = await import(new URL(`../lib/${file}`, import.meta.url).href);
+    assert.ok(Object.keys(module).length > 0, `lib/${file} exports nothing`);
+  }
+});
+
+test('convsync.js re-exports each public name from the lib/ module that defines it', async () => {
+  for (const file of LIB) {
+    const module = await import(new URL(`../lib/${file}`, import.meta.url).href);
+    for (const [name, value] of Object.entries(module)) {
+      if (Object.hasOwn(convsync, name)) assert.equal(convsync[name], value, `${file}: ${name}`);
+    }
+  }
 });
 
 test('convsync.d.ts declares every runtime export, and no runtime name that is not exported', () => {
