@@ -19,19 +19,6 @@ import { HALTS, isObject, malformed, readAside, readEntry, readMessage, readReco
  *   | {type: 'aside', id: string, aside: AsideValue | null}
  *   | {type: 'reset', state: ConversationState}} Change
  * @typedef {{change: Change, by: AuthorValue | null, at: number | null}} ChangeRecord
- * @typedef {{client?: string, getToken?: () => (string | null | Promise<string | null>),
- *   conversation?: Conversation, WebSocket?: any, maxFrame?: number, backoff?: number,
- *   maxBackoff?: number, random?: () => number, setTimeout?: (fn: () => void, ms: number) => any,
- *   clearTimeout?: (handle: any) => void, live?: boolean, keepalive?: number | null
- * }} ConnectOptions
- * `keepalive` (ms, default 10000; null: none): a hub that stops answering is noticed within it.
- * A browser cannot send websocket pings, so the replica sends `ping` messages (to a hub whose
- * welcome lists the `ping` feature) every `keepalive / 2` and gives the socket up when nothing
- * comes back within `keepalive / 2`.
- * @typedef {'connecting' | 'connected' | 'disconnected' | 'closed'} ConnectionState
- * `connecting` until the first welcome; `connected`; `disconnected` once a connection is lost
- * or an attempt failed, for as long as the replica retries (failed attempts change nothing:
- * one `state` event per change); `closed` after `close()` or a refusal.
  */
 
 /** Deep equality of JSON values (messages, authors, aside values). */

@@ -4,9 +4,24 @@ import { monotonicMs } from './budget.js';
 import { ConvsyncError, ProtocolError, Refused, UsageError, codeOfClose } from './errors.js';
 import { MAX_TIMER_MS, SUBPROTOCOL } from './frames.js';
 import { Lineage } from './ids.js';
-import { backoffDelay, keepaliveOption, retryRule, whenEnded } from './reconnect.js';
+import { Emitter } from './emitter.js';
+import { Reconnect, keepaliveOption, whenEnded } from './reconnect.js';
 import { isObject } from './records.js';
 import { ReplicaSession } from './session.js';
+
+/**
+ * @typedef {import('./reconnect.js').ConnectionState} ConnectionState
+ * @typedef {import('./conversation.js').Conversation} Conversation
+ * @typedef {{client?: string, getToken?: () => (string | null | Promise<string | null>),
+ *   conversation?: Conversation, WebSocket?: any, maxFrame?: number, backoff?: number,
+ *   maxBackoff?: number, random?: () => number, setTimeout?: (fn: () => void, ms: number) => any,
+ *   clearTimeout?: (handle: any) => void, live?: boolean, keepalive?: number | null
+ * }} ConnectOptions
+ * `keepalive` (ms, default 10000; null: none): a hub that stops answering is noticed within it.
+ * A browser cannot send websocket pings, so the replica sends `ping` messages (to a hub whose
+ * welcome lists the `ping` feature) every `keepalive / 2` and gives the socket up when nothing
+ * comes back within `keepalive / 2`.
+ */
 
 /**
  * A live replica of one conversation over a websocket: the application edits `conversation`,
@@ -34,9 +49,6 @@ export class Replica {
     if (typeof this.WebSocket !== 'function') {
       throw new UsageError('no_websocket', 'no WebSocket here: pass options.WebSocket');
     }
-    this.backoff = options.backoff ?? 50;
-    this.maxBackoff = options.maxBackoff ?? 5000;
-    this.random = options.random ?? Math.random;
     this.setTimer = options.setTimeout ?? ((fn, ms) => setTimeout(fn, ms));
     /** @type {any} */
     this.paceTimer = null;
@@ -49,20 +61,25 @@ export class Replica {
     this.watch = options.presence === false;
     this.pingTimer = null; // the next ping is due
     this.pongTimer = null; // a ping waits for its answer
-    /** @type {'connecting' | 'connected' | 'disconnected' | 'closed'} */
-    this.state = 'disconnected';
+    /** Session events, `state` and `refused`; `*` hears the session events. */
+    this.emitter = new Emitter(['state', 'refused']);
+    /** The connection state and the timing of the next attempt. */
+    this.reconnect = new Reconnect(this.emitter, () => void this.start(), {
+      backoff: options.backoff,
+      maxBackoff: options.maxBackoff,
+      random: options.random,
+      setTimeout: this.setTimer,
+      clearTimeout: this.clearTimer,
+      changed: () => this.#progressed(),
+    });
     /** @type {Refused | null} */
     this.refused = null;
     /** Why the last connection or attempt ended; null while connected. @type {string | null} */
     this.failure = null;
     this.attempting = false; // a connection is being made or is up
-    this.failures = 0;
     this.connects = 0;
-    /** @type {Map<string, Set<(event: any) => void>>} */
-    this.listeners = new Map();
     /** @type {any} */
     this.ws = null;
-    this.timer = null;
     this.refreshTimer = null;
     this.closing = false;
     /** @type {Set<() => void>} called after every message handled and every state change */
@@ -74,6 +91,21 @@ export class Replica {
       this.rejectReady = reject;
     });
     this.ready.catch(() => {}); // an application that never awaits it is not an error
+  }
+
+  /** @type {ConnectionState} see `CONNECTION` */
+  get state() {
+    return this.reconnect.state;
+  }
+
+  /** Set by hand (a test standing in for a socket's answer): no `state` event. */
+  set state(state) {
+    this.reconnect.state = state;
+  }
+
+  /** Attempts failed since the last connection. */
+  get failures() {
+    return this.reconnect.failures;
   }
 
   /** The local value: edit it; it holds your pending edits. */
@@ -204,38 +236,18 @@ export class Replica {
    * (every session event). Returns a function that stops listening.
    */
   on(type, listener) {
-    let set = this.listeners.get(type);
-    if (set === undefined) this.listeners.set(type, (set = new Set()));
-    set.add(listener);
-    return () => set.delete(listener);
-  }
-
-  #emit(type, event) {
-    for (const key of [type, '*']) {
-      if (key === '*' && (type === 'state' || type === 'refused')) continue;
-      const set = this.listeners.get(key);
-      if (set !== undefined) for (const listener of Array.from(set)) listener(event);
-    }
-  }
-
-  #setState(state, code = null, reason = '') {
-    if (this.state === state) return;
-    this.state = state;
-    this.#emit('state', { type: 'state', state, code, reason });
-    this.#progressed();
+    return this.emitter.on(type, listener);
   }
 
   #events(events) {
-    for (const event of events) this.#emit(event.type, event);
+    for (const event of events) this.emitter.emit(event.type, event);
   }
 
   /** Open the first connection (called by `connect`). */
   async start() {
     if (this.closing || this.attempting) return;
     this.attempting = true;
-    // Only the first attempt is `connecting`; a retry leaves `disconnected` alone (a welcome
-    // or a refusal is the next change of state).
-    if (this.connects === 0 && this.failures === 0) this.#setState('connecting');
+    this.reconnect.begin();
     let token = null;
     try {
       token = this.getToken !== null ? await this.getToken() : null;
@@ -244,7 +256,7 @@ export class Replica {
       return;
     }
     if (this.closing) {
-      this.#setState('closed');
+      this.reconnect.set('closed');
       return;
     }
     if (this.refusedToken !== null && token === this.refusedToken) {
@@ -289,10 +301,9 @@ export class Replica {
         this.#maybeRefresh(ws, decoded);
         const events = this.session.receive(decoded);
         if (events.length > 0 && events[0].type === 'connected') {
-          this.failures = 0;
           this.failure = null;
           this.connects += 1;
-          this.#setState('connected');
+          this.reconnect.connected();
         }
         this.#events(events);
         if (this.session.ready) this.resolveReady(this);
@@ -416,33 +427,22 @@ export class Replica {
     this.failure = reason || `closed ${closeCode ?? ''}`.trim();
     this.#events(this.session.disconnected(this.failure));
     if (this.closing) {
-      this.#setState('closed', code, reason);
-      return;
-    }
-    const rule = retryRule(code, closeCode, this.getToken !== null, reason);
-    if (rule === 'refused') {
-      this.#refuse(code ?? codeOfClose(closeCode, reason) ?? `close_${closeCode}`, reason, closeCode);
+      this.reconnect.set('closed', code, reason);
       return;
     }
     // Refused for its token: the next attempt asks `getToken` for another (see `start`).
-    if ((code ?? codeOfClose(closeCode, reason)) === 'unauthorized') this.refusedToken = this.lastToken;
-    this.#setState('disconnected', code, reason);
-    this.failures += 1;
-    const delay =
-      rule === 'at_once'
-        ? 0
-        : backoffDelay(this.failures, this.backoff, this.maxBackoff, this.random);
-    this.timer = this.setTimer(() => {
-      this.timer = null;
-      this.start();
-    }, delay);
+    // (Set before the state changes, as before; with no `getToken` the rule refuses.)
+    const known = code ?? codeOfClose(closeCode, reason);
+    if (known === 'unauthorized' && this.getToken !== null) this.refusedToken = this.lastToken;
+    const rule = this.reconnect.ended(code, closeCode, reason, this.getToken !== null);
+    if (rule === 'refused') this.#refuse(known ?? `close_${closeCode}`, reason, closeCode);
   }
 
   /** Stop for good, refused by the hub (`code`): `closed`, a `refused` event, `ready` rejects. */
   #refuse(code, reason, closeCode) {
     this.refused = new Refused(code, reason, closeCode);
-    this.#setState('closed', this.refused.code, reason);
-    this.#emit('refused', this.refused);
+    this.reconnect.set('closed', this.refused.code, reason);
+    this.emitter.emit('refused', this.refused);
     this.rejectReady(this.refused);
   }
 
@@ -473,10 +473,7 @@ export class Replica {
   close() {
     this.closing = true;
     this.#stopKeepalive();
-    if (this.timer !== null) {
-      this.clearTimer(this.timer);
-      this.timer = null;
-    }
+    this.reconnect.cancel();
     const ws = this.ws;
     if (ws !== null) {
       try {
@@ -485,7 +482,7 @@ export class Replica {
         // already closed
       }
     } else {
-      this.#setState('closed');
+      this.reconnect.set('closed');
     }
   }
 }

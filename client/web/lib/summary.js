@@ -1,9 +1,12 @@
 // @ts-check
+import { Emitter } from './emitter.js';
 import { DecodeError, ProtocolError } from './errors.js';
 import { SUBPROTOCOL } from './frames.js';
 import { isText } from './live.js';
-import { backoffDelay, keepaliveOption, retryRule, whenEnded } from './reconnect.js';
+import { Reconnect, keepaliveOption, whenEnded } from './reconnect.js';
 import { isObject } from './records.js';
+
+/** @typedef {import('./reconnect.js').ConnectionState} ConnectionState */
 
 // ---------------------------------------------------------------- the summary feed (SPEC §8)
 
@@ -29,9 +32,6 @@ export class SummaryFeed {
     this.limit = options.limit ?? 100;
     this.getToken = options.getToken ?? null;
     this.WebSocket = options.WebSocket ?? globalThis.WebSocket;
-    this.backoff = options.backoff ?? 50;
-    this.maxBackoff = options.maxBackoff ?? 5000;
-    this.random = options.random ?? Math.random;
     this.keepalive = keepaliveOption(options.keepalive);
     /** Ends the current socket now (set per socket). @type {(reason: string) => void} */
     this.giveUp = () => {};
@@ -42,36 +42,37 @@ export class SummaryFeed {
     /** @type {Map<string, any>} */
     this.rows = new Map();
     this.more = false;
-    /** @type {ConnectionState} */
-    this.state = 'disconnected';
-    this.failures = 0;
-    this.attempts = 0; // connection attempts started
     this.closing = false;
     /** @type {any} */
     this.ws = null;
-    /** @type {any} */
-    this.timer = null;
-    /** @type {Map<string, Set<(event: any) => void>>} */
-    this.listeners = new Map();
+    /** `rows` and `state` events (no `*`). */
+    this.emitter = new Emitter();
+    /** The connection state and the timing of the next attempt, as a `Replica`'s. */
+    this.reconnect = new Reconnect(this.emitter, () => void this.start(), {
+      backoff: options.backoff,
+      maxBackoff: options.maxBackoff,
+      random: options.random,
+    });
+  }
+
+  /** @type {ConnectionState} see `CONNECTION` */
+  get state() {
+    return this.reconnect.state;
+  }
+
+  /** Set by hand (a test standing in for a socket's answer): no `state` event. */
+  set state(state) {
+    this.reconnect.state = state;
+  }
+
+  /** Attempts failed since the feed last had an answer. */
+  get failures() {
+    return this.reconnect.failures;
   }
 
   /** @param {'rows' | 'state'} type @param {(event: any) => void} listener */
   on(type, listener) {
-    let set = this.listeners.get(type);
-    if (set === undefined) this.listeners.set(type, (set = new Set()));
-    set.add(listener);
-    return () => set.delete(listener);
-  }
-
-  #emit(type, event) {
-    const set = this.listeners.get(type);
-    if (set !== undefined) for (const listener of Array.from(set)) listener(event);
-  }
-
-  #setState(state, code = null, reason = '') {
-    if (this.state === state) return;
-    this.state = state;
-    this.#emit('state', { type: 'state', state, code, reason });
+    return this.emitter.on(type, listener);
   }
 
   /** Take one message from the hub (exposed for tests); returns the rows it changed. */
@@ -94,16 +95,14 @@ export class SummaryFeed {
     // Rows that left the window (SPEC §17): the hub sends none of them any more.
     const left = Array.isArray(message.left) ? message.left.filter(isText) : [];
     for (const id of left) this.rows.delete(id);
-    this.#emit('rows', { type: 'rows', rows, left, snapshot });
+    this.emitter.emit('rows', { type: 'rows', rows, left, snapshot });
     return rows;
   }
 
   /** Open the feed (and keep it open until `close()`). */
   async start() {
     if (this.closing || this.ws !== null) return;
-    // As for a Replica, only the first attempt is `connecting`: a retry leaves `disconnected`
-    // alone until the hub answers, so a dashboard does not flicker between the two.
-    if (this.attempts++ === 0) this.#setState('connecting');
+    this.reconnect.begin(); // the first attempt only is `connecting` (see `CONNECTION`)
     let token = null;
     try {
       token = this.getToken !== null ? await this.getToken() : null;
@@ -123,8 +122,7 @@ export class SummaryFeed {
         const message = JSON.parse(String(event.data));
         this.#heard(ws, message);
         this.receive(message);
-        this.failures = 0;
-        this.#setState('connected');
+        this.reconnect.connected();
       } catch (error) {
         if (error instanceof ProtocolError && error.fromHub) code = error.reason;
         try {
@@ -138,19 +136,9 @@ export class SummaryFeed {
       if (this.ws !== ws) return;
       this.ws = null;
       this.#stopKeepalive();
-      if (this.closing) return this.#setState('closed');
-      const rule = retryRule(code, closeCode, this.getToken !== null, reason);
-      if (rule === 'refused') return this.#setState('closed', code, reason);
-      this.#setState('disconnected', code, reason);
-      this.failures += 1;
-      const delay =
-        rule === 'at_once'
-          ? 0
-          : backoffDelay(this.failures, this.backoff, this.maxBackoff, this.random);
-      this.timer = setTimeout(() => {
-        this.timer = null;
-        void this.start();
-      }, delay);
+      if (this.closing) return this.reconnect.set('closed');
+      const rule = this.reconnect.ended(code, closeCode, reason, this.getToken !== null);
+      if (rule === 'refused') this.reconnect.set('closed', code, reason);
     });
   }
 
@@ -213,9 +201,8 @@ export class SummaryFeed {
   close() {
     this.closing = true;
     this.#stopKeepalive();
-    if (this.timer !== null) clearTimeout(this.timer);
-    this.timer = null;
+    this.reconnect.cancel();
     if (this.ws !== null) this.ws.close(1000, '');
-    else this.#setState('closed');
+    else this.reconnect.set('closed');
   }
 }
