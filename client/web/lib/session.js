@@ -5,18 +5,14 @@ import { Conversation } from './conversation.js';
 import { ConvsyncError, DecodeError, ProtocolError, UsageError } from './errors.js';
 import { DRAFTS, FRAME_FILL, HUB_REBASE, MAX_FRAME, PRESENCE, PUSH_OVERHEAD, grouped, needInts, utf8Length } from './frames.js';
 import { Lineage } from './ids.js';
+import { LogView, folded } from './log.js';
 import { receiveLive, sweepDrafts } from './live.js';
 import { conflict, needsBase, rebase } from './rebase.js';
+import { refusal, step } from './phases.js';
 import { isObject } from './records.js';
 import { QUEUED_KIND, STOP_KIND, queueRecords, rejectRule } from './steer.js';
 
-/**
- * One replica of one conversation across any number of connections: messages from the hub
- * in, frames and events out, no socket (as `client/session.py`).
- *
- * `confirmed` is the log's value at the last revision seen; `local` is what the application
- * edits (`confirmed` plus pending records: the batch in flight, then `local`'s outbox).
- */
+/** The approval events of `records` (asked, or decided). @param {any[]} records */
 function approvalEvents(records) {
   const events = [];
   for (const record of records) {
@@ -30,6 +26,29 @@ function approvalEvents(records) {
   return events;
 }
 
+/**
+ * The integer fields and the list each hub message must have: checked first, so a message
+ * the hub got wrong is `malformed` in any phase.
+ * @type {Readonly<Record<string, {ints: string[], list: string | null}>>}
+ */
+const SHAPES = Object.freeze({
+  welcome: { ints: ['lineage', 'revision', 'acked'], list: null },
+  records: { ints: ['from'], list: 'records' },
+  state: { ints: ['lineage', 'revision'], list: null },
+  entries: { ints: [], list: 'entries' },
+  ack: { ints: ['seq', 'from', 'revision'], list: null },
+  reject: { ints: ['seq', 'lineage', 'revision'], list: null },
+});
+
+/**
+ * One replica of one conversation across any number of connections: messages from the hub
+ * in, frames and events out, no socket (as `client/session.py`).
+ *
+ * `phase` is where the connection is (`PHASES` in `phases.js`: what each phase accepts, and
+ * where it goes); `log` is the log as seen: `confirmed`, its value at the last revision folded,
+ * and the records held past it. `local` is what the application edits (`confirmed` plus
+ * pending records: the batch in flight, then `local`'s outbox).
+ */
 export class ReplicaSession {
   #maxFrame = MAX_FRAME;
 
@@ -45,15 +64,15 @@ export class ReplicaSession {
     }
     this.client = client;
     this.local = local;
-    this.confirmed = new Conversation();
+    /** The log as seen: its value (`confirmed`) and the records held past it. */
+    this.log = new LogView();
+    /** The connection's phase (`PHASES` in phases.js). @type {import('./phases.js').Phase} */
+    this.phase = /** @type {import('./phases.js').Phase} */ ('connecting');
     this.seq = options.seq ?? 0;
     this.maxFrame = options.maxFrame ?? MAX_FRAME;
     this.maxBatch = options.maxBatch ?? 1000;
     /** @type {{seq: number, records: ChangeRecord[], doomed: boolean, landed: ChangeRecord[] | null, base: Conversation | null} | null} */
     this.inflight = null;
-    /** Log records that overtook the batch in flight (held until its ack or reject). */
-    /** @type {ChangeRecord[]} */
-    this.held = [];
     /** @type {ChangeRecord[]} */
     this.landed = [];
     /** @type {any} */
@@ -69,7 +88,6 @@ export class ReplicaSession {
     /** When `nextPush(now)` held a push back to stay within the budget: when to call it again. */
     /** @type {number | null} */
     this.pacedUntil = null;
-    this.catchingUp = false;
     /** @type {Conversation | null} */
     this.beforeCatchUp = null;
     this.rebaseDue = false; // rebase `local` at the end of the catch-up, moved or not
@@ -108,6 +126,11 @@ export class ReplicaSession {
     this.local.recordLimit = maxFrame - PUSH_OVERHEAD;
   }
 
+  /** The log's value at the last revision folded (`log.value`). */
+  get confirmed() {
+    return this.log.value;
+  }
+
   /** Records made here that the hub has not acknowledged yet. */
   get pending() {
     const inflight = this.inflight;
@@ -117,9 +140,7 @@ export class ReplicaSession {
 
   /** Welcomed and caught up: pushes can go. */
   get ready() {
-    return (
-      this.welcome !== null && !this.catchingUp && this.confirmed.revision >= this.owed
-    );
+    return this.phase === 'live' && this.confirmed.revision >= this.owed;
   }
 
   /** Caught up with nothing pending and nothing in flight. */
@@ -129,11 +150,11 @@ export class ReplicaSession {
 
   /** The first message of a new connection; forgets the previous connection's state. */
   hello(token = null) {
+    this.phase = step(this.phase, 'connecting');
     this.welcome = null;
-    this.catchingUp = false;
     this.partial = null;
     this.partialEntries = [];
-    this.held = []; // the hub sends them again in the catch-up
+    this.log.dropHeld(); // the hub sends them again in the catch-up
     this.owed = 0; // the catch-up brings them
     return {
       type: 'hello',
@@ -222,26 +243,27 @@ export class ReplicaSession {
   /** @param {any} message @returns {any[]} */
   #receive(message) {
     if (!isObject(message)) throw new DecodeError('a hub message is not an object');
+    const shape = SHAPES[message.type];
+    if (shape !== undefined) {
+      needInts(message, shape.ints);
+      if (shape.list !== null && !Array.isArray(message[shape.list]))
+        throw new DecodeError(`${message.type}: not a list`);
+    }
+    const refused = refusal(this.phase, message.type);
+    if (refused !== null) throw new ProtocolError('unexpected', refused);
     switch (message.type) {
       case 'welcome':
-        needInts(message, ['lineage', 'revision', 'acked']);
         if (typeof message.sub === 'string') this.sub = message.sub;
         return this.#onWelcome(message);
       case 'records':
-        needInts(message, ['from']);
-        if (!Array.isArray(message.records)) throw new DecodeError('records: not a list');
         return [...this.#onRecords(message), ...approvalEvents(message.records)];
       case 'state':
-        needInts(message, ['lineage', 'revision']);
         return this.#onState(message);
       case 'entries':
-        if (!Array.isArray(message.entries)) throw new DecodeError('entries: not a list');
         return this.#onEntries(message);
       case 'ack':
-        needInts(message, ['seq', 'from', 'revision']);
         return this.#onAck(message);
       case 'reject':
-        needInts(message, ['seq', 'lineage', 'revision']);
         return this.#onReject(message);
       case 'drafts':
       case 'draft':
@@ -267,6 +289,7 @@ export class ReplicaSession {
    */
   disconnected(reason) {
     const welcomed = this.welcome !== null;
+    this.phase = step(this.phase, 'closed');
     this.welcome = null;
     /** @type {any[]} */
     const events = welcomed ? [{ type: 'disconnected', reason }] : [];
@@ -283,7 +306,6 @@ export class ReplicaSession {
   }
 
   #onWelcome(welcome) {
-    if (this.welcome !== null) throw new ProtocolError('unexpected', 'a second welcome');
     this.welcome = welcome;
     this.lastWelcome = welcome; // kept over a disconnect: who this replica is
     this.pacer = pacerFor(welcome.limits?.push);
@@ -308,7 +330,7 @@ export class ReplicaSession {
     if (confirmed.lineage === Lineage.EMPTY && confirmed.revision === 0) {
       confirmed.continueLog(welcome.lineage, 0); // a value begun here continues any log
     }
-    this.catchingUp = true;
+    this.phase = step(this.phase, 'catching_up');
     if (this.beforeCatchUp === null) this.beforeCatchUp = confirmed.copy();
     return [
       { type: 'connected', lineage: welcome.lineage, revision: welcome.revision },
@@ -325,7 +347,7 @@ export class ReplicaSession {
     ) {
       return [];
     }
-    this.catchingUp = false;
+    this.phase = step(this.phase, 'live');
     let base = this.beforeCatchUp;
     this.beforeCatchUp = null;
     const landed = this.landed;
@@ -356,15 +378,14 @@ export class ReplicaSession {
   }
 
   #onRecords(message) {
-    if (this.welcome === null) throw new ProtocolError('unexpected', 'records before welcome');
     const confirmed = this.confirmed;
-    const revision = confirmed.revision + this.held.length;
+    const revision = this.log.revision;
     const skip = revision - message.from;
     if (skip < 0) throw new ProtocolError('gap', `records from ${message.from}, at ${revision}`);
     const records = message.records.slice(skip);
     if (records.length === 0) return [];
-    if (this.catchingUp) {
-      foldAll(confirmed, records);
+    if (this.phase === 'catching_up') {
+      this.log.fold(records);
       return [
         { type: 'applied', count: records.length, revision: confirmed.revision },
         ...this.#maybeCaughtUp(),
@@ -372,7 +393,7 @@ export class ReplicaSession {
     }
     const inflight = this.inflight;
     if (inflight === null && this.local.unsaved().length === 0) {
-      foldAll(confirmed, records);
+      this.log.fold(records);
       for (const record of records) this.local.apply(record);
       return [{ type: 'applied', count: records.length, revision: confirmed.revision }];
     }
@@ -397,20 +418,20 @@ export class ReplicaSession {
           }
         }
         const overtaken = this.#foldHeld();
-        foldAll(confirmed, records);
+        this.log.fold(records);
         inflight.landed = inflight.landed.concat(records);
         return overtaken;
       }
       // The log moved under the batch in flight, which the hub may still place: hold these
       // records until its ack or reject says what became of it.
-      this.held = this.held.concat(records);
+      this.log.hold(records);
       return [];
     }
     // The log moved under pending records: replay them on it.
     let base = null;
     const pending = this.local.takeUnsaved();
     if (needsBase(pending)) base = confirmed.copy();
-    foldAll(confirmed, records);
+    this.log.fold(records);
     this.local.returnUnsaved(pending);
     return [
       { type: 'applied', count: records.length, revision: confirmed.revision },
@@ -420,15 +441,12 @@ export class ReplicaSession {
 
   /** Fold the records that overtook the batch in flight into `confirmed`. */
   #foldHeld() {
-    const held = this.held;
-    this.held = [];
-    if (held.length === 0) return [];
-    foldAll(this.confirmed, held);
-    return [{ type: 'applied', count: held.length, revision: this.confirmed.revision }];
+    const count = this.log.foldHeld();
+    if (count === 0) return [];
+    return [{ type: 'applied', count, revision: this.confirmed.revision }];
   }
 
   #onState(message) {
-    if (this.welcome === null) throw new ProtocolError('unexpected', 'state before welcome');
     this.partial = message;
     this.partialEntries = [];
     this.draftsFresh = true; // a drafts snapshot follows every state
@@ -461,8 +479,8 @@ export class ReplicaSession {
     }
     const holds = this.confirmed;
     if (
-      !this.catchingUp &&
-      this.held.length === 0 &&
+      this.phase !== 'catching_up' &&
+      this.log.held.length === 0 &&
       message.lineage === holds.lineage &&
       message.revision === holds.revision &&
       message.lineage !== Lineage.EMPTY &&
@@ -474,12 +492,12 @@ export class ReplicaSession {
       return [];
     }
     confirmed.continueLog(message.lineage, message.revision);
-    this.held = []; // the state holds them
     this.owed = 0; // a state holds whatever an ack said would follow, or replaces it
     const old = this.confirmed;
-    this.confirmed = confirmed;
+    this.log.replace(confirmed); // the state holds the records held
+
     const events = [{ type: 'reset', lineage: message.lineage, revision: message.revision }];
-    if (this.catchingUp) return [...events, ...this.#maybeCaughtUp()];
+    if (this.phase === 'catching_up') return [...events, ...this.#maybeCaughtUp()];
     const inflight = this.inflight;
     if (inflight !== null && !inflight.doomed) {
       inflight.doomed = true;
@@ -520,7 +538,7 @@ export class ReplicaSession {
     }
     this.inflight = null;
     this.owed = ack.revision; // more than the batch: a queue landed with it, and follows
-    foldAll(confirmed, batch.records);
+    this.log.fold(batch.records);
     return [];
   }
 
@@ -615,25 +633,4 @@ export class ReplicaSession {
       .map((r) => /** @type {any} */ (r.change).id);
     return [...events, { type: 'queued', ids, mine: true }, ...this.#rebaseLocal(base)];
   }
-}
-
-/** @param {Conversation} conversation @param {ChangeRecord[]} records */
-function foldAll(conversation, records) {
-  try {
-    for (const record of records) conversation.apply(record);
-  } catch (error) {
-    if (!(error instanceof ConvsyncError)) throw error;
-    throw new ProtocolError('diverged', `a record from the hub does not fit: ${error.message}`);
-  }
-}
-
-/** `base` with `records` applied, or null when they do not fit. */
-function folded(base, records) {
-  try {
-    for (const record of records) base.apply(record);
-  } catch (error) {
-    if (error instanceof ConvsyncError) return null;
-    throw error;
-  }
-  return base;
 }
