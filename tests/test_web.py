@@ -72,7 +72,9 @@ async def test_viewer_files_are_served_with_their_type_and_the_csp(
 
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "client" / "web"
-IMPORT = re.compile(r"""^(?:import|export)\s+(?:\*(?:\s+as\s+\w+)?|\{[^}]*\}|\w+)\s+from\s+'([^']+)';""", re.M)
+IMPORT = re.compile(
+    r"""^(?:import|export)\s+(?:\*(?:\s+as\s+\w+)?|\{[^}]*\}|\w+)\s+from\s+'([^']+)';""", re.M
+)
 
 
 def module_graph() -> dict[str, str]:

@@ -1,7 +1,9 @@
 // @ts-check
 /**
  * convsync for browsers and Node: the conversation model, rebase, the replica session and a
- * websocket shell, in one dependency-free ES module (no build step).
+ * websocket shell, as dependency-free ES modules (no build step). This file re-exports the
+ * public API from `lib/`, one module per concept (their map: `docs/design.md`, "The
+ * JavaScript replica in modules"), so an embedder imports this one file.
  *
  * How this works. It is the JavaScript twin of the Python packages, rule for rule:
  * - `Conversation` folds change records exactly as `sync/conversation.py` does: a record is
@@ -29,8 +31,18 @@
  *   await replica.flush();                                   // acknowledged by the hub
  */
 
-
-export { ConvsyncError, ApplyError, ProtocolError, DecodeError, UsageError, Refused, CODES, retryOf, closeCodeOf, codeOfClose } from './lib/errors.js';
+export {
+  ConvsyncError,
+  ApplyError,
+  ProtocolError,
+  DecodeError,
+  UsageError,
+  Refused,
+  CODES,
+  retryOf,
+  closeCodeOf,
+  codeOfClose,
+} from './lib/errors.js';
 export { codePoints, sliceCodePoints } from './lib/text.js';
 export { isMessageId, isAsideId, madeMs, IdMinter, defaultMinter, Lineage } from './lib/ids.js';
 export { STOPPED, Message, Author, isFailedReply, isStopMarker } from './lib/messages.js';
@@ -38,8 +50,33 @@ export { readRecord } from './lib/records.js';
 export { jsonEqual, Conversation } from './lib/conversation.js';
 export { diff, mergeText, mergeMessage, mergeEntry, mergeAside } from './lib/merge.js';
 export { needsBase, rebase } from './lib/rebase.js';
-export { STEP_KIND, QUEUED_KIND, STOP_KIND, REJECTS, rejectRule, isUserText, queuedId, queuedEntryId, queueRecords, stepPending, midStep, stop } from './lib/steer.js';
-export { APPROVAL_KIND, TOOLS_KIND, approvalOf, approvals, findApproval, ask, decide, decidedMeanwhile, schemaProblem, answerProblem, resultOf } from './lib/approvals.js';
+export {
+  STEP_KIND,
+  QUEUED_KIND,
+  STOP_KIND,
+  REJECTS,
+  rejectRule,
+  isUserText,
+  queuedId,
+  queuedEntryId,
+  queueRecords,
+  stepPending,
+  midStep,
+  stop,
+} from './lib/steer.js';
+export {
+  APPROVAL_KIND,
+  TOOLS_KIND,
+  approvalOf,
+  approvals,
+  findApproval,
+  ask,
+  decide,
+  decidedMeanwhile,
+  schemaProblem,
+  answerProblem,
+  resultOf,
+} from './lib/approvals.js';
 export { SUBPROTOCOL, MAX_FRAME } from './lib/frames.js';
 export { ReplicaSession } from './lib/session.js';
 export { appendToDraft } from './lib/live.js';

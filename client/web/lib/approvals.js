@@ -1,11 +1,10 @@
 // @ts-check
+// Approvals, questions and frontend tools (SPEC §12): the twin of `sync/approvals.py`.
 import { jsonEqual } from './conversation.js';
 import { UsageError } from './errors.js';
 import { Author } from './messages.js';
 import { isObject } from './records.js';
 import { codePoints } from './text.js';
-
-// ---------------------------------------------------------------- approvals (SPEC §12)
 
 /** An approval or a question a worker asks a person: value an approval (`sync.approvals`). */
 export const APPROVAL_KIND = 'rig.approval';

@@ -1,4 +1,5 @@
 // @ts-check
+// The push pacer: a token bucket within the hub's push budget (`sync/budget.py`).
 
 /**
  * At most `rate` messages a second on average, with bursts of up to `burst` (sync/budget.py);

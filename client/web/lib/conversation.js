@@ -1,11 +1,19 @@
 // @ts-check
+// The conversation and its fold: the twin of `sync/conversation.py`.
 import { ApplyError, UsageError } from './errors.js';
 import { grouped, utf8Length } from './frames.js';
 import { Lineage, defaultMinter, isAsideId, isMessageId } from './ids.js';
 import { Author, STOPPED, isFailedReply } from './messages.js';
-import { HALTS, isObject, malformed, readAside, readEntry, readMessage, readRecord, readState } from './records.js';
-
-// ------------------------------------------------------------------ Conversation
+import {
+  HALTS,
+  isObject,
+  malformed,
+  readAside,
+  readEntry,
+  readMessage,
+  readRecord,
+  readState,
+} from './records.js';
 
 /**
  * @typedef {{kind: string, name: string | null, request: string | null, title: string | null}} AuthorValue

@@ -1,4 +1,6 @@
 // @ts-check
+// The one emitter of the socket shells.
+
 /**
  * The one emitter of the socket shells (`Replica`, `SummaryFeed`), in the shape of nanoevents'
  * `index.js`: `on(type, listener)` returns the function that stops listening; `emit` calls the

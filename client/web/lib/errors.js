@@ -1,6 +1,5 @@
 // @ts-check
-
-// ------------------------------------------------------------------ errors
+// The errors, and the one table of error codes (`sync/errors.py`).
 
 /** Base of every convsync error: a machine-readable `reason` and a short message. */
 export class ConvsyncError extends Error {

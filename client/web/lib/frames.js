@@ -1,4 +1,5 @@
 // @ts-check
+// What a frame holds and how large it may be (`sync/frames.py`, `sync/protocol.py`).
 import { DecodeError } from './errors.js';
 
 export const SUBPROTOCOL = 'convsync.v1';
@@ -16,8 +17,6 @@ export const PUSH_OVERHEAD = 128;
 
 /** The feature a session lists: it takes a placed push's records as its batch (SPEC 2.4.6). */
 export const HUB_REBASE = 'hub_rebase';
-/** The longest delay a timer takes (2^31 - 1 ms, 24.8 days); a longer one fires at once. */
-export const MAX_TIMER_MS = 2 ** 31 - 1;
 export const DRAFTS = 'drafts';
 export const PRESENCE = 'presence';
 

@@ -1,6 +1,5 @@
 // @ts-check
-
-// ------------------------------------------------------------------ ids and lineages
+// Message and aside ids (UUIDv7), and lineages: the twin of `sync/ids.py`.
 
 const UUID7_HEX = '[0-9a-f]{12}7[0-9a-f]{3}[89ab][0-9a-f]{15}';
 const MESSAGE_ID = new RegExp(`^msg_${UUID7_HEX}$`);

@@ -1,8 +1,7 @@
 // @ts-check
+// Drafts and presence as a live session keeps them (SPEC §7; `client/live.py`).
 import { isObject } from './records.js';
 import { codePoints, sliceCodePoints } from './text.js';
-
-// ---------------------------------------------------------------- drafts and presence (SPEC §7)
 
 /**
  * @typedef {{id: string, role: string, principal: string | null, client: string | null,

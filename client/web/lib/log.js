@@ -1,4 +1,5 @@
 // @ts-check
+// The log as a session saw it (`LogView`), and the folds of the hub's records.
 import { Conversation } from './conversation.js';
 import { ConvsyncError, ProtocolError } from './errors.js';
 
@@ -25,7 +26,8 @@ export class LogView {
     return this.value.revision + this.held.length;
   }
 
-  /** Fold `records` (the log's, next after the value) into the value. @param {ChangeRecord[]} records */
+  /** Fold `records` (the log's, next after the value) into the value.
+   * @param {ChangeRecord[]} records */
   fold(records) {
     foldAll(this.value, records);
   }

@@ -1,6 +1,5 @@
 // @ts-check
-
-// ------------------------------------------------------------------ merge
+// The three-way merge of text, messages, entries and asides (`sync/merge.py`).
 
 /*
  * Three-way merge of text, messages, entries and asides: the twin of `sync/merge.py`, rule for

@@ -1,6 +1,5 @@
 // @ts-check
-
-// ------------------------------------------------------------------ messages and authors
+// Messages and authors: the constructors and the few rules on them (`sync/messages.py`).
 
 export const STOPPED = 'STOPPED';
 

@@ -1,4 +1,6 @@
 // @ts-check
+// The phases of a replica session, as one table (`client/session.py`).
+
 /**
  * The phases of a replica session's connection, as one table (h11's `_state.py`; the same
  * names as `client/session.py`): what each phase accepts from the hub, and the phase each

@@ -1,11 +1,10 @@
 // @ts-check
+// Replaying pending records by intent on a log that moved (`sync/rebase.py`).
 import { decidedMeanwhile } from './approvals.js';
 import { jsonEqual } from './conversation.js';
 import { ConvsyncError } from './errors.js';
 import { mergeAside, mergeEntry } from './merge.js';
 import { QUEUED_KIND, queuedEntryId } from './steer.js';
-
-// ------------------------------------------------------------------ rebase
 
 /**
  * Whether `rebase` needs the base `pending` was made on: for a pure insertion (placed by its

@@ -1,4 +1,5 @@
 // @ts-check
+// The one reconnect loop of the socket shells, and their connection states.
 import { UsageError, codeOfClose, retryOf } from './errors.js';
 
 /**
@@ -173,7 +174,9 @@ export class Reconnect {
     this.set('disconnected', code, reason);
     this.failures += 1;
     const delay =
-      rule === 'at_once' ? 0 : backoffDelay(this.failures, this.backoff, this.maxBackoff, this.random);
+      rule === 'at_once'
+        ? 0
+        : backoffDelay(this.failures, this.backoff, this.maxBackoff, this.random);
     this.timer = this.setTimer(() => {
       this.timer = null;
       this.attempt();

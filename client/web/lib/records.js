@@ -1,7 +1,7 @@
 // @ts-check
+// Reading a change record: what msgspec's decoder does for Python (`sync/codec.py`).
 import { DecodeError } from './errors.js';
 
-// ------------------------------------------------------------------ reading records
 // What msgspec's typed decoder does for Python: check the shape, fill the defaults. Message
 // parts are checked only as far as their container (the hub's decoder checked them fully).
 

@@ -1,13 +1,17 @@
 // @ts-check
+// The socket shell of a replica: `Replica` and `connect` (`client/replica.py`).
 import { approvals, ask, decide, findApproval, resultOf } from './approvals.js';
 import { monotonicMs } from './budget.js';
-import { ConvsyncError, ProtocolError, Refused, UsageError, codeOfClose } from './errors.js';
-import { MAX_TIMER_MS, SUBPROTOCOL } from './frames.js';
-import { Lineage } from './ids.js';
 import { Emitter } from './emitter.js';
+import { ConvsyncError, ProtocolError, Refused, UsageError, codeOfClose } from './errors.js';
+import { SUBPROTOCOL } from './frames.js';
+import { Lineage } from './ids.js';
 import { Reconnect, keepaliveOption, whenEnded } from './reconnect.js';
 import { isObject } from './records.js';
 import { ReplicaSession } from './session.js';
+
+/** The longest delay a timer takes (2^31 - 1 ms, 24.8 days); a longer one fires at once. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /**
  * @typedef {import('./reconnect.js').ConnectionState} ConnectionState

@@ -1,14 +1,25 @@
 // @ts-check
+// The pure replica session: frames in, frames and events out (`client/session.py`).
 import { APPROVAL_KIND, approvalOf } from './approvals.js';
 import { pacerFor } from './budget.js';
 import { Conversation } from './conversation.js';
 import { ConvsyncError, DecodeError, ProtocolError, UsageError } from './errors.js';
-import { DRAFTS, FRAME_FILL, HUB_REBASE, MAX_FRAME, PRESENCE, PUSH_OVERHEAD, grouped, needInts, utf8Length } from './frames.js';
+import {
+  DRAFTS,
+  FRAME_FILL,
+  HUB_REBASE,
+  MAX_FRAME,
+  PRESENCE,
+  PUSH_OVERHEAD,
+  grouped,
+  needInts,
+  utf8Length,
+} from './frames.js';
 import { Lineage } from './ids.js';
-import { LogView, folded } from './log.js';
 import { receiveLive, sweepDrafts } from './live.js';
-import { conflict, needsBase, rebase } from './rebase.js';
+import { LogView, folded } from './log.js';
 import { refusal, step } from './phases.js';
+import { conflict, needsBase, rebase } from './rebase.js';
 import { isObject } from './records.js';
 import { QUEUED_KIND, STOP_KIND, queueRecords, rejectRule } from './steer.js';
 

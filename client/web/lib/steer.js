@@ -1,7 +1,6 @@
 // @ts-check
+// Steering a running agent (SPEC §10): the twin of `sync/steer.py`.
 import { Author, isFailedReply, isStopMarker } from './messages.js';
-
-// ---------------------------------------------------------------- steering (SPEC §10)
 
 /** A model call is under way: value `{turn, at}`. */
 export const STEP_KIND = 'rig.step';

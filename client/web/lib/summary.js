@@ -1,4 +1,5 @@
 // @ts-check
+// The summary feed of `/v1/summary` (SPEC §8, §17): `SummaryFeed`.
 import { Emitter } from './emitter.js';
 import { DecodeError, ProtocolError } from './errors.js';
 import { SUBPROTOCOL } from './frames.js';
@@ -7,8 +8,6 @@ import { Reconnect, keepaliveOption, whenEnded } from './reconnect.js';
 import { isObject } from './records.js';
 
 /** @typedef {import('./reconnect.js').ConnectionState} ConnectionState */
-
-// ---------------------------------------------------------------- the summary feed (SPEC §8)
 
 /**
  * The rows of `/v1/summary`: every conversation under `prefix` with its revision, last

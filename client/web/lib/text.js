@@ -1,6 +1,5 @@
 // @ts-check
-
-// ------------------------------------------------------------------ code points
+// Code points: the unit of every offset into text.
 
 /** The number of Unicode code points in `text` (what draft offsets count). */
 export function codePoints(text) {

@@ -25,7 +25,9 @@ test('convsync.js and lib/ import only each other (no dependencies, no build ste
     const code = text.replace(/\/\*[\s\S]*?\*\//g, '').replace(/^\s*\/\/.*$/gm, '');
     assert.doesNotMatch(code, /\bimport\(/, name);
     const allowed = name === 'convsync.js' ? /^\.\/lib\/\w+\.js$/ : /^\.\/\w+\.js$/;
-    for (const specifier of specifiers(name)) assert.match(specifier, allowed, `${name}: ${specifier}`);
+    for (const specifier of specifiers(name)) {
+      assert.match(specifier, allowed, `${name}: ${specifier}`);
+    }
     // Every import statement is one the pattern above read (none hides in another shape).
     const statements = text.match(/^\s*(?:import\b|export\s*[{*])/gm) ?? [];
     assert.equal(statements.length, specifiers(name).length, name);
@@ -56,4 +58,18 @@ test('convsync.d.ts declares every runtime export, and no runtime name that is n
     ),
   );
   assert.deepEqual([...declared].sort(), Object.keys(convsync).sort());
+});
+
+test('no import circle among the lib/ modules (each can be read after what it imports)', () => {
+  const imports = new Map(
+    LIB.map((file) => [file, specifiers(`lib/${file}`).map((s) => s.replace('./', ''))]),
+  );
+  const done = new Set();
+  const visit = (file, path) => {
+    assert.ok(!path.includes(file), `import circle: ${[...path, file].join(' -> ')}`);
+    if (done.has(file)) return;
+    for (const next of imports.get(file)) visit(next, [...path, file]);
+    done.add(file);
+  };
+  for (const file of LIB) visit(file, []);
 });

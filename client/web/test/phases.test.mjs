@@ -114,7 +114,8 @@ test('what a phase accepts it takes (a welcomed session takes drafts, acks, the 
       } catch (error) {
         // `error` is the hub's own code; `entries` needs a state first (the handler's rule).
         assert.ok(error instanceof ProtocolError, `${phase} ${type}: ${error}`);
-        assert.ok(error.reason === 'internal' || type === 'entries', `${phase} ${type}: ${error.reason}`);
+        const why = `${phase} ${type}: ${error.reason}`;
+        assert.ok(error.reason === 'internal' || type === 'entries', why);
       }
     }
   }
