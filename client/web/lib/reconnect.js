@@ -1,5 +1,6 @@
 // @ts-check
 // The one reconnect loop of the socket shells, and their connection states.
+import { Emitter } from './emitter.js';
 import { UsageError, codeOfClose, retryOf } from './errors.js';
 
 /**
@@ -189,4 +190,47 @@ export class Reconnect {
     if (this.timer !== null) this.clearTimer(this.timer);
     this.timer = null;
   }
+}
+
+/**
+ * What every socket shell (`Replica`, `SummaryFeed`) has: its emitter, its reconnect loop,
+ * `state`, `failures` and `on`. `start()` is each shell's own: the loop calls it for every
+ * attempt after the first.
+ */
+export class Shell {
+  /**
+   * @param {Iterable<string> | null} notWild the types `*` does not hear (null: no `*`)
+   * @param {ConstructorParameters<typeof Reconnect>[2]} options
+   */
+  constructor(notWild, options) {
+    this.emitter = new Emitter(notWild);
+    /** The connection state and the timing of the next attempt. */
+    this.reconnect = new Reconnect(this.emitter, () => void this.start(), options);
+  }
+
+  /** @type {ConnectionState} see `CONNECTION` */
+  get state() {
+    return this.reconnect.state;
+  }
+
+  /** Set by hand (a test standing in for a socket's answer): no `state` event. */
+  set state(state) {
+    this.reconnect.state = state;
+  }
+
+  /** Attempts failed since the hub last answered. */
+  get failures() {
+    return this.reconnect.failures;
+  }
+
+  /**
+   * Listen to events of `type`; returns the function that stops listening.
+   * @param {string} type @param {(event: any) => void} listener
+   */
+  on(type, listener) {
+    return this.emitter.on(type, listener);
+  }
+
+  /** Open a connection (each shell's own). */
+  async start() {}
 }

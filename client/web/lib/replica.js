@@ -2,11 +2,10 @@
 // The socket shell of a replica: `Replica` and `connect` (`client/replica.py`).
 import { approvals, ask, decide, findApproval, resultOf } from './approvals.js';
 import { monotonicMs } from './budget.js';
-import { Emitter } from './emitter.js';
 import { ConvsyncError, ProtocolError, Refused, UsageError, codeOfClose } from './errors.js';
 import { SUBPROTOCOL } from './frames.js';
 import { Lineage } from './ids.js';
-import { Reconnect, keepaliveOption, whenEnded } from './reconnect.js';
+import { Shell, keepaliveOption, whenEnded } from './reconnect.js';
 import { isObject } from './records.js';
 import { ReplicaSession } from './session.js';
 
@@ -14,7 +13,6 @@ import { ReplicaSession } from './session.js';
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /**
- * @typedef {import('./reconnect.js').ConnectionState} ConnectionState
  * @typedef {import('./conversation.js').Conversation} Conversation
  * @typedef {{client?: string, getToken?: () => (string | null | Promise<string | null>),
  *   conversation?: Conversation, WebSocket?: any, maxFrame?: number, backoff?: number,
@@ -31,13 +29,24 @@ const MAX_TIMER_MS = 2 ** 31 - 1;
  * A live replica of one conversation over a websocket: the application edits `conversation`,
  * the replica pushes, applies, rebases and reconnects by itself.
  */
-export class Replica {
+export class Replica extends Shell {
   /**
    * @param {string} url the hub's base url (`ws://host:port`)
    * @param {string} conversationId
    * @param {ConnectOptions} [options]
    */
   constructor(url, conversationId, options = {}) {
+    const setTimer = options.setTimeout ?? ((fn, ms) => setTimeout(fn, ms));
+    const clearTimer = options.clearTimeout ?? ((handle) => clearTimeout(handle));
+    // Session events, `state` and `refused`; `*` hears the session events.
+    super(['state', 'refused'], {
+      backoff: options.backoff,
+      maxBackoff: options.maxBackoff,
+      random: options.random,
+      setTimeout: setTimer,
+      clearTimeout: clearTimer,
+      changed: () => this.#progressed(),
+    });
     this.url = `${url.replace(/\/+$/, '')}/v1/conversations/${encodeURIComponent(conversationId)}`;
     this.conversationId = conversationId;
     const client = options.client ?? `web-${Lineage.fresh().toString(16)}`;
@@ -53,10 +62,10 @@ export class Replica {
     if (typeof this.WebSocket !== 'function') {
       throw new UsageError('no_websocket', 'no WebSocket here: pass options.WebSocket');
     }
-    this.setTimer = options.setTimeout ?? ((fn, ms) => setTimeout(fn, ms));
+    this.setTimer = setTimer;
     /** @type {any} */
     this.paceTimer = null;
-    this.clearTimer = options.clearTimeout ?? ((handle) => clearTimeout(handle));
+    this.clearTimer = clearTimer;
     this.keepalive = keepaliveOption(options.keepalive);
     if (options.presence !== undefined && typeof options.presence !== 'boolean') {
       throw new UsageError('bad_option', `presence must be true or false (got ${options.presence})`);
@@ -65,17 +74,6 @@ export class Replica {
     this.watch = options.presence === false;
     this.pingTimer = null; // the next ping is due
     this.pongTimer = null; // a ping waits for its answer
-    /** Session events, `state` and `refused`; `*` hears the session events. */
-    this.emitter = new Emitter(['state', 'refused']);
-    /** The connection state and the timing of the next attempt. */
-    this.reconnect = new Reconnect(this.emitter, () => void this.start(), {
-      backoff: options.backoff,
-      maxBackoff: options.maxBackoff,
-      random: options.random,
-      setTimeout: this.setTimer,
-      clearTimeout: this.clearTimer,
-      changed: () => this.#progressed(),
-    });
     /** @type {Refused | null} */
     this.refused = null;
     /** Why the last connection or attempt ended; null while connected. @type {string | null} */
@@ -95,21 +93,6 @@ export class Replica {
       this.rejectReady = reject;
     });
     this.ready.catch(() => {}); // an application that never awaits it is not an error
-  }
-
-  /** @type {ConnectionState} see `CONNECTION` */
-  get state() {
-    return this.reconnect.state;
-  }
-
-  /** Set by hand (a test standing in for a socket's answer): no `state` event. */
-  set state(state) {
-    this.reconnect.state = state;
-  }
-
-  /** Attempts failed since the last connection. */
-  get failures() {
-    return this.reconnect.failures;
   }
 
   /** The local value: edit it; it holds your pending edits. */
@@ -238,9 +221,10 @@ export class Replica {
    * Listen to `type`: a session event (`connected`, `disconnected`, `applied`, `rebased`,
    * `reset`, `conflict`), `state` (`{state, code, reason}`), `refused` (a `Refused`), or `*`
    * (every session event). Returns a function that stops listening.
+   * @param {string} type @param {(event: any) => void} listener
    */
   on(type, listener) {
-    return this.emitter.on(type, listener);
+    return super.on(type, listener);
   }
 
   #events(events) {

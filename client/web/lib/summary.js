@@ -1,13 +1,10 @@
 // @ts-check
 // The summary feed of `/v1/summary` (SPEC §8, §17): `SummaryFeed`.
-import { Emitter } from './emitter.js';
 import { DecodeError, ProtocolError } from './errors.js';
 import { SUBPROTOCOL } from './frames.js';
 import { isText } from './live.js';
-import { Reconnect, keepaliveOption, whenEnded } from './reconnect.js';
+import { Shell, keepaliveOption, whenEnded } from './reconnect.js';
 import { isObject } from './records.js';
-
-/** @typedef {import('./reconnect.js').ConnectionState} ConnectionState */
 
 /**
  * The rows of `/v1/summary`: every conversation under `prefix` with its revision, last
@@ -16,13 +13,16 @@ import { isObject } from './records.js';
  * Events: `rows` (`{type, rows: Row[], snapshot: boolean}`: the rows that changed) and
  * `state` (as a `Replica`'s).
  */
-export class SummaryFeed {
+export class SummaryFeed extends Shell {
   /**
    * @param {string} url the hub's base url (`ws://host:port`)
    * @param {{prefix?: string, after?: string | null, limit?: number, getToken?: () => string | null | Promise<string | null>,
    *   WebSocket?: any, backoff?: number, maxBackoff?: number, random?: () => number}} [options]
    */
   constructor(url, options = {}) {
+    // `rows` and `state` events (no `*`); reconnects as a `Replica`'s.
+    const { backoff, maxBackoff, random } = options;
+    super(null, { backoff, maxBackoff, random });
     this.url = `${url.replace(/\/+$/, '')}/v1/summary`;
     this.prefix = options.prefix ?? '';
     /** `id` (pages by `after`) or `updated` (the latest `limit` rows). */
@@ -44,34 +44,6 @@ export class SummaryFeed {
     this.closing = false;
     /** @type {any} */
     this.ws = null;
-    /** `rows` and `state` events (no `*`). */
-    this.emitter = new Emitter();
-    /** The connection state and the timing of the next attempt, as a `Replica`'s. */
-    this.reconnect = new Reconnect(this.emitter, () => void this.start(), {
-      backoff: options.backoff,
-      maxBackoff: options.maxBackoff,
-      random: options.random,
-    });
-  }
-
-  /** @type {ConnectionState} see `CONNECTION` */
-  get state() {
-    return this.reconnect.state;
-  }
-
-  /** Set by hand (a test standing in for a socket's answer): no `state` event. */
-  set state(state) {
-    this.reconnect.state = state;
-  }
-
-  /** Attempts failed since the feed last had an answer. */
-  get failures() {
-    return this.reconnect.failures;
-  }
-
-  /** @param {'rows' | 'state'} type @param {(event: any) => void} listener */
-  on(type, listener) {
-    return this.emitter.on(type, listener);
   }
 
   /** Take one message from the hub (exposed for tests); returns the rows it changed. */
