@@ -244,6 +244,7 @@ export class Replica extends Shell {
       return;
     }
     if (this.closing) {
+      this.session.release();
       this.reconnect.set('closed');
       return;
     }
@@ -415,6 +416,7 @@ export class Replica extends Shell {
     this.failure = reason || `closed ${closeCode ?? ''}`.trim();
     this.#events(this.session.disconnected(this.failure));
     if (this.closing) {
+      this.session.release();
       this.reconnect.set('closed', code, reason);
       return;
     }
@@ -470,6 +472,7 @@ export class Replica extends Shell {
         // already closed
       }
     } else {
+      this.session.release();
       this.reconnect.set('closed');
     }
   }

@@ -18,7 +18,7 @@ import {
 import { Lineage } from './ids.js';
 import { receiveLive, sweepDrafts } from './live.js';
 import { LogView, folded } from './log.js';
-import { refusal, step } from './phases.js';
+import { next, refusal } from './phases.js';
 import { conflict, needsBase, rebase } from './rebase.js';
 import { isObject } from './records.js';
 import { QUEUED_KIND, STOP_KIND, queueRecords, rejectRule } from './steer.js';
@@ -161,7 +161,7 @@ export class ReplicaSession {
 
   /** The first message of a new connection; forgets the previous connection's state. */
   hello(token = null) {
-    this.phase = step(this.phase, 'connecting');
+    this.phase = next(this.phase, 'hello');
     this.welcome = null;
     this.partial = null;
     this.partialEntries = [];
@@ -261,7 +261,7 @@ export class ReplicaSession {
         throw new DecodeError(`${message.type}: not a list`);
     }
     const refused = refusal(this.phase, message.type);
-    if (refused !== null) throw new ProtocolError('unexpected', refused);
+    if (refused !== null) throw refused;
     switch (message.type) {
       case 'welcome':
         if (typeof message.sub === 'string') this.sub = message.sub;
@@ -294,13 +294,21 @@ export class ReplicaSession {
   }
 
   /**
+   * The replica stopped for good (`closed`): the session takes no more hub messages and no
+   * `hello()`. The shell calls it when it is closed by `close()`.
+   */
+  release() {
+    this.phase = next(this.phase, 'release');
+  }
+
+  /**
    * The connection is gone; the session waits for the next `hello()`. A `disconnected` event
    * only when a welcomed connection ended: events mark changes of state (one `disconnected`
    * after each `connected`), not every failed attempt to reconnect.
    */
   disconnected(reason) {
     const welcomed = this.welcome !== null;
-    this.phase = step(this.phase, 'closed');
+    this.phase = next(this.phase, 'disconnected');
     this.welcome = null;
     /** @type {any[]} */
     const events = welcomed ? [{ type: 'disconnected', reason }] : [];
@@ -341,7 +349,7 @@ export class ReplicaSession {
     if (confirmed.lineage === Lineage.EMPTY && confirmed.revision === 0) {
       confirmed.continueLog(welcome.lineage, 0); // a value begun here continues any log
     }
-    this.phase = step(this.phase, 'catching_up');
+    this.phase = next(this.phase, 'welcome');
     if (this.beforeCatchUp === null) this.beforeCatchUp = confirmed.copy();
     return [
       { type: 'connected', lineage: welcome.lineage, revision: welcome.revision },
@@ -358,7 +366,7 @@ export class ReplicaSession {
     ) {
       return [];
     }
-    this.phase = step(this.phase, 'live');
+    this.phase = next(this.phase, 'caught_up');
     let base = this.beforeCatchUp;
     this.beforeCatchUp = null;
     const landed = this.landed;

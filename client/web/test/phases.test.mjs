@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { Conversation, Message, ProtocolError, ReplicaSession } from '../convsync.js';
+import { Conversation, Message, ProtocolError, ReplicaSession, UsageError } from '../convsync.js';
 import { Emitter } from '../lib/emitter.js';
 import { KNOWN, PHASES } from '../lib/phases.js';
 import { CONNECTION, Reconnect } from '../lib/reconnect.js';
@@ -44,7 +44,7 @@ function sessions() {
     if (phase === 'catching_up') return session;
     session.receive({ type: 'records', from: 0, records });
     if (phase === 'live') return session;
-    session.disconnected('cut');
+    session.release();
     return session;
   };
   return made;
@@ -69,9 +69,15 @@ function snapshot(session) {
   });
 }
 
-test('each phase is reached as the table says: hello, welcome, catch-up, disconnected', () => {
+test('each phase is reached as the table says (hello, welcome, catch-up, release)', () => {
   const made = sessions();
   for (const phase of Object.keys(PHASES)) assert.equal(made(phase).phase, phase);
+  // A lost connection waits for the next welcome; only `release()` closes for good.
+  for (const phase of ['catching_up', 'live']) {
+    const session = made(phase);
+    session.disconnected('cut');
+    assert.equal(session.phase, 'connecting');
+  }
   const fresh = new ReplicaSession('ui');
   assert.equal(fresh.phase, 'connecting');
   // A welcome at the revision the session holds goes through catching_up to live at once.
@@ -80,8 +86,12 @@ test('each phase is reached as the table says: hello, welcome, catch-up, disconn
   assert.equal(fresh.phase, 'live');
   assert.ok(fresh.ready);
   const closed = made('closed');
-  closed.hello();
-  assert.equal(closed.phase, 'connecting');
+  // The shell's last word on the welcomed connection is taken (its `disconnected` event).
+  assert.deepEqual(closed.disconnected('late').map((event) => event.type), ['disconnected']);
+  assert.equal(closed.phase, 'closed');
+  closed.release();
+  assert.throws(() => closed.hello(), (e) => e instanceof UsageError && e.reason === 'closed');
+  assert.equal(closed.phase, 'closed');
 });
 
 test('a message its phase does not accept is refused `unexpected`, and nothing changes', () => {
@@ -92,9 +102,12 @@ test('a message its phase does not accept is refused `unexpected`, and nothing c
       if (row.accepts.includes(type)) continue;
       const session = made(phase);
       const before = snapshot(session);
+      // The hub broke the protocol; or, released, the caller fed a session it let go.
+      const kind = phase === 'closed' ? UsageError : ProtocolError;
+      const reason = phase === 'closed' ? 'closed' : 'unexpected';
       assert.throws(
         () => session.receive(plain(MESSAGES[type])),
-        (error) => error instanceof ProtocolError && error.reason === 'unexpected',
+        (error) => error instanceof kind && error.reason === reason,
         `${phase} took ${type}`,
       );
       assert.deepEqual(snapshot(session), before, `${phase} changed on ${type}`);
