@@ -84,6 +84,11 @@ export const PHASES = Object.freeze({
 /** Every hub message type a session knows (the others are ignored in every phase). */
 export const KNOWN = new Set(['welcome', ...WELCOMED, ...ANY_TIME]);
 
+/** `PHASES[phase].accepts` as sets: `receive` looks one up per message. */
+const ACCEPTS = Object.fromEntries(
+  Object.entries(PHASES).map(([phase, row]) => [phase, new Set(row.accepts)]),
+);
+
 /** The detail of `unexpected` for a type a welcomed session refuses (the session's words). */
 const WHY = Object.freeze({
   welcome: 'a second welcome',
@@ -98,7 +103,7 @@ const WHY = Object.freeze({
  */
 export function refusal(phase, type) {
   const unexpected = (/** @type {string} */ why) => new ProtocolError('unexpected', why);
-  if (typeof type !== 'string' || !KNOWN.has(type) || PHASES[phase].accepts.includes(type)) {
+  if (ACCEPTS[phase].has(type) || typeof type !== 'string' || !KNOWN.has(type)) {
     return null;
   }
   if (phase === 'closed') return new UsageError('closed', `${type} for a released replica session`);
