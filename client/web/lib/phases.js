@@ -102,15 +102,14 @@ const WHY = Object.freeze({
  * @param {Phase} phase @param {unknown} type @returns {Error | null}
  */
 export function refusal(phase, type) {
-  const unexpected = (/** @type {string} */ why) => new ProtocolError('unexpected', why);
   if (ACCEPTS[phase].has(type) || typeof type !== 'string' || !KNOWN.has(type)) {
     return null;
   }
   if (phase === 'closed') return new UsageError('closed', `${type} for a released replica session`);
   if (phase === 'connecting' || !Object.hasOwn(WHY, type)) {
-    return unexpected(`${type} before welcome`);
+    return new ProtocolError('unexpected', `${type} before welcome`);
   }
-  return unexpected(WHY[type]);
+  return new ProtocolError('unexpected', WHY[type]);
 }
 
 /**
