@@ -108,6 +108,11 @@ STATIC: Final[dict[str, tuple[str, str]]] = {
         f"/static/viewer/{part.name}": (f"viewer/{part.name}", "text/javascript; charset=utf-8")
         for part in sorted((STATIC_DIR / "viewer").glob("*.js"))
     },
+    # The modules `convsync.js` re-exports (`client/web/lib/`), each by its own path.
+    **{
+        f"/static/lib/{module.name}": (f"lib/{module.name}", "text/javascript; charset=utf-8")
+        for module in sorted((STATIC_DIR / "lib").glob("*.js"))
+    },
 }
 PAGE: Final = ("viewer.html", "text/html; charset=utf-8")
 

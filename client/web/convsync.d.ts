@@ -367,12 +367,15 @@ export class ReplicaSession {
   presence: Map<string, PresenceItem>;
   client: string;
   local: Conversation;
-  confirmed: Conversation;
+  readonly confirmed: Conversation;
   seq: number;
   /** Setting it also sets `local.recordLimit` (`maxFrame - 128`). */
   maxFrame: number;
   maxBatch: number;
   readonly pending: number;
+  /** Where the connection is (one table, as `client/phases.py`): `connecting` until a welcome,
+   * `catching_up`, `live`; `closed` once released for good. */
+  readonly phase: 'connecting' | 'catching_up' | 'live' | 'closed';
   readonly ready: boolean;
   readonly settled: boolean;
   /** The latest welcome, kept over a disconnect (`sub`, `scopes`). */
@@ -385,6 +388,8 @@ export class ReplicaSession {
   /** A decoded hub message; unknown types are ignored. Throws ProtocolError. */
   receive(message: unknown): SessionEvent[];
   disconnected(reason: string): SessionEvent[];
+  /** The replica stopped for good (`closed`): no more hub messages, no `hello()`. */
+  release(): void;
 }
 
 // ---------------------------------------------------------------- the socket shell

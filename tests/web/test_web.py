@@ -9,6 +9,7 @@ import re
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -70,6 +71,50 @@ async def test_viewer_files_are_served_with_their_type_and_the_csp(
     assert headers["X-Content-Type-Options"] == "nosniff"
 
 
+WEB_DIR = Path(__file__).resolve().parents[2] / "client" / "web"
+IMPORT = re.compile(
+    r"""^(?:import|export)\s+(?:\*(?:\s+as\s+\w+)?|\{[^}]*\}|\w+)\s+from\s+'([^']+)';""", re.M
+)
+
+
+def module_graph() -> dict[str, str]:
+    """Every module the page's `convsync.js` loads, by URL path, with its file's text: the
+    imports followed from `/static/convsync.js` as a browser resolves them."""
+    seen: dict[str, str] = {}
+    todo = ["/static/convsync.js"]
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        text = (WEB_DIR / path.removeprefix("/static/")).read_text()
+        seen[path] = text
+        base = path.rsplit("/", 1)[0]
+        for specifier in IMPORT.findall(text):
+            assert specifier.startswith("./"), f"{path} imports {specifier}: not a sibling file"
+            todo.append(posixpath.normpath(f"{base}/{specifier}"))
+    return seen
+
+
+def test_the_module_graph_is_every_lib_module() -> None:
+    """`convsync.js` reaches every module of `client/web/lib/` (none is left unserved by a
+    missing import, and no file there is dead)."""
+    graph = module_graph()
+    lib = {f"/static/lib/{p.name}" for p in (WEB_DIR / "lib").glob("*.js")}
+    assert len(lib) >= 10 and set(graph) == lib | {"/static/convsync.js"}
+
+
+async def test_every_module_convsync_js_imports_is_served(hub: Hub) -> None:
+    """Each module of `convsync.js`'s import graph is served as the file, with the JavaScript
+    type, the CSP and nosniff: a browser loads the whole replica from the hub."""
+    for path, text in module_graph().items():
+        status, headers, body = await get(hub, path)
+        assert status == 200, path
+        assert body == text.encode(), path
+        assert headers["Content-Type"] == "text/javascript; charset=utf-8", path
+        assert headers["Content-Security-Policy"] == CSP, path
+        assert headers["X-Content-Type-Options"] == "nosniff", path
+
+
 async def test_every_module_the_page_imports_is_served(hub: Hub) -> None:
     """The page's script and every module it imports, followed import by import (the
     viewer's parts, the replica's), is served as JavaScript: a split file the hub forgot to
@@ -100,7 +145,14 @@ async def test_the_page_has_no_inline_script_or_style(hub: Hub) -> None:
 
 async def test_only_listed_static_files_are_reachable(hub: Hub) -> None:
     """Paths outside the list of static files are not served (no folder walking)."""
-    for path in ("/static/../server/web.py", "/static/test/module.test.mjs", "/static/"):
+    for path in (
+        "/static/../server/web.py",
+        "/static/test/module.test.mjs",
+        "/static/",
+        "/static/lib/",
+        "/static/lib/../viewer.html",
+        "/static/lib/nothing.js",
+    ):
         status, _, _ = await get(hub, path)
         assert status == 404, path
 

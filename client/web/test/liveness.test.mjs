@@ -4,7 +4,7 @@
 //
 // Needs a global WebSocket (Node 22, or Node 20 with --experimental-websocket) and a Python
 // with the hub's dependencies (CONVSYNC_PYTHON, else the worktree's .venv); skipped without
-// them. tests/test_js_liveness.py runs this file with both, so the suite never skips it.
+// them. tests/web/test_js_liveness.py runs this file with both, so the suite never skips it.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';

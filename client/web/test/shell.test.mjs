@@ -472,3 +472,25 @@ test('a SummaryFeed retrying after a lost connection stays disconnected, as a Re
   assert.deepEqual(states, ['connecting', 'connected', 'disconnected']);
   feed.close();
 });
+
+test('a lost connection leaves the session connecting; close() releases it for good', async () => {
+  const { r, timers } = replica();
+  await settle();
+  const ws = FakeSocket.made[0];
+  ws.open();
+  ws.deliver({ type: 'welcome', lineage: 5, revision: 0, acked: 0 });
+  assert.equal(r.session.phase, 'live');
+  ws.close(1006, '');
+  assert.equal(r.session.phase, 'connecting'); // it waits for the next welcome
+  assert.equal(r.state, 'disconnected');
+  timers.fire();
+  await settle();
+  const again = FakeSocket.made[1];
+  again.open();
+  again.deliver({ type: 'welcome', lineage: 5, revision: 0, acked: 0 });
+  assert.equal(r.session.phase, 'live');
+  r.close();
+  assert.equal(r.state, 'closed');
+  assert.equal(r.session.phase, 'closed');
+  assert.throws(() => r.session.hello(), /closed/);
+});
