@@ -844,6 +844,21 @@ async def test_the_dashboard_pages_and_searches_a_thousand_conversations(
     await page.fill("input[name=search]", "")
     await page.wait_for_selector('[data-conversation-id="fleet.0149"]')
     assert await row_ids(page) == [f"fleet.{n:04}" for n in range(100, 150)]
+    # The pointer coming over the list while the cleared search's window is on its way holds
+    # nothing of the old window: its rows do not stay beside the new page's.
+    await page.fill("input[name=search]", "fleet.")
+    await page.wait_for_selector('[data-conversation-id="fleet.0000"]')
+    await page.evaluate(
+        """() => {
+        const search = document.querySelector('input[name=search]');
+        search.value = '';
+        search.dispatchEvent(new Event('input'));
+        document.querySelector('ol.conversations').dispatchEvent(new PointerEvent('pointerenter'));
+        }"""
+    )
+    await page.wait_for_selector('[data-conversation-id="fleet.0149"]')
+    await page.wait_for_selector('[data-conversation-id="fleet.0000"]', state="detached")
+    assert await row_ids(page) == [f"fleet.{n:04}" for n in range(100, 150)]
     assert pages.errors == []
 
 

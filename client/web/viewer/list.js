@@ -43,7 +43,9 @@ export class ListView {
     this.pageAfter = null;
     this.list = h('ol', { class: 'conversations' });
     this.list.addEventListener('pointerenter', () => {
-      this.frozen = this.ordered().map((row) => row.id);
+      // Hold what the reader sees, in the order drawn; not while another window is on its
+      // way (its snapshot replaces every row, so there is nothing of it to hold yet).
+      if (!this.pending) this.frozen = [...this.shown.keys()];
     });
     this.list.addEventListener('pointerleave', () => {
       this.frozen = null;
@@ -116,7 +118,12 @@ export class ListView {
     document.title = 'convsync';
     this.scheduled = false;
     this.feed.on('rows', (event) => {
-      if (event.snapshot) this.pending = false;
+      if (event.snapshot) {
+        // A new window's rows: an order held over the old window holds nothing of this one
+        // (else the old window's rows would stay drawn as ghosts beside the new ones).
+        if (this.pending) this.frozen = null;
+        this.pending = false;
+      }
       // The first page is drawn as its snapshot comes, so it paints in the next frame, not
       // in the one after; later rows wait for a frame (one draw per frame however many).
       if (event.snapshot && this.drawn.size === 0) this.render();
