@@ -33,6 +33,7 @@ __all__ = [
     "Counted",
     "Deleted",
     "Lease",
+    "LeaseChange",
     "Loaded",
     "LogMoved",
     "LogStore",
@@ -129,6 +130,22 @@ class Lease(msgspec.Struct, frozen=True):
         return (self.expires is not None and self.expires <= now) or (
             self.stop_expires is not None and self.stop_expires <= now
         )
+
+
+class LeaseChange(msgspec.Struct, frozen=True):
+    """The lease writes an append carries in its own transaction (SPEC 10): the records that
+    open, renew or end a turn and its lease commit together or not at all, so a crash between
+    the two never leaves an open turn without a lease, or a lease for a turn that ended.
+
+    Attributes:
+        put: a lease to keep, put as `put_lease(put)` would (replacing the stored one, with
+            the sooner stop deadline); None: none.
+        drop: the index of a turn whose lease to forget, as `drop_lease` would (done before
+            `put`); None: none.
+    """
+
+    put: Lease | None = None
+    drop: int | None = None
 
 
 def merge_lease(stored: Lease | None, lease: Lease, replace: bool) -> Lease:
