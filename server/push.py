@@ -1,27 +1,72 @@
-"""The rules of one push that read nothing but their arguments (used by `server.core`)."""
+"""Pushes (SPEC 2.4): the part of `RoomCore` that takes a batch, step by step.
+
+How this works: `Pushing.push` runs one generator (`_pushing`) that reads as the push goes:
+refused without folding (`_refusal`: token, resend, copy, lineage, drafts, turns, steering,
+approvals), folded into the room or placed by intent (`_fold`), stamped (`_stamped`), followed
+by the records the hub lands with it in the same append (`_append_of`), appended (`yield`), and
+answered (`_appended`: the ack, the records to every other subscriber); a failed append is
+undone and explained (`_not_appended`). The functions at the end read nothing but their
+arguments.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import logging
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+import msgspec
 
 from sync import (
     Aside,
+    AsideChange,
     Assistant,
     ChangeRecord,
     Conversation,
+    Lineage,
     Push,
     Reset,
     Splice,
+    Via,
     approvals,
+    encode,
 )
-from sync.protocol import Ack, encode_message
+from sync.compact import compaction_unpins
+from sync.errors import ApplyError, LocalProtocolError
+from sync.frames import records_frames
+from sync.protocol import (
+    Ack,
+    PushBatch,
+    PushOrigin,
+    RejectReason,
+    encode_message,
+)
+from sync.rebase import place
+from sync.steer import (
+    QUEUED_KIND,
+    STOP_KIND,
+    Steering,
+    queued_entry,
+    queued_id,
+    user_text_push,
+)
 from sync.strict import strict_violation
 
-from .auth import Grant
-from .store.base import ClientMark
+from .actions import (
+    Action,
+    AppendRecords,
+    Broadcast,
+    Close,
+    Send,
+)
+from .auth import ANONYMOUS, Grant
+from .roomlog import DELETED, Op, RoomLog
+from .store.base import ClientMark, LogMoved, SeqTaken
 from .turns import pairs
 
 __all__ = [
+    "Pushing",
     "ack",
     "both",
     "pushes_assistant",
@@ -31,6 +76,354 @@ __all__ = [
     "turn_ended",
     "unchanged",
 ]
+
+log = logging.getLogger("convsync.hub")
+
+
+C = TypeVar("C", bound=Hashable)
+"""A connection, as the shell names it (the core only compares and hashes it)."""
+
+
+@dataclass(slots=True)
+class _Append:
+    """A push folded into the room, waiting for the store to append it."""
+
+    call: AppendRecords
+    records: list[ChangeRecord]
+    """The pushed records as they land (placed, stamped)."""
+    queue: list[ChangeRecord]
+    """Queued input the hub lands right after them, in the same append (SPEC 10)."""
+    steering: Steering
+    """The steering index once both landed."""
+    undo: Callable[[], None]
+    """Takes both out of the room again (the append failed)."""
+
+
+class Pushing(RoomLog[C]):
+    """The push rules of one room (see the module); `RoomCore` adds the rest."""
+
+    # ------------------------------------------------------------------ pushing
+
+    def push(self, conn: C, batch: PushBatch, now: int) -> list[Action[C]]:
+        """Handle `batch` from `conn` (joined); `now` stamps records without a time (ms)."""
+        return self._drive(self._pushing(conn, batch, now))
+
+    def _pushing(self, conn: C, batch: PushBatch, now: int) -> Op[C]:
+        """One push, step by step: refuse it, fold it into the room, stamp it, land queued
+        input behind it, append both, answer and broadcast, keep the lease, snapshot."""
+        if self._stale and not (yield from self._reload_if_stale()):
+            return []
+        self._now = now
+        closed = self._closed_to_pushes(conn)
+        if closed is not None:
+            return [closed]
+        client = self.subscribers.get(conn)
+        if client is None:
+            raise LocalProtocolError("no_join", "a push from a connection that has not joined")
+        grant = self.grants.get(conn, ANONYMOUS)
+        key = self._mark_key(grant, client)
+        refused = self._refusal(conn, batch, grant, client, key, now)
+        if refused is not None:
+            return refused
+        folded = self._fold(conn, batch)
+        if isinstance(folded, list):
+            return folded
+        landed, undo, placed = folded
+        append = self._append_of(batch, key, self._stamped(landed, grant, client, now), undo)
+        try:
+            yield append.call
+        except Exception as exc:
+            append.undo()
+            return (yield from self._not_appended(conn, batch, append.call, exc))
+        actions = self._appended(conn, batch, append, placed)
+        leases = self._lease_calls([*append.records, *append.queue])
+        if leases:
+            yield actions
+            actions = yield from self._keep_leases(leases)
+        if self._snapshot_due():
+            yield actions
+            return (yield from self._snapshot())
+        return actions
+
+    def _closed_to_pushes(self, conn: C) -> Close[C] | None:
+        """How the room answers any push when it takes none: deleted, shutting down."""
+        if self.gone:
+            return Close(conn, "deleted", DELETED)
+        if self.closing:
+            return Close(conn, "shutting_down", "the hub is shutting down; reconnect later")
+        if self._stale:
+            return self._unavailable(conn)
+        return None
+
+    def _refusal(
+        self, conn: C, batch: PushBatch, grant: Grant, client: str, key: str, now: int
+    ) -> list[Action[C]] | None:
+        """How to answer `batch` without folding it, or None: it may be folded. Refused by the
+        token, a resend (its ack again), a copy of a push refused, the wrong lineage, another
+        client's draft id, a turn rule, a steering or approval rule."""
+        why = scope_refusal(grant, batch.records, now)
+        if why is not None:
+            # Checked before anything else, a resend too: the token decides, not the seq.
+            return [Send(conn, self._reject(batch, "forbidden", why))]
+        mark = self.marks.get(key)
+        if mark is not None and batch.seq <= mark.seq:
+            # A resend of a push that landed: answer with its ack, append nothing.
+            return [Send(conn, ack(batch.seq, mark))]
+        if batch.seq <= self._answered.get(conn, 0):
+            # A copy of a push this connection was refused (the network sent it twice): its
+            # replica has rebased those records since, so placing the copy would land them twice.
+            return [Send(conn, self._reject(batch, "behind", "a copy of a push answered already"))]
+        self._answered[conn] = batch.seq
+        if batch.lineage != self.lineage and not (
+            batch.lineage == Lineage.EMPTY and self.revision == 0
+        ):
+            reject = self._reject(batch, "lineage", "the log was rewritten; a state follows")
+            return [Send(conn, reject), *self._state_to(conn)]
+        clash = self.live.clash(self._owner(conn), batch.records) if self.drafts.drafts else None
+        if clash is not None:
+            return [Send(conn, self._reject(batch, "invalid", clash))]
+        turn = self.turns.refusal(self.conversation, batch, key, grant.sub, client)
+        if turn is not None:
+            return [Send(conn, self._reject(batch, *turn))]
+        steer = self._steer_refusal(batch, key, grant.sub) or self._approval_refusal(
+            conn, batch, grant
+        )
+        if steer is not None:
+            return [Send(conn, self._reject(batch, *steer))]
+        return None
+
+    def _fold(
+        self, conn: C, batch: PushBatch
+    ) -> tuple[Sequence[ChangeRecord], Callable[[], None], bool] | list[Action[C]]:
+        """Fold `batch` into the room: (the records as they land, how to undo them, whether
+        they were placed), or the reject when they do not fit (undone already)."""
+        since = len(self.conversation)
+        placed = batch.revision != self.revision
+        if placed:
+            # Made on an older revision: place it by intent when every record replays without
+            # conflict and unchanged (SPEC 2.4.6) and the pusher understands a placed push;
+            # else `behind`. Unchanged: what lands is exactly what was sent, so a lost ack
+            # and the replica's resend or welcome still name the very records in the log.
+            outcome = (
+                place(self.conversation, batch.records, self._edited_after(batch.revision))
+                if batch.revision < self.revision and conn in self._placing
+                else None
+            )
+            if isinstance(outcome, tuple) and not unchanged(outcome[0], batch.records):
+                outcome[1]()
+                outcome = None
+            if not isinstance(outcome, tuple):
+                detail = f"the log is at {self.revision}"
+                return [Send(conn, self._reject(batch, "behind", detail))]
+            landed, undo = outcome
+        else:
+            try:
+                undo = self.conversation.apply_batch(batch.records)
+            except ApplyError as error:
+                return self._invalid(conn, batch, str(error))
+            landed = batch.records
+        if self.config.strict_pairing:
+            violation = strict_check(self.conversation, landed, since)
+            if violation is not None:
+                undo()
+                if placed:  # judged at its own base, as before: the replica resends it there
+                    return [Send(conn, self._reject(batch, "behind", "the log moved"))]
+                return self._invalid(conn, batch, f"strict pairing: {violation}")
+        unpins = self._pins_refusal(landed)
+        if unpins is not None:
+            undo()
+            return [Send(conn, self._reject(batch, "pinned", unpins))]
+        return landed, undo, placed
+
+    def _invalid(self, conn: C, batch: PushBatch, detail: str) -> list[Action[C]]:
+        """Reject `batch` `invalid`; drafts its records carry end."""
+        rejected = Send(conn, self._reject(batch, "invalid", detail))
+        if not self.drafts.drafts:
+            return [rejected]
+        return [rejected, *self.live.refused(self._owner(conn), batch.records)]
+
+    def _stamped(
+        self, landed: Sequence[ChangeRecord], grant: Grant, client: str, now: int
+    ) -> list[ChangeRecord]:
+        """`landed` as the log keeps them: dated `now` if undated; with auth, `via` the
+        pushing principal and client."""
+        if self.config.auth:
+            via = Via(grant.sub, client)
+            return [
+                msgspec.structs.replace(record, via=via, at=now if record.at is None else record.at)
+                for record in landed
+            ]
+        return [
+            record if record.at is not None else msgspec.structs.replace(record, at=now)
+            for record in landed
+        ]
+
+    def _append_of(
+        self, batch: PushBatch, key: str, records: list[ChangeRecord], undo: Callable[[], None]
+    ) -> _Append:
+        """The append of `records` (folded in already, undone by `undo`) with the records
+        that follow them in the same append: approvals a stop cancels, queued input that
+        lands once the step ends."""
+        now = self._now
+        steering = self.steering
+        if steering.touches(records):
+            steering = steering.copy()
+            steering.track(self.conversation, records)
+        queue = approvals.stop_cancels(self.conversation, records, now) + self._landing(
+            steering, now
+        )
+        if queue:
+            undo = both(undo, self.conversation.apply_batch(queue))
+        encoded = [encode(record) for record in records]
+        encoded += [encode(record) for record in queue]
+        from_ = self.revision
+        mark = ClientMark(batch.seq, from_, from_ + len(encoded))
+        call = AppendRecords(self.lineage, from_, encoded, key, mark)
+        return _Append(call, records, queue, steering, undo)
+
+    def _appended(
+        self, conn: C, batch: PushBatch, append: _Append, placed: bool
+    ) -> list[Action[C]]:
+        """The store appended `append`: the room follows, the pusher gets its ack, every
+        other subscriber the records."""
+        call, records, queue, steering = append.call, append.records, append.queue, append.steering
+        key, mark = call.client, call.mark
+        assert key is not None and mark is not None  # a client's push
+        pushed = len(records)
+        self.exists = True
+        from_ = call.from_
+        self.revision = mark.ack_revision
+        self.marks[key] = mark
+        self._remember(call.records)
+        self.turns.note_owners(records, key)
+        self._note_edits(from_, [*records, *queue] if queue else records)
+        self.steering = steering
+        self._steered(records, from_ + pushed)
+        for record in records:
+            change = record.change
+            if type(change) is AsideChange and change.id in steering.queue:
+                self._queuers[change.id] = key
+        if queue:
+            self._steered(queue, self.revision)
+        if steering.touches(records):
+            self.turns.pushed(key, records)
+        # The bare client id (a replica knows its own pushes by it), not the mark's store key.
+        origin = PushOrigin(self.subscribers.get(conn, key), batch.seq)
+        max_frame = self.config.max_frame
+        frames = records_frames(from_, call.records[:pushed], origin, max_frame)
+        # A placed push may differ from what was sent: the pusher gets what landed, then the ack.
+        # The ack goes before the others' records: a pipelined writer sends its next batch on
+        # it (docs/design.md, "Performance choices"; sending the records first was measured and
+        # undone, git 4c55c58 and 1ebd20f).
+        actions: list[Action[C]] = [Send(conn, frame) for frame in frames] if placed else []
+        actions.append(Send(conn, ack(batch.seq, mark)))
+        others = self._others.get(conn)
+        if others is None:
+            others = self._others[conn] = [other for other in self.subscribers if other != conn]
+        if others:
+            actions += [Broadcast(others, frame) for frame in frames]
+        if queue:
+            # A queue landed in the same append: made by the hub (no origin), sent to everyone
+            # right after the pusher's ack, which counts them (SPEC 10).
+            landed = records_frames(from_ + pushed, call.records[pushed:], None, max_frame)
+            actions += [Broadcast(list(self.subscribers), frame) for frame in landed]
+        if self.drafts.drafts:
+            actions += self.live.landed(batch.records)  # in the same step as the records
+        metrics = self.metrics
+        metrics.records_appended += len(call.records)
+        metrics.pushes_accepted += 1
+        metrics.pushes_placed += int(placed)
+        return actions
+
+    def _not_appended(
+        self, conn: C, batch: PushBatch, append: AppendRecords, error: Exception
+    ) -> Op[C]:
+        """The store did not append `batch` (undone in the room already): say why."""
+        if isinstance(error, SeqTaken):
+            # Another hub (or this one before a restart) appended this push: bring the room
+            # and everyone up to the store, then answer with the ack the store holds.
+            assert append.client is not None
+            self.marks[append.client] = error.mark
+            actions = yield from self._forward_missing()
+            return actions if self._stale else [*actions, Send(conn, ack(batch.seq, error.mark))]
+        if isinstance(error, LogMoved):
+            # Another hub sharing the store appended first: forward what it appended (exactly
+            # what this room folds), then reject; the replica rebases on those records.
+            actions = yield from self._forward_missing()
+            if self._stale:
+                return actions
+            if batch.lineage != self.lineage:
+                reject = self._reject(batch, "lineage", "the log was rewritten")
+            else:
+                reject = self._reject(batch, "behind", "the log moved on another hub")
+            return [*actions, Send(conn, reject)]
+        # The write may or may not have landed: trust only what the store says.
+        log.error("append to %s failed", self.id, exc_info=error)
+        self._stale = True
+        return [Close(conn, "unavailable", f"storage failed: {error}; reconnect and resend")]
+
+    def _steer_refusal(
+        self, batch: PushBatch, key: str, sub: str
+    ) -> tuple[RejectReason, str] | None:
+        """Why `batch` may not land as sent for steering (SPEC 10), or None: user text
+        mid-step (or while a stop stands) waits as queued input; an assistant message made on
+        a base older than a user request that landed since is superseded; a stop naming a
+        turn that ended is refused, and so is one (with auth) whose author is not the user
+        the token names (`sub`: checked, never overwritten); a queued entry is put only as
+        `queue_records` makes it,
+        and withdrawn only by whoever queued it (`key`)."""
+        steering = self.steering
+        conversation = self.conversation
+        # The steering asides first: a stop too late must be refused `turn_ended` also when
+        # a message was typed with it (the replica then replays the message alone).
+        for record in batch.records:
+            change = record.change
+            if type(change) is not AsideChange:
+                continue
+            aside = change.aside
+            if aside is None:
+                queuer = self._queuers.get(change.id)
+                if queuer is not None and queuer != key and change.id in steering.queue:
+                    return "forbidden", "only the sender may withdraw a queued entry"
+            elif aside.kind == STOP_KIND and self.config.auth and stopper(aside) != sub:
+                return "forbidden", "a stop request's author is the user the token names"
+            elif aside.kind == STOP_KIND and turn_ended(conversation, aside):
+                return "turn_ended", "the stop names a turn that has ended"
+            elif aside.kind == QUEUED_KIND:
+                entry = queued_entry(aside)
+                if entry is None or queued_id(entry.id) != change.id:  # type: ignore[arg-type]
+                    return "invalid", "a queued aside holds one user text entry, under its id"
+                if conversation.holds(entry.id) or conversation.is_retired(entry.id):  # type: ignore[arg-type]
+                    if batch.revision < self.revision:  # landed since its base: rebase it
+                        return "behind", f"entry id {entry.id} landed since this push's base"
+                    return "invalid", f"entry id {entry.id} is in the log already"
+        if user_text_push(batch.records):
+            if steering.stops or steering.mid_step(conversation):
+                return "queued", "mid-step: the hub lands it once the step ends"
+            return None
+        if batch.revision < self._request_revision and pushes_assistant(batch.records):
+            return "superseded", "a user request landed after the base of this answer"
+        return None
+
+    def _pins_refusal(self, landed: Sequence[ChangeRecord]) -> str | None:
+        """Why `landed` (folded in already) may not stay: a compaction that took a pinned
+        entry out (SPEC 11), so a pin racing a compaction wins; or None."""
+        unpins = compaction_unpins(self.conversation, landed)
+        if not unpins:
+            return None
+        return f"a compaction may not remove pinned entries: {', '.join(unpins)}"
+
+    def _approval_refusal(
+        self, conn: C, batch: PushBatch, grant: Grant
+    ) -> approvals.Refusal | None:
+        """Why `batch` may not land for the approval rules (SPEC 12, `sync.approvals.check`):
+        the pusher is the socket's principal and client, may decide with `approve`."""
+        if not any(type(r.change) in (AsideChange, Reset) for r in batch.records):
+            return None
+        actor = approvals.Actor(
+            grant.sub, self.subscribers.get(conn, ""), grant.can_approve, self.config.auth
+        )
+        return approvals.check(self.conversation, batch.records, actor, self.turns.owners.get)
 
 
 def scope_refusal(grant: Grant, records: Sequence[ChangeRecord], now: int) -> str | None:
