@@ -17,7 +17,7 @@ from sync.errors import ErrorCode
 from sync.protocol import DraftUpdate, Error, encode_message
 
 from .drafts import Delta, Frame, Out
-from .store.base import ClientMark, Lease
+from .store.base import ClientMark, Lease, LeaseChange
 
 __all__ = [
     "SNAPSHOT_SPAN",
@@ -105,13 +105,15 @@ class ReadMark(msgspec.Struct, frozen=True):
 
 class AppendRecords(msgspec.Struct, frozen=True):
     """Compare-and-append `records` at `lineage`/`from_`, with `client`'s new `mark` (None for
-    records the hub makes on its own: a turn it finishes)."""
+    records the hub makes on its own: a turn it finishes) and, when they open, park, unpark,
+    stop or end a turn, the `lease` writes that follow, all in one transaction (SPEC 10)."""
 
     lineage: int
     from_: int
     records: list[bytes]
     client: str | None
     mark: ClientMark | None
+    lease: LeaseChange | None = None
 
 
 class PutLease(msgspec.Struct, frozen=True):

@@ -337,10 +337,13 @@ class RoomCore(Pushing[C]):
         queue = self._landing(steering, now)
         if queue:
             undo = both(undo, conversation.apply_batch(queue))
+        turn = self._turn_after(steering, [*records, *queue])
         encoded = [encode(record) for record in [*records, *queue]]
         from_ = self.revision
-        try:
-            yield AppendRecords(self.lineage, from_, encoded, None, None)
+        try:  # the lease goes with the records that end the turn (SPEC 10)
+            yield AppendRecords(
+                self.lineage, from_, encoded, None, None, None if turn is None else turn.change
+            )
         except Exception as exc:
             undo()
             if isinstance(exc, LogMoved):  # another hub moved first (maybe finishing it)
@@ -365,11 +368,8 @@ class RoomCore(Pushing[C]):
         if self.drafts.drafts:
             actions += self.live.landed(records)
         self.metrics.records_appended += len(encoded)
-        leases = self._lease_calls([*records, *queue])
-        if not leases:
-            return actions
-        yield actions
-        return (yield from self._keep_leases(leases))
+        self.turns.landed(turn)
+        return actions
 
     # ------------------------------------------------------------------ rewriting
 

@@ -63,7 +63,7 @@ from .actions import (
 from .auth import ANONYMOUS, Grant
 from .roomlog import DELETED, Op, RoomLog
 from .store.base import ClientMark, LogMoved, SeqTaken
-from .turns import pairs
+from .turns import TurnAfter, pairs
 
 __all__ = [
     "Pushing",
@@ -97,6 +97,8 @@ class _Append:
     """The steering index once both landed."""
     undo: Callable[[], None]
     """Takes both out of the room again (the append failed)."""
+    turn: TurnAfter | None
+    """The open turn once both landed; its lease writes go in the same append."""
 
 
 class Pushing(RoomLog[C]):
@@ -110,7 +112,8 @@ class Pushing(RoomLog[C]):
 
     def _pushing(self, conn: C, batch: PushBatch, now: int) -> Op[C]:
         """One push, step by step: refuse it, fold it into the room, stamp it, land queued
-        input behind it, append both, answer and broadcast, keep the lease, snapshot."""
+        input behind it, append both (with the turn's lease writes), answer and broadcast,
+        snapshot."""
         if self._stale and not (yield from self._reload_if_stale()):
             return []
         self._now = now
@@ -136,10 +139,6 @@ class Pushing(RoomLog[C]):
             append.undo()
             return (yield from self._not_appended(conn, batch, append.call, exc))
         actions = self._appended(conn, batch, append, placed)
-        leases = self._lease_calls([*append.records, *append.queue])
-        if leases:
-            yield actions
-            actions = yield from self._keep_leases(leases)
         if self._snapshot_due():
             yield actions
             return (yield from self._snapshot())
@@ -274,12 +273,14 @@ class Pushing(RoomLog[C]):
         )
         if queue:
             undo = both(undo, self.conversation.apply_batch(queue))
+        turn = self._turn_after(steering, [*records, *queue] if queue else records, key, records)
         encoded = [encode(record) for record in records]
         encoded += [encode(record) for record in queue]
         from_ = self.revision
         mark = ClientMark(batch.seq, from_, from_ + len(encoded))
-        call = AppendRecords(self.lineage, from_, encoded, key, mark)
-        return _Append(call, records, queue, steering, undo)
+        lease = None if turn is None else turn.change
+        call = AppendRecords(self.lineage, from_, encoded, key, mark, lease)
+        return _Append(call, records, queue, steering, undo, turn)
 
     def _appended(
         self, conn: C, batch: PushBatch, append: _Append, placed: bool
@@ -307,6 +308,7 @@ class Pushing(RoomLog[C]):
             self._steered(queue, self.revision)
         if steering.touches(records):
             self.turns.pushed(key, records)
+        self.turns.landed(append.turn)
         # The bare client id (a replica knows its own pushes by it), not the mark's store key.
         origin = PushOrigin(self.subscribers.get(conn, key), batch.seq)
         max_frame = self.config.max_frame

@@ -66,7 +66,7 @@ from .metrics import Metrics
 from .presence import PresenceBoard
 from .store.base import ClientMark, Deleted, Lease, Loaded
 from .tally import Tally
-from .turns import Turns, TurnState, moves_calls
+from .turns import TurnAfter, Turns, TurnState, moves_calls
 
 __all__ = ["CoreConfig", "Op", "RoomLog", "Steps"]
 
@@ -569,6 +569,31 @@ class RoomLog(Generic[C]):
         if change.put is not None:
             calls.append(PutLease(change.put))
         return calls
+
+    def _turn_after(
+        self,
+        steering: Steering,
+        records: Sequence[ChangeRecord],
+        key: str | None = None,
+        pushed: Sequence[ChangeRecord] = (),
+    ) -> TurnAfter | None:
+        """What the open turn and its lease become once `records` (folded in already, with
+        `steering` the steering index after them; `pushed` of them from `key`) land; None for
+        records that cannot change a turn. Changes nothing: the room keeps it only once the
+        append carrying its lease writes landed (`Turns.landed`)."""
+        if self.config.turn_grace is None:
+            return None
+        turns = self.turns
+        if not steering.touches(records) and (
+            turns.state is None or not any(moves_calls(record) for record in records)
+        ):
+            return None
+        now = self._now
+        new, seen = turns.read(
+            self.conversation, bool(steering.stops), now, turns.openers_of(key, pushed)
+        )
+        lease = turns.lease_of(new, now, seen) if new is not None else None
+        return TurnAfter(new, seen, turns.change(turns.state, new, lease))
 
     def _turn_now(self) -> TurnState | None:
         """The open turn as the lease sees it, read from the log (see `Turns.read`); notes

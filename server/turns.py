@@ -37,7 +37,7 @@ from sync.steer import open_turn
 from .drafts import DraftBoard
 from .store.base import Lease, LeaseChange
 
-__all__ = ["TurnState", "Turns", "moves_calls", "opens_turn", "owner_draft", "pairs"]
+__all__ = ["TurnAfter", "TurnState", "Turns", "moves_calls", "opens_turn", "owner_draft", "pairs"]
 
 C = TypeVar("C", bound=Hashable)
 
@@ -53,6 +53,17 @@ class TurnState:
     """The owner's mark key."""
     parked: bool
     stopping: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TurnAfter:
+    """The open turn once an append lands (`RoomLog._turn_after`): kept by the room only when
+    the store took the append, whose transaction carries `change`."""
+
+    state: TurnState | None
+    stop_seen: int | None
+    change: LeaseChange | None
+    """The lease writes (None: the lease stays as it is)."""
 
 
 class Turns:
@@ -138,6 +149,13 @@ class Turns:
             return None
         drop = old.index if old is not None and (new is None or new.index != old.index) else None
         return LeaseChange(lease if new is not None else None, drop)
+
+    def landed(self, after: TurnAfter | None) -> None:
+        """The append that `after` was read for landed: keep what it says."""
+        if after is not None:
+            self.stop_seen = after.stop_seen
+            if after.change is not None:
+                self.state = after.state
 
     def openers_of(self, key: str | None, records: Sequence[ChangeRecord]) -> dict[str, str]:
         """The turn records naming no owner that `records` from `key` open, and `key`."""

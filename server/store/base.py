@@ -319,13 +319,18 @@ class LogStore(Protocol):
         records: Sequence[bytes],
         client: str | None = None,
         mark: ClientMark | None = None,
+        *,
+        lease: LeaseChange | None = None,
     ) -> int:
         """Append records to the log only if it is at exactly `lineage` and `revision`.
 
         A conversation without a log counts as being at revision 0 of any lineage: appending at
         revision 0 creates it with the lineage given. `client` and `mark` go together: the
         client's new mark is stored in the same transaction as the records, so either both are
-        durable or neither is. When this returns, the records are durable (an ack may be sent).
+        durable or neither is. So is `lease` (SPEC 10): the lease writes of records that open,
+        renew, park or end a turn, done as `drop_lease` and then `put_lease` would, in the same
+        transaction (a refused or failed append writes no lease). When this returns, the
+        records are durable (an ack may be sent).
 
         Returns:
             The log's new revision (`revision + len(records)`).

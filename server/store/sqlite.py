@@ -89,6 +89,7 @@ from .base import (
     Closable,
     Deleted,
     Lease,
+    LeaseChange,
     Loaded,
     StoreError,
     StoreLocked,
@@ -376,11 +377,13 @@ def _append_in(
     records: tuple[bytes, ...],
     client: str | None,
     mark: ClientMark | None,
+    lease: LeaseChange | None = None,
 ) -> int:
     """Compare-and-append in as few statements as the common case needs: the client's mark
     is written only if its seq is new, the position moves only if it is where the caller
-    expects; the SELECTs that explain a refusal run only on that path. The caller's
-    savepoint (or transaction) undoes a half-done append."""
+    expects; the SELECTs that explain a refusal run only on that path. `lease`'s writes go
+    last, in the same savepoint. The caller's savepoint (or transaction) undoes a half-done
+    append."""
     new_revision = revision + len(records)
     if client is not None and mark is not None:
         # Checked first: a resend is answered with its ack even when the log moved since.
@@ -405,6 +408,11 @@ def _append_in(
             (conversation_id, lineage, new_revision),
         )
     _insert_records(conn, conversation_id, revision, records)
+    if lease is not None:
+        if lease.drop is not None:
+            _drop_lease_in(conn, conversation_id, lease.drop)
+        if lease.put is not None:
+            _put_lease_in(conn, lease.put, True)
     return new_revision
 
 
@@ -1311,6 +1319,8 @@ class SqliteStore(Closable):
         records: Sequence[bytes],
         client: str | None = None,
         mark: ClientMark | None = None,
+        *,
+        lease: LeaseChange | None = None,
     ) -> int:
         """See `LogStore.append`. Resolves once the transaction carrying it has committed."""
         self._check_open()
@@ -1323,6 +1333,7 @@ class SqliteStore(Closable):
             records=frozen,
             client=client,
             mark=mark,
+            lease=lease,
         )
         return await self._write(run, is_append=True)
 
