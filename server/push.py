@@ -117,9 +117,8 @@ class Pushing(RoomLog[C]):
         if self._stale and not (yield from self._reload_if_stale()):
             return []
         self._now = now
-        closed = self._closed_to_pushes(conn)
-        if closed is not None:
-            return [closed]
+        if self.gone or self.closing or self._stale:
+            return [self._closed_to_pushes(conn)]
         client = self.subscribers.get(conn)
         if client is None:
             raise LocalProtocolError("no_join", "a push from a connection that has not joined")
@@ -144,15 +143,13 @@ class Pushing(RoomLog[C]):
             return (yield from self._snapshot())
         return actions
 
-    def _closed_to_pushes(self, conn: C) -> Close[C] | None:
-        """How the room answers any push when it takes none: deleted, shutting down."""
+    def _closed_to_pushes(self, conn: C) -> Close[C]:
+        """How the room answers any push when it takes none: deleted, shutting down, stale."""
         if self.gone:
             return Close(conn, "deleted", DELETED)
         if self.closing:
             return Close(conn, "shutting_down", "the hub is shutting down; reconnect later")
-        if self._stale:
-            return self._unavailable(conn)
-        return None
+        return self._unavailable(conn)
 
     def _refusal(
         self, conn: C, batch: PushBatch, grant: Grant, client: str, key: str, now: int
@@ -178,7 +175,8 @@ class Pushing(RoomLog[C]):
         ):
             reject = self._reject(batch, "lineage", "the log was rewritten; a state follows")
             return [Send(conn, reject), *self._state_to(conn)]
-        clash = self.live.clash(self._owner(conn), batch.records) if self.drafts.drafts else None
+        live = self.live
+        clash = live.clash(self._owner(conn), batch.records) if live.drafts.drafts else None
         if clash is not None:
             return [Send(conn, self._reject(batch, "invalid", clash))]
         turn = self.turns.refusal(self.conversation, batch, key, grant.sub, client)
@@ -237,7 +235,7 @@ class Pushing(RoomLog[C]):
     def _invalid(self, conn: C, batch: PushBatch, detail: str) -> list[Action[C]]:
         """Reject `batch` `invalid`; drafts its records carry end."""
         rejected = Send(conn, self._reject(batch, "invalid", detail))
-        if not self.drafts.drafts:
+        if not self.live.drafts.drafts:
             return [rejected]
         return [rejected, *self.live.refused(self._owner(conn), batch.records)]
 
@@ -273,7 +271,9 @@ class Pushing(RoomLog[C]):
         )
         if queue:
             undo = both(undo, self.conversation.apply_batch(queue))
-        turn = self._turn_after(steering, [*records, *queue] if queue else records, key, records)
+        turn = None
+        if self.config.turn_grace is not None:  # a room that keeps leases
+            turn = self._turn_after(steering, [*records, *queue], key, records)
         encoded = [encode(record) for record in records]
         encoded += [encode(record) for record in queue]
         from_ = self.revision
@@ -308,7 +308,8 @@ class Pushing(RoomLog[C]):
             self._steered(queue, self.revision)
         if steering.touches(records):
             self.turns.pushed(key, records)
-        self.turns.landed(append.turn)
+        if append.turn is not None:
+            self.turns.landed(append.turn)
         # The bare client id (a replica knows its own pushes by it), not the mark's store key.
         origin = PushOrigin(self.subscribers.get(conn, key), batch.seq)
         max_frame = self.config.max_frame
@@ -329,8 +330,9 @@ class Pushing(RoomLog[C]):
             # right after the pusher's ack, which counts them (SPEC 10).
             landed = records_frames(from_ + pushed, call.records[pushed:], None, max_frame)
             actions += [Broadcast(list(self.subscribers), frame) for frame in landed]
-        if self.drafts.drafts:
-            actions += self.live.landed(batch.records)  # in the same step as the records
+        live = self.live
+        if live.drafts.drafts:
+            actions += live.landed(batch.records)  # in the same step as the records
         metrics = self.metrics
         metrics.records_appended += len(call.records)
         metrics.pushes_accepted += 1

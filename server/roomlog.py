@@ -227,8 +227,10 @@ class RoomLog(Generic[C]):
                 actions += step
                 step = op.send(None)
         except StopIteration as end:
-            actions += end.value
-            return actions
+            if actions:
+                actions += end.value
+                return actions
+            return end.value  # type: ignore[no-any-return]
         self._op = op
         actions.append(step)
         return actions
