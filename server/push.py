@@ -1,11 +1,13 @@
 """Pushes (SPEC 2.4): the part of `RoomCore` that takes a batch, step by step.
 
-How this works: `Pushing.push` runs one generator (`_pushing`) that reads as the push goes:
-refused without folding (`_refusal`: token, resend, copy, lineage, drafts, turns, steering,
-approvals), folded into the room or placed by intent (`_fold`), stamped (`_stamped`), followed
-by the records the hub lands with it in the same append (`_append_of`), appended (`yield`), and
-answered (`_appended`: the ack, the records to every other subscriber); a failed append is
-undone and explained (`_not_appended`). The functions at the end read nothing but their
+How this works: `Pushing.push` reads as the push goes. `_admit` takes the steps that wait on
+nothing: refused without folding (`_refusal`: token, resend, copy, lineage, drafts, turns,
+steering, approvals), folded into the room or placed by intent (`_fold`), stamped
+(`_stamped`), followed by the records the hub lands with it in the same append (`_append_of`).
+A push refused or resent is answered there, with no operation to wait on. Otherwise
+`_appending`, a generator run by the room's driver, yields the append and, once the store took
+it, answers it (`_appended`: the ack, the records to every other subscriber); a failed append
+is undone and explained (`_not_appended`). The functions at the end read nothing but their
 arguments.
 """
 
@@ -108,14 +110,28 @@ class Pushing(RoomLog[C]):
 
     def push(self, conn: C, batch: PushBatch, now: int) -> list[Action[C]]:
         """Handle `batch` from `conn` (joined); `now` stamps records without a time (ms)."""
-        return self._drive(self._pushing(conn, batch, now))
+        if self._stale:
+            return self._drive(self._pushing(conn, batch, now))
+        # Admitted or answered without waiting on anything (a reject, a resend's ack): only
+        # an append needs an operation that waits.
+        admitted = self._admit(conn, batch, now)
+        if isinstance(admitted, list):
+            return admitted
+        return self._drive(self._appending(conn, batch, *admitted))
 
     def _pushing(self, conn: C, batch: PushBatch, now: int) -> Op[C]:
-        """One push, step by step: refuse it, fold it into the room, stamp it, land queued
-        input behind it, append both (with the turn's lease writes), answer and broadcast,
-        snapshot."""
-        if self._stale and not (yield from self._reload_if_stale()):
+        """A push after a store failure: reload the room first, then as `push`."""
+        if not (yield from self._reload_if_stale()):
             return []
+        admitted = self._admit(conn, batch, now)
+        if isinstance(admitted, list):
+            return admitted
+        return (yield from self._appending(conn, batch, *admitted))
+
+    def _admit(self, conn: C, batch: PushBatch, now: int) -> tuple[_Append, bool] | list[Action[C]]:
+        """The steps of a push before its append: refuse it, fold it into the room, stamp
+        it, land queued input behind it. Returns the append to make and whether the push was
+        placed, or the answer when there is nothing to append."""
         self._now = now
         if self.gone or self.closing or self._stale:
             return [self._closed_to_pushes(conn)]
@@ -131,7 +147,11 @@ class Pushing(RoomLog[C]):
         if isinstance(folded, list):
             return folded
         landed, undo, placed = folded
-        append = self._append_of(batch, key, self._stamped(landed, grant, client, now), undo)
+        return self._append_of(batch, key, self._stamped(landed, grant, client, now), undo), placed
+
+    def _appending(self, conn: C, batch: PushBatch, append: _Append, placed: bool) -> Op[C]:
+        """Append the push (with the turn's lease writes), then answer and broadcast it and
+        write a snapshot if one is due; a failed append is undone and explained."""
         try:
             yield append.call
         except Exception as exc:
