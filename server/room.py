@@ -316,6 +316,16 @@ def _send_frames(sub: Subscriber, frames: Iterator[bytes]) -> None:
 async def store_call(store: LogStore, conversation_id: str, call: StoreCall) -> object:
     """Carry out one `StoreCall` of a `RoomCore` on `store`; its outcome for `resume`."""
     if isinstance(call, AppendRecords):  # first: one per push
+        if call.lease is not None:  # the lease goes in the append's transaction (SPEC 10)
+            return await store.append(
+                conversation_id,
+                call.lineage,
+                call.from_,
+                call.records,
+                call.client,
+                call.mark,
+                lease=call.lease,
+            )
         return await store.append(
             conversation_id, call.lineage, call.from_, call.records, call.client, call.mark
         )

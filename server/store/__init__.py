@@ -11,7 +11,16 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from sync.errors import UsageError
 
-from .base import ClientMark, Lease, Loaded, LogMoved, LogStore, SeqTaken, StoreError
+from .base import (
+    ClientMark,
+    Lease,
+    LeaseChange,
+    Loaded,
+    LogMoved,
+    LogStore,
+    SeqTaken,
+    StoreError,
+)
 from .memory import MemoryStore
 from .sqlite import SqliteStore
 
@@ -21,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ClientMark",
     "Lease",
+    "LeaseChange",
     "Loaded",
     "LogMoved",
     "LogStore",

@@ -33,6 +33,7 @@ __all__ = [
     "Counted",
     "Deleted",
     "Lease",
+    "LeaseChange",
     "Loaded",
     "LogMoved",
     "LogStore",
@@ -136,6 +137,22 @@ class Lease(msgspec.Struct, frozen=True):
         return (self.expires is not None and self.expires <= now) or (
             self.stop_expires is not None and self.stop_expires <= now
         )
+
+
+class LeaseChange(msgspec.Struct, frozen=True):
+    """The lease writes an append carries in its own transaction (SPEC 10): the records that
+    open, renew or end a turn and its lease commit together or not at all, so a crash between
+    the two never leaves an open turn without a lease, or a lease for a turn that ended.
+
+    Attributes:
+        put: a lease to keep, put as `put_lease(put)` would (replacing the stored one, with
+            the sooner stop deadline); None: none.
+        drop: the index of a turn whose lease to forget, as `drop_lease` would (done before
+            `put`); None: none.
+    """
+
+    put: Lease | None = None
+    drop: int | None = None
 
 
 def merge_lease(stored: Lease | None, lease: Lease, replace: bool) -> Lease:
@@ -314,13 +331,18 @@ class LogStore(Protocol):
         records: Sequence[bytes],
         client: str | None = None,
         mark: ClientMark | None = None,
+        *,
+        lease: LeaseChange | None = None,
     ) -> int:
         """Append records to the log only if it is at exactly `lineage` and `revision`.
 
         A conversation without a log counts as being at revision 0 of any lineage: appending at
         revision 0 creates it with the lineage given. `client` and `mark` go together: the
         client's new mark is stored in the same transaction as the records, so either both are
-        durable or neither is. When this returns, the records are durable (an ack may be sent).
+        durable or neither is. So is `lease` (SPEC 10): the lease writes of records that open,
+        renew, park or end a turn, done as `drop_lease` and then `put_lease` would, in the same
+        transaction (a refused or failed append writes no lease). When this returns, the
+        records are durable (an ack may be sent).
 
         Returns:
             The log's new revision (`revision + len(records)`).

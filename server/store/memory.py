@@ -16,6 +16,7 @@ from .base import (
     Counted,
     Deleted,
     Lease,
+    LeaseChange,
     Loaded,
     check_append_args,
     check_base,
@@ -90,6 +91,8 @@ class MemoryStore(Counted):
         records: Sequence[bytes],
         client: str | None = None,
         mark: ClientMark | None = None,
+        *,
+        lease: LeaseChange | None = None,
     ) -> int:
         """See `LogStore.append`."""
         self._check_open()
@@ -107,6 +110,8 @@ class MemoryStore(Counted):
         log.records.extend(frozen)
         if client is not None and mark is not None:
             log.clients[client] = mark
+        if lease is not None:  # nothing awaits between the checks above and here: atomic
+            self._change_lease(conversation_id, lease)
         self._commits += 1
         return log.revision
 
@@ -219,6 +224,13 @@ class MemoryStore(Counted):
         self._check_open()
         key = (lease.conversation_id, lease.turn)
         self._leases[key] = merge_lease(self._leases.get(key), lease, replace)
+
+    def _change_lease(self, conversation_id: str, change: LeaseChange) -> None:
+        if change.drop is not None:
+            self._leases.pop((conversation_id, change.drop), None)
+        if change.put is not None:
+            key = (change.put.conversation_id, change.put.turn)
+            self._leases[key] = merge_lease(self._leases.get(key), change.put, True)
 
     async def drop_lease(self, conversation_id: str, turn: int) -> None:
         """See `LogStore.drop_lease`."""

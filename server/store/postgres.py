@@ -67,6 +67,7 @@ from .base import (
     Counted,
     Deleted,
     Lease,
+    LeaseChange,
     Loaded,
     LogMoved,
     SeqTaken,
@@ -172,31 +173,7 @@ class PostgresStore(Counted):
         async def work(conn: Conn) -> None:
             await create_once(conn, self._pg.made, LEASES_TABLE)
             async with conn.transaction():
-                row = await conn.fetchrow(
-                    "SELECT owner, expires, stop_expires FROM convsync_leases"
-                    " WHERE conversation_id = $1 AND turn = $2 FOR UPDATE",
-                    lease.conversation_id,
-                    lease.turn,
-                )
-                stored = (
-                    None
-                    if row is None
-                    else Lease(lease.conversation_id, lease.turn, row[0], row[1], row[2])
-                )
-                kept = merge_lease(stored, lease, replace)
-                if kept != stored:
-                    await conn.execute(
-                        "INSERT INTO convsync_leases"
-                        " (conversation_id, turn, owner, expires, stop_expires)"
-                        " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (conversation_id, turn)"
-                        " DO UPDATE SET owner = EXCLUDED.owner, expires = EXCLUDED.expires,"
-                        " stop_expires = EXCLUDED.stop_expires",
-                        kept.conversation_id,
-                        kept.turn,
-                        kept.owner,
-                        kept.expires,
-                        kept.stop_expires,
-                    )
+                await _put_lease_in(conn, lease, replace)
 
         await self._pg.run(work)
 
@@ -280,12 +257,24 @@ class PostgresStore(Counted):
         records: Sequence[bytes],
         client: str | None = None,
         mark: ClientMark | None = None,
+        *,
+        lease: LeaseChange | None = None,
     ) -> int:
-        """See `LogStore.append`."""
+        """See `LogStore.append`. With `lease`, the append and its lease writes run in one
+        transaction (the lease's row locked while it is merged)."""
         self._check_open()
         frozen = list(check_append_args(lineage, revision, records, client, mark))
 
         async def work(conn: Conn) -> int:
+            if lease is None:
+                return await compare_and_append(conn)
+            await create_once(conn, self._pg.made, LEASES_TABLE)
+            async with conn.transaction():
+                result = await compare_and_append(conn)
+                await _change_lease_in(conn, conversation_id, lease)
+            return result
+
+        async def compare_and_append(conn: Conn) -> int:
             # One statement, one round trip: the function runs the whole compare-and-append
             # and raises (rolling all of it back) when the seq is taken or the log moved.
             try:
@@ -645,3 +634,40 @@ async def _insert_records(conn: Conn, conversation_id: str, after: int, records:
         after,
         records,
     )
+
+
+async def _put_lease_in(conn: Conn, lease: Lease, replace: bool) -> None:
+    """Merge `lease` into the stored one (`merge_lease`), its row locked; in the caller's
+    transaction."""
+    row = await conn.fetchrow(
+        "SELECT owner, expires, stop_expires FROM convsync_leases"
+        " WHERE conversation_id = $1 AND turn = $2 FOR UPDATE",
+        lease.conversation_id,
+        lease.turn,
+    )
+    stored = None if row is None else Lease(lease.conversation_id, lease.turn, *row)
+    kept = merge_lease(stored, lease, replace)
+    if kept != stored:
+        await conn.execute(
+            "INSERT INTO convsync_leases (conversation_id, turn, owner, expires, stop_expires)"
+            " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (conversation_id, turn)"
+            " DO UPDATE SET owner = EXCLUDED.owner, expires = EXCLUDED.expires,"
+            " stop_expires = EXCLUDED.stop_expires",
+            kept.conversation_id,
+            kept.turn,
+            kept.owner,
+            kept.expires,
+            kept.stop_expires,
+        )
+
+
+async def _change_lease_in(conn: Conn, conversation_id: str, change: LeaseChange) -> None:
+    """Carry out `change` (an append's lease writes) in the caller's transaction."""
+    if change.drop is not None:
+        await conn.execute(
+            "DELETE FROM convsync_leases WHERE conversation_id = $1 AND turn = $2",
+            conversation_id,
+            change.drop,
+        )
+    if change.put is not None:
+        await _put_lease_in(conn, change.put, True)

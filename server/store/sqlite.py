@@ -88,6 +88,7 @@ from .base import (
     ClientMark,
     Closable,
     Lease,
+    LeaseChange,
     Loaded,
     check_append_args,
     check_delete_args,
@@ -271,6 +272,8 @@ class SqliteStore(Closable):
         records: Sequence[bytes],
         client: str | None = None,
         mark: ClientMark | None = None,
+        *,
+        lease: LeaseChange | None = None,
     ) -> int:
         """See `LogStore.append`. Resolves once the transaction carrying it has committed."""
         self._check_open()
@@ -283,6 +286,7 @@ class SqliteStore(Closable):
             records=frozen,
             client=client,
             mark=mark,
+            lease=lease,
         )
         return await self._write(run, is_append=True)
 

@@ -14,6 +14,7 @@ from .base import (
     TOMBSTONE,
     ClientMark,
     Lease,
+    LeaseChange,
     Loaded,
     check_base,
     check_live,
@@ -71,11 +72,13 @@ def _append_in(
     records: tuple[bytes, ...],
     client: str | None,
     mark: ClientMark | None,
+    lease: LeaseChange | None = None,
 ) -> int:
     """Compare-and-append in as few statements as the common case needs: the client's mark
     is written only if its seq is new, the position moves only if it is where the caller
-    expects; the SELECTs that explain a refusal run only on that path. The caller's
-    savepoint (or transaction) undoes a half-done append."""
+    expects; the SELECTs that explain a refusal run only on that path. `lease`'s writes go
+    last, in the same savepoint. The caller's savepoint (or transaction) undoes a half-done
+    append."""
     new_revision = revision + len(records)
     if client is not None and mark is not None:
         # Checked first: a resend is answered with its ack even when the log moved since.
@@ -100,6 +103,11 @@ def _append_in(
             (conversation_id, lineage, new_revision),
         )
     _insert_records(conn, conversation_id, revision, records)
+    if lease is not None:
+        if lease.drop is not None:
+            _drop_lease_in(conn, conversation_id, lease.drop)
+        if lease.put is not None:
+            _put_lease_in(conn, lease.put, True)
     return new_revision
 
 

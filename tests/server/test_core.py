@@ -7,7 +7,7 @@ from typing import Any
 import msgspec
 import pytest
 
-import server.core
+import server.actions
 from server.core import (
     SNAPSHOT_SPAN,
     AppendRecords,
@@ -123,14 +123,14 @@ def test_a_snapshot_is_encoded_after_the_ack_and_records_of_the_push_that_asked_
     joined(room, "a", "b")
     land(room, "a", 1, "one", "two")
     order: list[str] = []
-    encode_now = server.core.encode
+    encode_now = server.actions.encode
 
     def encoding(value: object) -> bytes:
         if isinstance(value, Conversation):
             order.append("state encoded")
         return encode_now(value)
 
-    monkeypatch.setattr(server.core, "encode", encoding)
+    monkeypatch.setattr(server.actions, "encode", encoding)
     after = land(room, "a", 2, "three")
     call = deliver(after, lambda to, frame, _: order.append(f"frame to {to}"), _no_close)
     assert order == ["frame to a", "frame to b"]  # the ack, then the records

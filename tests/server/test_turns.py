@@ -4,12 +4,22 @@ whose worker went away, on the hub's real core and stores."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
-from fakelink import NOW, FakeHub, Link, run_now, settle
+from fakelink import CONVERSATION, NOW, FakeHub, Link, run_now, settle
 
 from client.session import ReplicaSession
-from server.store import Lease, LogStore
+from server.store import (
+    ClientMark,
+    Lease,
+    LeaseChange,
+    LogMoved,
+    LogStore,
+    MemoryStore,
+    SeqTaken,
+    StoreError,
+)
 from sync import (
     Aside,
     AsideChange,
@@ -27,6 +37,7 @@ from sync import (
 )
 from sync.approvals import ask_value, parked
 from sync.entries import Failed, Stopped
+from sync.errors import Unavailable
 from sync.ids import default_minter
 from sync.protocol import DraftOp
 from sync.steer import STEP_KIND, STOP_KIND, WENT_AWAY, step_value, turn_owner
@@ -116,6 +127,33 @@ async def test_a_store_keeps_leases_and_finds_those_due(any_store: LogStore) -> 
     assert await store.leases_due(10_000) == [Lease("c", 0, "worker", 5_000)]
 
 
+async def test_an_append_and_its_lease_writes_commit_together_or_not_at_all(
+    any_store: LogStore,
+) -> None:
+    """Lease writes given to `append` land in its transaction (SPEC 10): with the records,
+    and not at all when the append is refused or fails after its records were written."""
+    store = any_store
+    opened = LeaseChange(put=Lease("c", 0, "worker", 1_000))
+    assert await store.append("c", 7, 0, [b"open"], lease=opened) == 1
+    assert await store.leases_due(1_000) == [Lease("c", 0, "worker", 1_000)]
+    ended = LeaseChange(put=Lease("c", 1, "worker", 2_000), drop=0)
+    with pytest.raises(LogMoved):  # refused: neither the drop nor the put
+        await store.append("c", 7, 0, [b"late"], lease=ended)
+    await store.append("c", 7, 1, [b"step"], "w", ClientMark(1, 1, 2))
+    with pytest.raises(SeqTaken):
+        await store.append("c", 7, 2, [b"again"], "w", ClientMark(1, 2, 3), lease=ended)
+    assert await store.leases_due(10_000) == [Lease("c", 0, "worker", 1_000)]
+    if not isinstance(store, MemoryStore):  # (in memory nothing can fail after the checks)
+        # The lease's write fails after the records went in: the records go back out too.
+        broken = LeaseChange(put=Lease("c", 1, None, 2_000), drop=0)  # type: ignore[arg-type]
+        with pytest.raises(Exception):  # noqa: B017 (the backend's own NOT NULL error)
+            await store.append("c", 7, 2, [b"torn"], lease=broken)
+        assert await store.read("c", 7, 0) == [b"open", b"step"]
+        assert await store.leases_due(10_000) == [Lease("c", 0, "worker", 1_000)]
+    assert await store.append("c", 7, 2, [b"next"], lease=ended) == 3
+    assert await store.leases_due(10_000) == [Lease("c", 1, "worker", 2_000)]
+
+
 # ---------------------------------------------------------------------- the core, no sockets
 
 GRACE = 30_000
@@ -156,6 +194,68 @@ def test_an_open_turn_has_a_lease_that_ends_with_it() -> None:
     worker.session.local.push(Message.assistant("found"))
     worker.session.local.end_turn(TurnEnd.answered(None))
     settle([ui, worker])
+    assert _due(hub, NOW + 10 * GRACE) == []
+
+
+def _recording_appends(hub: FakeHub, monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Every lease change the hub's appends carry, and "put"/"drop" for lease writes on their
+    own."""
+    store, seen = hub.store, []
+    append, put, drop = store.append, store.put_lease, store.drop_lease
+
+    async def appending(*args: Any, lease: LeaseChange | None = None, **kwargs: Any) -> int:
+        if lease is not None:
+            seen.append(lease)
+        return await append(*args, lease=lease, **kwargs)
+
+    async def putting(lease: Lease, *, replace: bool = True) -> None:
+        seen.append("put")
+        await put(lease, replace=replace)
+
+    async def dropping(conversation_id: str, turn: int) -> None:
+        seen.append("drop")
+        await drop(conversation_id, turn)
+
+    monkeypatch.setattr(store, "append", appending)
+    monkeypatch.setattr(store, "put_lease", putting)
+    monkeypatch.setattr(store, "drop_lease", dropping)
+    return seen
+
+
+def test_a_turn_opens_and_ends_with_its_lease_in_the_same_append(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The push that opens a turn carries its lease in its own append, and the push that ends
+    it the lease's drop: no lease write of its own that a crash could separate from them."""
+    hub = FakeHub(turn_grace=GRACE)
+    seen = _recording_appends(hub, monkeypatch)
+    hub, ui, worker = _working(hub)
+    opened = LeaseChange(put=Lease(CONVERSATION, 0, "worker", NOW + GRACE))
+    assert seen == [opened]
+    worker.session.local.push(RESULT)
+    worker.session.local.push(Message.assistant("found"))
+    worker.session.local.end_turn(TurnEnd.answered(None))
+    settle([ui, worker])
+    assert seen == [opened, LeaseChange(drop=0)]
+    assert _due(hub, NOW + 10 * GRACE) == [] and not hub.core.has_open_turn
+
+
+def test_an_append_that_fails_leaves_no_turn_and_no_lease(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store fails the append that opens a turn: the room keeps no open turn, the store
+    no lease (they were one transaction)."""
+    hub = FakeHub(turn_grace=GRACE)
+    append = hub.store.append
+
+    async def failing(*args: Any, lease: LeaseChange | None = None, **kwargs: Any) -> int:
+        if lease is not None:
+            raise StoreError("the disk is full")
+        return await append(*args, **kwargs)
+
+    monkeypatch.setattr(hub.store, "append", failing)
+    with pytest.raises(Unavailable):  # the worker is told; it would reconnect and resend
+        _working(hub)
+    assert len(hub.log) == 1  # the request only
+    assert not hub.core.has_open_turn
     assert _due(hub, NOW + 10 * GRACE) == []
 
 
