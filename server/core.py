@@ -882,9 +882,6 @@ class RoomCore(Generic[C]):
         origin = PushOrigin(self.subscribers.get(conn, append.client), batch.seq)
         max_frame = self.config.max_frame
         frames = records_frames(from_, append.records[:pushed], origin, max_frame)
-        # A queue landed in the same append: made by the hub (no origin), sent to everyone
-        # right after the pusher's ack, which counts them (SPEC 10).
-        landed = records_frames(from_ + pushed, append.records[pushed:], None, max_frame)
         # A placed push may differ from what was sent: the pusher gets what landed, then the ack.
         # The ack goes before the others' records: a pipelined writer sends its next batch on
         # it (docs/design.md, "Performance choices"; sending the records first was measured and
@@ -897,6 +894,10 @@ class RoomCore(Generic[C]):
         if others:
             actions += [Broadcast(others, frame) for frame in frames]
         if queue:
+            # A queue landed in the same append: made by the hub (no origin), sent to everyone
+            # right after the pusher's ack, which counts them (SPEC 10). Framed only then: on
+            # an empty list `records_frames` still encodes one empty frame, every push.
+            landed = records_frames(from_ + pushed, append.records[pushed:], None, max_frame)
             actions += [Broadcast(list(self.subscribers), frame) for frame in landed]
         if self.drafts.drafts:
             actions += self._drafts_landed(batch.records)  # in the same step as the records
