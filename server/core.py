@@ -809,7 +809,7 @@ class RoomCore(Generic[C]):
     ) -> approvals.Refusal | None:
         """Why `batch` may not land for the approval rules (SPEC 12, `sync.approvals.check`):
         the pusher is the socket's principal and client, may decide with `approve`."""
-        if not any(type(r.change) in (AsideChange, Reset) for r in batch.records):
+        if not self.steering.touches(batch.records):  # no aside change, no reset
             return None
         actor = approvals.Actor(
             grant.sub, self.subscribers.get(conn, ""), grant.can_approve, self.config.auth
@@ -842,7 +842,7 @@ class RoomCore(Generic[C]):
             queue = self.steering.queue
             for id_ in [id_ for id_ in self._queuers if id_ not in queue]:
                 del self._queuers[id_]
-        if any(user_text_push([record]) for record in records if type(record.change) is Push):
+        if user_text_push(records):  # (it looks at pushes only)
             self._request_revision = revision
 
     def _appended(
@@ -1598,7 +1598,10 @@ def _scope_refusal(grant: Grant, records: Sequence[ChangeRecord], now: int) -> s
     nothing else does; every other record needs `write` (SPEC 12: `write` does not decide)."""
     if now >= grant.exp * 1000:
         return "token expired"
-    decisions = sum(1 for record in records if approvals.is_decision(record))
+    decisions = 0
+    for record in records:  # a loop (no generator), and asides only: this runs every push
+        if type(record.change) is AsideChange and approvals.is_decision(record):
+            decisions += 1
     if decisions and not grant.can_approve:
         return "token lacks the approve scope"
     if (decisions < len(records) or not records) and not grant.can_write:
