@@ -674,9 +674,13 @@ class RoomCore(Generic[C]):
         turn = self._turn_refusal(batch, key, grant, client)
         if turn is not None:
             return [Send(conn, self._reject(batch, *turn))]
-        steer = self._steer_refusal(batch, key, grant.sub) or self._approval_refusal(
-            conn, batch, grant
-        )
+        # Whether the batch holds an aside change or a reset, asked once: most pushes hold
+        # neither, and then the approval rules, stop cancels, turn owners and the queue's
+        # senders have nothing to look at (each helper would find that itself, a call each).
+        asides = self.steering.touches(batch.records)
+        steer = self._steer_refusal(batch, key, grant.sub)
+        if steer is None and asides:
+            steer = self._approval_refusal(conn, batch, grant)
         if steer is not None:
             return [Send(conn, self._reject(batch, *steer))]
         since = len(self.conversation)
@@ -730,12 +734,12 @@ class RoomCore(Generic[C]):
                 for record in landed
             ]
         steering = self.steering
-        if steering.touches(records):
+        if asides:  # `records` hold the very changes of `batch.records` (see `_unchanged`)
             steering = steering.copy()
             steering.track(self.conversation, records)
-        queue = approvals.stop_cancels(self.conversation, records, now) + self._landing(
-            steering, now
-        )
+        queue = self._landing(steering, now)
+        if asides:
+            queue = approvals.stop_cancels(self.conversation, records, now) + queue
         if queue:
             undo = _both(undo, self.conversation.apply_batch(queue))
         encoded = [encode(record) for record in records]
@@ -745,7 +749,7 @@ class RoomCore(Generic[C]):
         append = AppendRecords(
             self.lineage, from_, encoded, key, ClientMark(batch.seq, from_, from_ + len(encoded))
         )
-        done = (records, queue, steering)
+        done = (records, queue, steering, asides)
         return self._call(
             append,
             lambda outcome: self._appended(
@@ -854,7 +858,7 @@ class RoomCore(Generic[C]):
         placed: bool,
         outcome: object,
         pushed: int,
-        done: tuple[list[ChangeRecord], list[ChangeRecord], Steering],
+        done: tuple[list[ChangeRecord], list[ChangeRecord], Steering, bool],
     ) -> list[Action[C]]:
         if isinstance(outcome, Exception):
             undo()
@@ -865,18 +869,20 @@ class RoomCore(Generic[C]):
         self.revision = append.mark.ack_revision
         self.marks[append.client] = append.mark
         self._remember(append.records)
-        records, queue, steering = done
-        self._note_owners(records, append.client)
+        records, queue, steering, asides = done
+        if asides:  # (turn records and queued entries are asides)
+            self._note_owners(records, append.client)
         self._note_edits(from_, [*records, *queue])
         self.steering = steering
         self._steered(records, from_ + pushed)
-        for record in records:
-            change = record.change
-            if type(change) is AsideChange and change.id in steering.queue:
-                self._queuers[change.id] = append.client
+        if asides:
+            for record in records:
+                change = record.change
+                if type(change) is AsideChange and change.id in steering.queue:
+                    self._queuers[change.id] = append.client
         if queue:
             self._steered(queue, self.revision)
-        if steering.touches(records):
+        if asides:
             self._turn_pushed(append.client, records)
         # The bare client id (a replica knows its own pushes by it), not the mark's store key.
         origin = PushOrigin(self.subscribers.get(conn, append.client), batch.seq)
@@ -979,6 +985,8 @@ class RoomCore(Generic[C]):
         edited = self._edited
         for revision, record in enumerate(records, from_ + 1):
             change = record.change
+            if type(change) is Push:  # most records: they replace nothing
+                continue
             if isinstance(change, Splice) and change.entries:
                 for id_ in change.removed:
                     edited[id_] = revision
