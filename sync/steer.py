@@ -129,9 +129,13 @@ def step_pending(conversation: Fold) -> bool:
     for at in range(len(entries) - 1, -1, -1):
         message = entries[at].message
         if type(message) is User:
-            results = message.tool_results()
-            if len(results) != len(message.content):
-                return False
+            # More than results (the common last entry: the user's text): nothing is owed.
+            # A loop, not `tool_results()`: the hub asks this for every user push.
+            content = message.content
+            for part in content:
+                if not isinstance(part, ToolResult):
+                    return False
+            results: list[ToolResult] = content  # type: ignore[assignment]  # checked above
             for result in results:
                 answered[result.call_id] = answered.get(result.call_id, 0) + 1
         elif type(message) is Assistant:
