@@ -41,13 +41,31 @@ js:
 
 test: lint types unit
 
-# Speed and memory figures, written to docs/benchmarks.md (about 25 minutes).
+# Speed and memory figures, written to docs/benchmarks.md (well over an hour). Every script in
+# bench/ runs here except those with a target of their own: bench/viewer.py and
+# `bench/dashboard.py page` need Chromium (bench-viewer), bench/peer_hocuspocus needs Node's
+# packages (bench-hocuspocus), bench/attacks.py is a pass/fail check (attack) and bench/load.py
+# writes docs/reliability.md (load). bench/_*.py are the harness's modules, not scripts.
 bench: $(STAMP)
 	$(PY) bench/model.py
 	$(PY) bench/merge.py
 	$(PY) bench/hub.py all
+	$(PY) bench/subscriber.py
+	$(PY) bench/snapshot.py
+	$(PY) bench/store_latency.py
+	$(PY) bench/durable_cpu.py
+	$(PY) bench/drafts.py
+	$(PY) bench/gc.py
+	$(PY) bench/tail.py
+	$(PY) bench/js_fold.py
+	$(PY) bench/approvals.py
+	$(PY) bench/delete.py
+	$(PY) bench/dashboard.py cpu
+	$(PY) bench/dashboard.py cpu --store memory
 	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) bench/peer.py
+	$(PY) bench/provider_stream.py
+	$(PY) bench/provider_ui.py
 	scripts/ensure-services $(PY)
 	$(PY) bench/multihub.py
 	PYTHONPATH=. $(PY) bench/auth.py
@@ -62,6 +80,7 @@ bench-hocuspocus: $(STAMP)
 # figures go to docs/benchmarks.md.
 bench-viewer: $(STAMP) browser
 	$(PY) bench/viewer.py
+	$(PY) bench/dashboard.py page
 
 # The README's screenshot of the viewer mirroring the demo (taken by the browser test).
 screenshot: $(STAMP) browser

@@ -47,7 +47,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "support")]
+sys.path[:0] = [str(ROOT)]
+
+from bench._support import use_test_helpers  # noqa: E402
+
+use_test_helpers()  # tests/support (or tests): fleet, fakeprovider, ... by bare name
 
 import anyio  # noqa: E402
 from fleet import active_ids, fleet_ids, keep_busy  # noqa: E402

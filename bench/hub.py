@@ -65,7 +65,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-sys.path.append(str(Path(__file__).resolve().parent.parent))
+# First, before `bench._engine` (which then puts its code copy ahead of it): appended, an
+# editable install of another checkout (the venv's) shadowed this one's `bench` package, so
+# a run from a worktree measured, and wrote into, that other checkout.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect

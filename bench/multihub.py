@@ -34,7 +34,11 @@ from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "support")]
+sys.path[:0] = [str(ROOT)]
+
+from bench._support import use_test_helpers  # noqa: E402
+
+use_test_helpers()  # tests/support (or tests): fleet, fakeprovider, ... by bare name
 
 from bench._report import machine, now, write_section  # noqa: E402
 from client import Replica  # noqa: E402

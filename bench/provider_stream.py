@@ -28,7 +28,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "support")]
+sys.path[:0] = [str(ROOT)]
+
+from bench._support import use_test_helpers  # noqa: E402
+
+use_test_helpers()  # tests/support (or tests): fleet, fakeprovider, ... by bare name
 
 from _report import Results, gc_paused, now, publish, ratio_row  # noqa: E402
 from fakeprovider import anthropic_stream, chat_stream, responses_stream  # noqa: E402

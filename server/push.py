@@ -101,6 +101,9 @@ class _Append:
     """Takes both out of the room again (the append failed)."""
     turn: TurnAfter | None
     """The open turn once both landed; its lease writes go in the same append."""
+    asides: bool
+    """Whether the pushed records hold an aside change or a reset (most pushes hold neither,
+    and then the approval, turn-owner and queue bookkeeping has nothing to look at)."""
 
 
 class Pushing(RoomLog[C]):
@@ -202,9 +205,9 @@ class Pushing(RoomLog[C]):
         turn = self.turns.refusal(self.conversation, batch, key, grant.sub, client)
         if turn is not None:
             return [Send(conn, self._reject(batch, *turn))]
-        steer = self._steer_refusal(batch, key, grant.sub) or self._approval_refusal(
-            conn, batch, grant
-        )
+        steer = self._steer_refusal(batch, key, grant.sub)
+        if steer is None:
+            steer = self._approval_refusal(conn, batch, grant)
         if steer is not None:
             return [Send(conn, self._reject(batch, *steer))]
         return None
@@ -283,12 +286,16 @@ class Pushing(RoomLog[C]):
         lands once the step ends."""
         now = self._now
         steering = self.steering
-        if steering.touches(records):
+        # Asked once: whether the push holds an aside change or a reset. `records` hold the
+        # very changes of `batch.records` (placed pushes land unchanged), so the answer is the
+        # batch's too.
+        asides = steering.touches(records)
+        if asides:
             steering = steering.copy()
             steering.track(self.conversation, records)
-        queue = approvals.stop_cancels(self.conversation, records, now) + self._landing(
-            steering, now
-        )
+        queue = self._landing(steering, now)
+        if asides:  # only a stop (an aside) cancels approvals
+            queue = approvals.stop_cancels(self.conversation, records, now) + queue
         if queue:
             undo = both(undo, self.conversation.apply_batch(queue))
         turn = None
@@ -300,7 +307,7 @@ class Pushing(RoomLog[C]):
         mark = ClientMark(batch.seq, from_, from_ + len(encoded))
         lease = None if turn is None else turn.change
         call = AppendRecords(self.lineage, from_, encoded, key, mark, lease)
-        return _Append(call, records, queue, steering, undo, turn)
+        return _Append(call, records, queue, steering, undo, turn, asides)
 
     def _appended(
         self, conn: C, batch: PushBatch, append: _Append, placed: bool
@@ -316,17 +323,20 @@ class Pushing(RoomLog[C]):
         self.revision = mark.ack_revision
         self.marks[key] = mark
         self._remember(call.records)
-        self.turns.note_owners(records, key)
+        asides = append.asides
+        if asides:  # turn records and queued entries are asides
+            self.turns.note_owners(records, key)
         self._note_edits(from_, [*records, *queue] if queue else records)
         self.steering = steering
         self._steered(records, from_ + pushed)
-        for record in records:
-            change = record.change
-            if type(change) is AsideChange and change.id in steering.queue:
-                self._queuers[change.id] = key
+        if asides:
+            for record in records:
+                change = record.change
+                if type(change) is AsideChange and change.id in steering.queue:
+                    self._queuers[change.id] = key
         if queue:
             self._steered(queue, self.revision)
-        if steering.touches(records):
+        if asides:
             self.turns.pushed(key, records)
         if append.turn is not None:
             self.turns.landed(append.turn)
@@ -442,7 +452,7 @@ class Pushing(RoomLog[C]):
     ) -> approvals.Refusal | None:
         """Why `batch` may not land for the approval rules (SPEC 12, `sync.approvals.check`):
         the pusher is the socket's principal and client, may decide with `approve`."""
-        if not any(type(r.change) in (AsideChange, Reset) for r in batch.records):
+        if not self.steering.touches(batch.records):  # no aside change, no reset
             return None
         actor = approvals.Actor(
             grant.sub, self.subscribers.get(conn, ""), grant.can_approve, self.config.auth
@@ -455,7 +465,10 @@ def scope_refusal(grant: Grant, records: Sequence[ChangeRecord], now: int) -> st
     nothing else does; every other record needs `write` (SPEC 12: `write` does not decide)."""
     if now >= grant.exp * 1000:
         return "token expired"
-    decisions = sum(1 for record in records if approvals.is_decision(record))
+    decisions = 0
+    for record in records:  # a loop (no generator), and asides only: this runs every push
+        if type(record.change) is AsideChange and approvals.is_decision(record):
+            decisions += 1
     if decisions and not grant.can_approve:
         return "token lacks the approve scope"
     if (decisions < len(records) or not records) and not grant.can_write:

@@ -379,7 +379,7 @@ class RoomLog(Generic[C]):
             queue = self.steering.queue
             for id_ in [id_ for id_ in self._queuers if id_ not in queue]:
                 del self._queuers[id_]
-        if any(user_text_push([record]) for record in records if type(record.change) is Push):
+        if user_text_push(records):  # (it looks at pushes only)
             self._request_revision = revision
 
     def _note_edits(self, from_: int, records: Sequence[ChangeRecord]) -> None:
@@ -388,6 +388,8 @@ class RoomLog(Generic[C]):
         edited = self._edited
         for revision, record in enumerate(records, from_ + 1):
             change = record.change
+            if type(change) is Push:  # most records: they replace nothing
+                continue
             if isinstance(change, Splice) and change.entries:
                 for id_ in change.removed:
                     edited[id_] = revision

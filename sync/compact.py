@@ -201,7 +201,10 @@ def compaction_unpins(conversation: Conversation, records: Sequence[ChangeRecord
     `compact` was given, and the author names it when a large aside went in a push of its own.
     An entry a splice hands back under its id (an edit) is not taken out.
     """
-    splices = [record for record in records if type(record.change) is Splice]
+    splices = []
+    for record in records:  # a loop, not a comprehension (a call): the hub asks every push
+        if type(record.change) is Splice:
+            splices.append(record)
     if not splices:
         return []
     compacting = any(

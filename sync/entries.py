@@ -131,7 +131,8 @@ def stopped_note() -> Entry:
 
 def is_stopped_note(message: Message, author: Author | None) -> bool:
     return (
-        author == _RIG
+        author is not None  # first: most entries have none, and `None == _RIG` is slow
+        and author == _RIG
         and isinstance(message, User)
         and len(message.content) == 1
         and message.content[0] == Text(STOPPED)

@@ -90,11 +90,12 @@ def is_user_text(entry: Entry) -> bool:
     that note with it (`Conversation.push`), and the note must land with the answer, never
     wait in the queue (it would land after the answer and clear the halt)."""
     message = entry.message
-    return (
-        type(message) is User
-        and not any(type(part) is ToolResult for part in message.content)
-        and not is_stopped_note(message, entry.author)
-    )
+    if type(message) is not User:
+        return False
+    for part in message.content:  # a loop, not `any(...)`: the hub asks this every push
+        if type(part) is ToolResult:
+            return False
+    return not is_stopped_note(message, entry.author)
 
 
 def is_stop_request(record: ChangeRecord) -> bool:
@@ -111,8 +112,10 @@ def user_text_push(records: Sequence[ChangeRecord]) -> bool:
     """Whether `records` push a message of the user's own (what waits, mid-step)."""
     for record in records:
         change = record.change
-        if type(change) is Push and any(is_user_text(e) for e in change.entries):
-            return True
+        if type(change) is Push:
+            for entry in change.entries:  # loops, not `any(...)`: the hub asks every push
+                if is_user_text(entry):
+                    return True
     return False
 
 
@@ -126,9 +129,13 @@ def step_pending(conversation: Fold) -> bool:
     for at in range(len(entries) - 1, -1, -1):
         message = entries[at].message
         if type(message) is User:
-            results = message.tool_results()
-            if len(results) != len(message.content):
-                return False
+            # More than results (the common last entry: the user's text): nothing is owed.
+            # A loop, not `tool_results()`: the hub asks this for every user push.
+            content = message.content
+            for part in content:
+                if not isinstance(part, ToolResult):
+                    return False
+            results: list[ToolResult] = content  # type: ignore[assignment]  # checked above
             for result in results:
                 answered[result.call_id] = answered.get(result.call_id, 0) + 1
         elif type(message) is Assistant:
@@ -310,7 +317,11 @@ class Steering:
 
     def touches(self, records: Sequence[ChangeRecord]) -> bool:
         """Whether `records` may change the index (they hold an aside change or a reset)."""
-        return any(type(record.change) in (AsideChange, Reset) for record in records)
+        for record in records:  # a loop, not `any(...)`: the hub asks this a few times a push
+            kind = type(record.change)
+            if kind is AsideChange or kind is Reset:
+                return True
+        return False
 
     def track(self, conversation: Fold, records: Sequence[ChangeRecord]) -> None:
         """Follow `records`, folded into `conversation` already."""

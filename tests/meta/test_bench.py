@@ -108,3 +108,20 @@ def test_server_process_imports_the_engine_only_from_its_code_dir(tmp_path: Path
     answer = json.loads(result.stdout.strip().splitlines()[-1])
     assert all(file.startswith(str(tmp_path)) for file in answer["files"]), answer
     assert answer["foreign"] == []
+
+
+def test_benches_find_the_test_helpers_in_support_or_else_tests(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import bench._support as support
+
+    monkeypatch.setattr(support, "ROOT", tmp_path)
+    monkeypatch.setattr(sys, "path", ["elsewhere"])
+    (tmp_path / "tests").mkdir()
+    assert support.use_test_helpers() == tmp_path / "tests"
+    assert sys.path == [str(tmp_path), str(tmp_path / "tests"), "elsewhere"]
+    (tmp_path / "tests" / "support").mkdir()
+    assert support.use_test_helpers() == tmp_path / "tests" / "support"
+    # Once each, the root first: a second call moves them up rather than adding copies.
+    assert sys.path[:2] == [str(tmp_path), str(tmp_path / "tests" / "support")]
+    assert sys.path.count(str(tmp_path)) == 1
