@@ -71,6 +71,7 @@ async def main(url: str, conversation_id: str, client: str, seed: int, ops: int,
                     log(
                         kind="conflict",
                         reason=event.reason,
+                        detail=event.detail,
                         record=json.loads(encode(event.record)),
                     )
 
@@ -125,8 +126,8 @@ async def main(url: str, conversation_id: str, client: str, seed: int, ops: int,
 def approval_op(replica: Replica, client: str, roll: float, pick: int) -> None:
     """An approving UI or an asking worker (SPEC 12): ask in the open turn (the hub refuses
     it unless this replica opened the turn; with no turn open, it opens one of its own first,
-    as a worker does), or decide an open approval, approve or deny (refused when this replica
-    asked it, or when another decided first)."""
+    as a worker does), or decide another's open approval, approve or deny (refused when
+    another decided first)."""
     conversation = replica.conversation
     opened = [(id_, a) for id_, a in approvals.approvals(conversation) if a.is_open]
     try:
@@ -142,10 +143,13 @@ def approval_op(replica: Replica, client: str, roll: float, pick: int) -> None:
                 asked_client=client,
             )
         else:
-            # Another's approval when there is one (a UI deciding); its own otherwise, which
-            # the hub refuses (`forbidden`).
-            opened = [(id_, a) for id_, a in opened if a.asked_client != client] or opened
-            id_, _ = opened[pick % len(opened)]
+            # Another's approval (a UI deciding), never its own: the hub refuses that
+            # (`forbidden`, tests/test_approvals.py), and the refusal takes with it every edit
+            # pending in the same batch, which after a hub restart is often all of them.
+            others = [(id_, a) for id_, a in opened if a.asked_client != client]
+            if not others:
+                return
+            id_, _ = others[pick % len(others)]
             approvals.decide(conversation, id_, approve=roll < 0.8, decided_by="anonymous", at=1)
     except UsageError:
         pass  # no open turn, or decided here already: nothing to do
