@@ -2146,6 +2146,7 @@ export const APPROVAL_KIND = 'rig.approval';
 /** The tools a UI runs (frontend tools): value `{tools: [name, ...]}`. */
 export const TOOLS_KIND = 'rig.tools';
 const APPROVAL_STATES = new Set(['open', 'approved', 'denied', 'answered', 'cancelled']);
+const DECISIONS = new Set(['approved', 'denied', 'answered']);
 const MAX_REASON = 2000;
 
 const isStringOrNull = (/** @type {any} */ v) => v == null || typeof v === 'string';
@@ -2245,6 +2246,19 @@ export function ask(conversation, options) {
   };
   const id = conversation.addAside({ kind: APPROVAL_KIND, after, author: Author.rig(), value, saved: true });
   return { id, approval: value, made: true };
+}
+
+/**
+ * Whether `record` puts an approval in a decided state (`is_decision` in Python).
+ * @param {ChangeRecord} record
+ */
+function isDecision(record) {
+  const change = record.change;
+  if (change.type !== 'aside' || change.aside == null || change.aside.kind !== APPROVAL_KIND) {
+    return false;
+  }
+  const value = change.aside.value;
+  return value !== null && typeof value === 'object' && DECISIONS.has(value.state);
 }
 
 /**
@@ -2988,6 +3002,10 @@ export class ReplicaSession {
       const dropped = this.#dropLateStops(batch.records, reject);
       if (dropped !== null) return dropped;
     }
+    if (reject.reason === 'decided') {
+      const dropped = this.#dropRefused(batch.records, reject, isDecision);
+      if (dropped !== null) return dropped;
+    }
     const pending = batch.records.concat(this.local.unsaved());
     // `forbidden` (a token without `write`) is final like `invalid`: resending cannot help.
     const final = rule === 'final';
@@ -3025,12 +3043,25 @@ export class ReplicaSession {
       record.change.type === 'aside' &&
       record.change.aside != null &&
       record.change.aside.kind === STOP_KIND;
-    const stops = records.filter(isStop);
-    if (stops.length === 0 || stops.length === records.length) return null;
-    const rest = records.filter((record) => !isStop(record));
+    return this.#dropRefused(records, reject, isStop);
+  }
+
+  /**
+   * A batch refused for what only its `refused` records can be refused for: those are the
+   * conflict, the rest is replayed, never lost with them (`_drop_refused` in Python):
+   * `turn_ended`'s late stops, `decided`'s decisions of an approval another decided first
+   * (SPEC §12), so a message typed beside a losing click still lands. Null when every
+   * record, or none, is such: final as a whole.
+   * @param {ChangeRecord[]} records @param {any} reject
+   * @param {(record: ChangeRecord) => boolean} refused
+   */
+  #dropRefused(records, reject, refused) {
+    const dropped = records.filter(refused);
+    if (dropped.length === 0 || dropped.length === records.length) return null;
+    const rest = records.filter((record) => !refused(record));
     const before = this.confirmed.copy();
     const events = this.#foldHeld();
-    for (const record of stops) {
+    for (const record of dropped) {
       events.push(conflict(record, reject.reason, String(reject.detail ?? '')));
     }
     this.local.returnUnsaved(rest);
