@@ -46,6 +46,7 @@ from sync import (
     UsageError,
     encode,
 )
+from sync.approvals import is_decision
 from sync.budget import Budget, TokenBucket, pace
 from sync.errors import Refused, RemoteProtocolError, Unavailable, reject_rule, retry_of
 from sync.frames import MAX_FRAME, PUSH_OVERHEAD, fill_budget, push_frame, runs
@@ -740,6 +741,10 @@ class ReplicaSession:
             dropped = self._drop_late_stops(batch.records, reject)
             if dropped is not None:
                 return dropped
+        if reject.reason == "decided":
+            dropped = self._drop_refused(batch.records, reject, is_decision)
+            if dropped is not None:
+                return dropped
         final = rule == "final"
         pending = batch.records + self.local.unsaved()
         base = self.confirmed.copy() if needs_base(pending) or final else None
@@ -762,13 +767,23 @@ class ReplicaSession:
         pressed as the turn ended, with a message typed next): the stops are the conflict,
         the rest is replayed on the log, never lost with them (SPEC 10). None when the batch
         is only stops, or holds none (a stale owner's push): final as a whole."""
-        stops = [record for record in records if is_stop_request(record)]
-        if not stops or len(stops) == len(records):
+        return self._drop_refused(records, reject, is_stop_request)
+
+    def _drop_refused(
+        self, records: list[ChangeRecord], reject: Reject, refused: Callable[[ChangeRecord], bool]
+    ) -> list[Event] | None:
+        """A batch refused for what only its `refused` records can be refused for: those are
+        the conflict, the rest is replayed on the log, never lost with them. `turn_ended`: the
+        late stops (`_drop_late_stops`); `decided`: the decisions of an approval another
+        decided first (SPEC 12), so a message typed beside a losing click still lands. None
+        when every record, or none, is such: final as a whole."""
+        dropped = [record for record in records if refused(record)]
+        if not dropped or len(dropped) == len(records):
             return None
-        rest = [record for record in records if not is_stop_request(record)]
+        rest = [record for record in records if not refused(record)]
         before = self.confirmed.copy()
         events = self._fold_held()
-        events += [Conflict(record, reject.reason, reject.detail) for record in stops]
+        events += [Conflict(record, reject.reason, reject.detail) for record in dropped]
         self.local.return_unsaved(rest)
         return events + self._rebase_local(before)
 

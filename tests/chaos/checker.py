@@ -15,7 +15,10 @@ It fails a run on:
   overwrote an edit it did not know of, which the rebase must have merged or reported as a
   `Conflict` instead of landing;
 - an approval decided twice, changed or removed after its decision, or a `(turn, key)` asked
-  twice (SPEC 12: approving UIs and asking workers run among the edits).
+  twice (SPEC 12: approving UIs and asking workers run among the edits);
+- an assistant message duplicated after an approval (`after approval`): the worker that asked
+  pushes one answer (`after ID: STATE`) once it sees the decision in the log; each must land
+  once, after the decision it names, and name the state that stands.
 """
 
 from __future__ import annotations
@@ -30,12 +33,14 @@ from typing import Any
 
 from sync import (
     AsideChange,
+    Assistant,
     Author,
     ChangeRecord,
     Conversation,
     Push,
     Reset,
     Splice,
+    Text,
     approvals,
     decode_record,
     decode_state,
@@ -45,6 +50,8 @@ from sync.entries import is_stopped_note
 from sync.steer import QUEUED_KIND, queued_id
 
 TOKEN = re.compile(r"<[\w-]+\.\d+>")
+ANSWER = re.compile(r"after (\S+): (\w+)")
+"""A worker's answer after an approval (`worker.answer_text`)."""
 
 
 @dataclass
@@ -60,7 +67,11 @@ class Report:
     duplicates: int = 0
     overwritten: int = 0
     edit_conflicts: int = 0
+    approvals_asked: int = 0
     approvals_decided: int = 0
+    decided_twice: int = 0
+    answers: int = 0  # the workers' answers after a decision, landed
+    answers_duplicated: int = 0  # copies of such an answer beyond its first
     tokens: int = 0
     faults: list[str] = field(default_factory=list)
 
@@ -177,8 +188,12 @@ def _check_approvals(report: Report, records: list[ChangeRecord]) -> None:
     twice, flipped, reopened or removed), and one `(turn, key)` is asked once."""
     decided: dict[str, approvals.Approval] = {}
     keys: dict[tuple[int, str], str] = {}
+    answered: set[str] = set()
     for record in records:
         change = record.change
+        if isinstance(change, Push):
+            _check_answers(report, change, decided, answered)
+            continue
         if not isinstance(change, AsideChange):
             if not isinstance(change, Reset):
                 continue
@@ -201,12 +216,44 @@ def _check_approvals(report: Report, records: list[ChangeRecord]) -> None:
                 report.problems.append(f"approval ({approval.turn}, {approval.key}) asked twice")
             held = decided.get(id_)
             if held is not None and held != approval:
+                report.decided_twice += 1
                 report.problems.append(
                     f"approval {id_} decided twice: {held.state} then {approval.state}"
                 )
             elif held is None and not approval.is_open:
                 decided[id_] = approval
                 report.approvals_decided += 1
+    report.approvals_asked = len(keys)
+
+
+def _check_answers(
+    report: Report, push: Push, decided: dict[str, approvals.Approval], answered: set[str]
+) -> None:
+    """A push holding workers' answers after approvals (`after ID: STATE`): each approval
+    is answered once (a second push of it is an assistant message duplicated after an
+    approval), after its decision landed, naming the state that stands."""
+    for entry in push.entries:
+        message = entry.message
+        if not isinstance(message, Assistant):
+            continue
+        for part in message.content:
+            found = ANSWER.fullmatch(part.text) if isinstance(part, Text) else None
+            if found is None:
+                continue
+            id_, state = found.groups()
+            if id_ in answered:
+                report.answers_duplicated += 1
+                report.problems.append(f"after approval: the answer after {id_} landed twice")
+                continue
+            answered.add(id_)
+            report.answers += 1
+            decision = decided.get(id_)
+            if decision is None:
+                report.problems.append(f"after approval: {id_} answered before its decision")
+            elif decision.state != state:
+                report.problems.append(
+                    f"after approval: {id_} answered as {state}, decided {decision.state}"
+                )
 
 
 def _tokens(value: object) -> set[str]:

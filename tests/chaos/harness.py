@@ -22,6 +22,7 @@ import contextlib
 import os
 import random
 import sys
+import urllib.error
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,8 +118,7 @@ async def run(chaos: Chaos, run_dir: Path) -> Report:
         with anyio.fail_after(bound(120)):
             await _tell(workers, "settle", "flushed")
             if schema is None:
-                state = await anyio.to_thread.run_sync(hubs[0].state, CONVERSATION)
-                revision = int(str(state["revision"]))
+                revision = await anyio.to_thread.run_sync(_revision, hubs[0])
             else:
                 log, _ = await _read_log(_postgres(chaos.dsn, schema))
                 revision = len(log)
@@ -146,6 +146,18 @@ async def run(chaos: Chaos, run_dir: Path) -> Report:
 
             assert chaos.dsn is not None
             await anyio.to_thread.run_sync(pgserver.drop_schema, chaos.dsn, schema)
+
+
+def _revision(hub: HubProcess) -> int:
+    """The hub's revision of the chaos conversation; 0 when nothing ever landed (a seed whose
+    every push was refused: the hub answers 404 for a conversation it does not hold)."""
+    try:
+        state = hub.state(CONVERSATION)
+    except urllib.error.HTTPError as error:
+        if error.code != 404:
+            raise
+        return 0
+    return int(str(state["revision"]))
 
 
 def _postgres(dsn: str | None, schema: str) -> LogStore:

@@ -103,8 +103,11 @@ async def _main(args: argparse.Namespace) -> int:
                 overwritten=report.overwritten,
                 tokens=report.tokens,
                 edit_conflicts=report.edit_conflicts,
+                approvals_asked=report.approvals_asked,
                 approvals_decided=report.approvals_decided,
-                decided_twice=sum(p.startswith("approval") for p in report.problems),
+                decided_twice=report.decided_twice,
+                answers=report.answers,
+                answers_duplicated=report.answers_duplicated,
                 diverged=sum(p.startswith("diverged") for p in report.problems),
             )
             faults.update(report.faults)
@@ -160,6 +163,12 @@ def _write(
         f"(`edited`: {summary.get('edit_conflicts', 0)}) |",
         f"| concurrent-edit tokens in the logs | {summary.get('tokens', 0)} |",
         f"| acknowledged edits silently overwritten | {summary.get('overwritten', 0)} |",
+        f"| approvals asked / decided | {summary.get('approvals_asked', 0)} / "
+        f"{summary.get('approvals_decided', 0)} |",
+        f"| approvals decided twice | {summary.get('decided_twice', 0)} |",
+        f"| workers' answers after a decision, landed | {summary.get('answers', 0)} |",
+        f"| assistant messages duplicated after an approval "
+        f"| {summary.get('answers_duplicated', 0)} |",
         f"| replicas not converged | {summary.get('diverged', 0)} |",
         f"| failed seeds | {len(failed)} {failed if failed else ''} |",
         f"| wall time | {summary['seconds']} s |",

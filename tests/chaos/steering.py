@@ -1,16 +1,22 @@
-"""Steering chaos (SPEC 10): UIs that type and press Stop at random moments against a worker
-that runs turns with tool calls, over real sockets with cut and delayed links, from a seed.
+"""Steering chaos (SPEC 10, 12): UIs that type, press Stop and approve at random moments
+against a worker that runs turns with tool calls and asks before some of them, over real
+sockets with cut and delayed links, from a seed.
 
 How a run goes: one hub (strict pairing on) in this process; a worker replica runs the
 pattern of the README (a turn it owns, steps marked, a tool run under `cancel_on_stop`,
 `finish_stopped` on a stop, answers streamed as drafts); K UI replicas type messages and press
-Stop at random; a nemesis cuts and delays the links through `FaultProxy`s. When the UIs are
-done, the worker answers what is still owed, and the checker folds the hub's log record by
+Stop at random, and approve or deny the worker's open approvals (it asks, `replica.ask`,
+before half of its tool calls, and runs the tool only when approved); a nemesis cuts and
+delays the links through `FaultProxy`s. When the UIs are done, the worker answers what is
+still owed (a UI decides what it still asks), and the checker folds the hub's log record by
 record: strict pairing holds at every revision, `validate()` holds at every revision where no
 call is pending (so no request ever landed between a call and its result), every message a UI
-typed landed exactly once, every turn ended, and every replica equals the hub.
+typed landed exactly once, no assistant message (each call and answer is made with a text of
+its own) landed twice, no approval was decided twice (`checker._check_approvals`), every turn
+ended, and every replica equals the hub.
 
-Run many seeds with `python tests/chaos/steering.py --seeds 1:201`.
+Run many seeds with `python tests/chaos/steering.py --seeds 1:201` (`--write`: the totals go
+to `docs/reliability.md`, section "Steering chaos").
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import argparse
 import asyncio
 import random
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +34,7 @@ import anyio
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "support"))
 
+import checker  # noqa: E402
 from conftest import bound, hub_config  # noqa: E402
 from faultproxy import FaultProxy  # noqa: E402
 
@@ -57,6 +65,13 @@ class Report:
     typed: int = 0
     stops: int = 0
     revisions: int = 0
+    calls: int = 0  # tool calls landed
+    asked: int = 0  # approvals the worker asked (landed)
+    decided: int = 0  # approvals decided (approved, denied or cancelled by a stop)
+    decided_twice: int = 0
+    lost: int = 0  # typed messages missing from the log
+    duplicated: int = 0  # typed messages, or assistant messages, landed more than once
+    unpairable: int = 0  # revisions failing strict pairing or validate()
     conflicts: dict[str, int] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     trail: list[str] = field(default_factory=list)  # the records before the first problem
@@ -86,6 +101,7 @@ async def run(seed: int, uis: int = 2, ops: int = 12) -> Report:
                 async with anyio.create_task_group() as group:
                     group.start_soon(_work, worker, random.Random(rng.random()), done)
                     group.start_soon(_nemesis, proxies, random.Random(rng.random()), done)
+                    group.start_soon(_decide_rest, people[0], random.Random(rng.random()), done)
                     async with anyio.create_task_group() as typing:
                         for ui in people:
                             typing.start_soon(
@@ -122,13 +138,33 @@ async def _type(
 ) -> None:
     for step in range(ops):
         await anyio.sleep(rng.random() * 0.08)
-        if rng.random() < 0.75:
+        roll = rng.random()
+        if roll < 0.25 and _decide(ui, rng):
+            continue
+        if roll < 0.8:
             text = f"{ui.client} says {step}"
             typed[ui.conversation.push(Message.user(text))] = text
             report.typed += 1
         else:
             ui.stop()
             report.stops += 1
+
+
+def _decide(ui: Replica, rng: random.Random) -> bool:
+    """Approve or deny an open approval, when this UI sees one; whether it did. Two UIs may
+    decide one at once: one decision stands, the other is a `Conflict(decided)`."""
+    opened = [id_ for id_, approval in ui.approvals.items() if approval.is_open]
+    if not opened:
+        return False
+    ui.decide(rng.choice(opened), approve=rng.random() < 0.7, reason="chaos")
+    return True
+
+
+async def _decide_rest(ui: Replica, rng: random.Random, done: anyio.Event) -> None:
+    """Once the UIs stop typing, this one decides whatever the worker still asks."""
+    while not done.is_set():
+        await anyio.sleep(0.02 + rng.random() * 0.05)
+        _decide(ui, rng)
 
 
 async def _nemesis(proxies: list[FaultProxy], rng: random.Random, done: anyio.Event) -> None:
@@ -196,16 +232,24 @@ async def _steps(worker: Replica, rng: random.Random, turn: int) -> bool:
         if calls > 0:
             call_id = f"t{turn}s{step}"
             worker.begin_step()
-            made = conversation.push(Assistant([ToolCall(call_id, "search", {"n": step})]))
+            said = Text(f"searching ({call_id})")
+            made = conversation.push(Assistant([said, ToolCall(call_id, "search", {"n": step})]))
             worker.end_step()
             await worker.flush()
             if not conversation.holds(made):
                 continue  # superseded: call the model again
-            with worker.cancel_on_stop() as scope:
-                await anyio.sleep(rng.random() * 0.05)  # the tool runs
-            if scope.cancelled_caught or worker.stop_requested():
-                return False
-            conversation.push(Message.tool_result(call_id, "search", "found"))
+            result = "found"
+            if rng.random() < 0.5:  # ask a person first (SPEC 12); a stop cancels the ask
+                approval = await worker.ask(call=call_id)
+                if approval.state == "cancelled" or worker.stop_requested():
+                    return False
+                result = "found" if approval.approved else "denied by a person"
+            if result == "found":
+                with worker.cancel_on_stop() as scope:
+                    await anyio.sleep(rng.random() * 0.05)  # the tool runs
+                if scope.cancelled_caught or worker.stop_requested():
+                    return False
+            conversation.push(Message.tool_result(call_id, "search", result))
             await worker.flush()  # input queued meanwhile lands with the result
             calls -= 1
             continue
@@ -216,7 +260,9 @@ async def _steps(worker: Replica, rng: random.Random, turn: int) -> bool:
                     await anyio.sleep(rng.random() * 0.01)
             if draft.status is not None:
                 return False  # stopping: the stop is finished with the turn
-            answer_id = await draft.commit(Message.assistant("the answer is here"))
+            # A text of its own (turn and step), so the checker finds any copy of it.
+            text = f"the answer to turn {turn} (step {step})"
+            answer_id = await draft.commit(Message.assistant(text))
         await worker.flush()
         if not conversation.holds(answer_id):
             continue  # superseded
@@ -235,18 +281,46 @@ def _check(
         conversation.apply(decode_record(data))
         violation = strict_violation(conversation, 0)
         if violation is not None:
+            report.unpairable += 1
             problems.append(f"revision {revision}: strict pairing: {violation.message}")
-            break
-        if not conversation.pending_calls():
+        elif not conversation.pending_calls():
             try:
                 conversation.validate()
             except PairingError as error:
+                report.unpairable += 1
                 problems.append(f"revision {revision}: validate: {error}")
-                report.trail = [
-                    _brief(decode_record(d)) for d in records[max(0, revision - 8) : revision]
-                ]
-                break
+        if report.unpairable and not report.trail:
+            report.trail = [
+                _brief(decode_record(d)) for d in records[max(0, revision - 8) : revision]
+            ]
     report.revisions = len(records)
+    decoded = [decode_record(data) for data in records]
+    seen = checker.Report()
+    checker._check_approvals(seen, decoded)
+    report.asked, report.decided = seen.approvals_asked, seen.approvals_decided
+    report.decided_twice = seen.decided_twice
+    problems += seen.problems
+    # Every assistant message the worker made, a call or an answer, holds a text or call id
+    # of its own (a stopped partial, kept aborted, is the draft's text): none may be in the
+    # log twice, after an approval above all.
+    said: dict[str, int] = {}
+    for entry in conversation.entries():
+        message = entry.message
+        if isinstance(message, Assistant):
+            for part in message.content:
+                if isinstance(part, ToolCall):
+                    report.calls += 1
+                    mark: str | None = part.id
+                elif isinstance(part, Text) and not (message.stop and message.stop.is_failure()):
+                    mark = part.text
+                else:
+                    mark = None
+                if mark:
+                    said[mark] = said.get(mark, 0) + 1
+    for mark, count in said.items():
+        if count > 1:
+            report.duplicated += count - 1
+            problems.append(f"duplicated: the assistant's {mark!r} landed {count} times")
     held = [entry.id for entry in conversation.entries()]
     texts = [
         "".join(p.text for p in entry.message.content if isinstance(p, Text))
@@ -254,8 +328,10 @@ def _check(
     ]
     for id_, text in typed.items():
         if id_ not in held:
+            report.lost += 1
             problems.append(f"lost: {text!r}")
         elif texts.count(text) != 1:
+            report.duplicated += 1
             problems.append(f"duplicated: {text!r}")
     turns = conversation.turns()
     if turns and turns[-1][1].end is None:
@@ -279,23 +355,98 @@ def _brief(record: ChangeRecord) -> str:
     return f"{type(change).__name__} {str(change)[:80]}"
 
 
+COUNTS = ("typed", "stops", "revisions", "calls", "asked", "decided", "decided_twice", "lost",
+          "duplicated", "unpairable")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="1:21", help="a range START:STOP")
+    parser.add_argument("--jobs", type=int, default=1, help="seeds run at once")
+    parser.add_argument("--write", action="store_true", help="write docs/reliability.md")
     args = parser.parse_args()
     start, stop = (int(x) for x in args.seeds.split(":"))
-    failed = 0
-    totals = {"typed": 0, "stops": 0, "revisions": 0}
-    for seed in range(start, stop):
-        report = asyncio.run(run(seed))
-        for key in totals:
-            totals[key] += getattr(report, key)
-        status = "ok" if not report.problems else f"FAIL {report.problems[:3]} {report.trail}"
-        counts = f"{report.revisions} revisions, {report.typed} typed, {report.stops} stops"
-        print(f"seed {seed}: {counts}, conflicts {report.conflicts}: {status}", flush=True)
-        failed += bool(report.problems)
-    print(f"{stop - start} seeds, {failed} failed, {totals}")
+    began = time.monotonic()
+    reports = asyncio.run(_seeds(range(start, stop), args.jobs))
+    failed = [report.seed for report in reports if report.problems]
+    totals = {key: sum(getattr(report, key) for report in reports) for key in COUNTS}
+    conflicts: dict[str, int] = {}
+    for report in reports:
+        for reason, count in report.conflicts.items():
+            conflicts[reason] = conflicts.get(reason, 0) + count
+    seconds = round(time.monotonic() - began)
+    print(f"{stop - start} seeds, {len(failed)} failed {failed}, {totals}, {conflicts}, {seconds}s")
+    if args.write:
+        _write(args, totals, conflicts, failed, seconds)
     sys.exit(1 if failed else 0)
+
+
+async def _seeds(seeds: range, jobs: int) -> list[Report]:
+    gate = asyncio.Semaphore(jobs)
+    reports: list[Report] = []
+
+    async def one(seed: int) -> None:
+        async with gate:
+            try:
+                report = await run(seed)
+            except Exception as exc:  # a hang or a crash fails that seed too
+                report = Report(seed, problems=[f"harness: {type(exc).__name__}: {exc}"])
+        reports.append(report)
+        status = "ok" if not report.problems else f"FAIL {report.problems[:3]} {report.trail}"
+        counts = ", ".join(f"{getattr(report, key)} {key}" for key in COUNTS)
+        print(f"seed {seed}: {counts}, conflicts {report.conflicts}: {status}", flush=True)
+
+    await asyncio.gather(*(one(seed) for seed in seeds))
+    return sorted(reports, key=lambda report: report.seed)
+
+
+def _write(
+    args: argparse.Namespace,
+    totals: dict[str, int],
+    conflicts: dict[str, int],
+    failed: list[int],
+    seconds: int,
+) -> None:
+    root = HERE.parents[1]
+    sys.path.insert(0, str(root))
+    from bench._report import machine, now
+
+    command = " ".join(["python", "tests/chaos/steering.py", *sys.argv[1:]])
+    title = "## Steering chaos"
+    seeds = len(range(*(int(x) for x in args.seeds.split(":"))))
+    lines = [
+        title,
+        "",
+        f"Command: `{command}` ({now()}, {machine()}).",
+        "",
+        "One hub (memory store, strict pairing on) in the harness's process; a worker with tool",
+        "calls (it asks a person before half of them), 2 UIs typing, pressing Stop and deciding",
+        "approvals at random, every link through a relay that cuts and delays (SPEC 10, 12).",
+        "",
+        "| figure | value |",
+        "|---|---|",
+        f"| seeds run | {seeds} |",
+        f"| messages typed / stops pressed | {totals['typed']} / {totals['stops']} |",
+        f"| revisions checked (strict pairing at each; `validate()` at each with no call "
+        f"pending) | {totals['revisions']} |",
+        f"| tool calls landed | {totals['calls']} |",
+        f"| approvals asked / decided | {totals['asked']} / {totals['decided']} |",
+        f"| approvals decided twice | {totals['decided_twice']} |",
+        f"| typed messages lost | {totals['lost']} |",
+        f"| duplicated (typed or assistant messages) | {totals['duplicated']} |",
+        f"| unpairable revisions | {totals['unpairable']} |",
+        "| conflicts surfaced | "
+        + (", ".join(f"`{k}` {v}" for k, v in sorted(conflicts.items())) or "0")
+        + " |",
+        f"| failed seeds | {len(failed)} {failed if failed else ''} |",
+        f"| wall time | {seconds} s |",
+        "",
+    ]
+    path = root / "docs" / "reliability.md"
+    text = path.read_text()
+    head, sep, rest = text.partition(title + "\n")
+    tail = rest[rest.find("\n## ") + 1 :] if sep and "\n## " in rest else ""
+    path.write_text(head.rstrip() + "\n\n" + "\n".join(lines) + ("\n" + tail if tail else ""))
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from typing import Any
 import anyio
 
 from client import Conflict, Replica
-from sync import ChangeRecord, approvals, encode
+from sync import ChangeRecord, Message, approvals, encode
 from sync.errors import UsageError
 
 HERE = Path(__file__).resolve().parent
@@ -61,6 +61,7 @@ async def main(url: str, conversation_id: str, client: str, seed: int, ops: int,
         kind="landed", seq=seq, records=[digest(r) for r in records]
     )
     rng = random.Random(seed)
+    resumed: set[str] = set()  # the approvals this replica asked and went on after
     async with replica:
         run = Run(conversation=replica.conversation)
 
@@ -70,6 +71,7 @@ async def main(url: str, conversation_id: str, client: str, seed: int, ops: int,
                     log(
                         kind="conflict",
                         reason=event.reason,
+                        detail=event.detail,
                         record=json.loads(encode(event.record)),
                     )
 
@@ -83,7 +85,7 @@ async def main(url: str, conversation_id: str, client: str, seed: int, ops: int,
                 if roll < 0.33:
                     kind = "insert_token" if roll < 0.22 else "note_token"
                     op = (kind, f"<{client}.{step}>", rng.randrange(12), rng.randrange(40))
-                elif roll < 0.45:
+                elif roll < 0.5:
                     op = ("approval", rng.random(), rng.randrange(4))
                 else:
                     op = draw_op(rng)
@@ -95,8 +97,9 @@ async def main(url: str, conversation_id: str, client: str, seed: int, ops: int,
                     approval_op(replica, client, op[1], op[2])
                 else:
                     run.do(op)
+                made = run.minted[before:] + resume(replica, client, resumed)
                 saw = sorted(saw | set(TOKEN.findall(encode(replica.conversation).decode())))
-                log(kind="op", step=step, op=op[0], made=run.minted[before:], saw=saw)
+                log(kind="op", step=step, op=op[0], made=made, saw=saw)
                 await anyio.sleep(rng.random() * 0.015)
             print("edited", flush=True)
             await _expect("settle")
@@ -122,12 +125,16 @@ async def main(url: str, conversation_id: str, client: str, seed: int, ops: int,
 
 def approval_op(replica: Replica, client: str, roll: float, pick: int) -> None:
     """An approving UI or an asking worker (SPEC 12): ask in the open turn (the hub refuses
-    it unless this replica opened the turn), or decide an open approval, approve or deny
-    (refused when this replica asked it, or when another decided first)."""
+    it unless this replica opened the turn; with no turn open, it opens one of its own first,
+    as a worker does), or decide another's open approval, approve or deny (refused when
+    another decided first)."""
     conversation = replica.conversation
     opened = [(id_, a) for id_, a in approvals.approvals(conversation) if a.is_open]
     try:
         if roll < 0.4 or not opened:
+            turns = conversation.turns()
+            if not turns or turns[-1][1].end is not None:
+                replica.open_turn()
             approvals.ask(
                 conversation,
                 key=f"k{pick}",
@@ -136,10 +143,37 @@ def approval_op(replica: Replica, client: str, roll: float, pick: int) -> None:
                 asked_client=client,
             )
         else:
-            id_, _ = opened[pick % len(opened)]
+            # Another's approval (a UI deciding), never its own: the hub refuses that
+            # (`forbidden`, tests/test_approvals.py), and the refusal takes with it every edit
+            # pending in the same batch, which after a hub restart is often all of them.
+            others = [(id_, a) for id_, a in opened if a.asked_client != client]
+            if not others:
+                return
+            id_, _ = others[pick % len(others)]
             approvals.decide(conversation, id_, approve=roll < 0.8, decided_by="anonymous", at=1)
     except UsageError:
         pass  # no open turn, or decided here already: nothing to do
+
+
+def resume(replica: Replica, client: str, resumed: set[str]) -> list[str]:
+    """The asking worker goes on once a person decided (SPEC 12): for each approval this
+    replica asked that it now sees decided, its answer, pushed once (`after ID: STATE`, a text
+    of its own, so the checker finds any copy of it: "no assistant message duplicated after an
+    approval"). It goes on a decision in the log (`session.confirmed`), not on one made in
+    its own local value, which the hub refuses (the asker never decides its own approval).
+    Returns the entries it pushed."""
+    made = []
+    for id_, approval in approvals.approvals(replica.session.confirmed):
+        if approval.asked_client != client or approval.is_open or id_ in resumed:
+            continue
+        resumed.add(id_)
+        made.append(replica.conversation.push(Message.assistant(answer_text(id_, approval))))
+    return made
+
+
+def answer_text(id_: str, approval: approvals.Approval) -> str:
+    """The text of the worker's answer after approval `id_` was decided."""
+    return f"after {id_}: {approval.state}"
 
 
 async def _expect(word: str) -> str:

@@ -252,3 +252,42 @@ async def test_a_draft_marks_the_step_so_a_steer_waits_for_the_answer(hub: Hub) 
             await worker.flush()
         assert texts(worker) == ["write a poem", "Roses are red", "make it about the sea"]
         assert not any(aside.kind == STEP_KIND for _, aside in worker.conversation.asides())
+
+
+async def test_stop_mid_answer_keeps_the_partial_as_an_aborted_message_in_every_ui(
+    hub: Hub,
+) -> None:
+    """Issue 26: Stop pressed in one UI while the answer streams: the draft is marked
+    `stopping` (no more appends), the worker finishes the turn with what it streamed, and
+    every UI, the one that stopped and one that only watched, holds the partial text as an
+    aborted message (`Stop("aborted", "stopped")`), then the halt, the turn ended `stopped`."""
+    async with (
+        connect(hub.url, "stop-mid", client="worker", draft_interval=0.01) as worker,
+        connect(hub.url, "stop-mid", client="ui") as ui,
+        connect(hub.url, "stop-mid", client="watcher") as watcher,
+    ):
+        await asked(ui, worker, "write a poem")
+        worker.open_turn()
+        worker.begin_step()
+        async with worker.draft() as d:
+            d.append("Roses are red, ")
+            await until(lambda: any(x.text for x in ui.drafts.values()))
+            assert ui.stop()
+            with anyio.fail_after(bound(10)):
+                await ui.flush()
+            await until(lambda: d.status is not None)  # the hub marked it stopping
+            d.append("violets are")  # too late: nothing more goes out
+            partial = d.text
+        assert partial == "Roses are red, "
+        assert worker.stop_requested()
+        assert finish_stopped(worker.conversation, partial)
+        with anyio.fail_after(bound(10)):
+            await worker.flush()
+        kept = Assistant([Text("Roses are red, ")], Stop("aborted", "stopped"))
+        for replica in (ui, watcher):
+            await until(lambda r=replica: r.conversation == worker.conversation)
+            messages = replica.conversation.messages()
+            assert kept in messages, messages
+            assert replica.conversation.halted() is Halt.STOPPED
+            assert replica.conversation.turns()[-1][1].end is not None
+            assert not replica.drafts

@@ -135,6 +135,30 @@ def test_two_racing_decisions_one_lands_the_other_is_a_conflict_decided() -> Non
         assert link.session.local == hub.conversation
 
 
+def test_a_losing_decision_is_the_only_conflict_and_the_message_typed_with_it_lands() -> None:
+    """A UI decides and types a message, one push; another UI decided first: the hub refuses
+    the batch `decided`, the decision comes back as the conflict, the message still lands
+    (the steering chaos lost such messages, `tests/chaos/steering.py --seeds 115:116`). The
+    call is pending, so the message waits queued, and lands after the tool's result."""
+    hub, worker, (a, b), id_ = _asked(ui_scopes="read write approve")
+    typed = b.session.local.push(Message.user("and clean the cache too"))
+    assert b.pump() and b.deliver_to_hub()  # refused `queued`: the call is pending
+    _decide(b, id_, approve=False)  # clicked meanwhile
+    _decide(a, id_, approve=True)
+    assert a.pump() and a.deliver_to_hub()  # lands first
+    assert b.deliver_to_replica()  # the `queued` reject only: `a`'s decision is on its way
+    assert b.pump() and b.deliver_to_hub()  # the queued aside and the decision, one batch
+    settle([worker, a, b])
+    assert "decided" in hub.rejected
+    assert _conflicts(b) == ["decided"]
+    assert _state(hub, id_) == "approved"
+    worker.session.local.push(Message.tool_result("c1", "rm", "done"))
+    settle([worker, a, b])
+    assert hub.conversation.holds(typed)
+    for link in (worker, a, b):
+        assert link.session.local == hub.conversation
+
+
 def test_a_decision_pending_when_another_lands_is_a_conflict_decided_in_the_rebase() -> None:
     """A UI whose decision is still local when another's arrives rebases it into a
     `Conflict(decided)`, never into a merge or an overwrite."""

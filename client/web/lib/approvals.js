@@ -11,9 +11,23 @@ export const APPROVAL_KIND = 'rig.approval';
 /** The tools a UI runs (frontend tools): value `{tools: [name, ...]}`. */
 export const TOOLS_KIND = 'rig.tools';
 const APPROVAL_STATES = new Set(['open', 'approved', 'denied', 'answered', 'cancelled']);
+const DECISIONS = new Set(['approved', 'denied', 'answered']);
 const MAX_REASON = 2000;
 
 const isStringOrNull = (/** @type {any} */ v) => v == null || typeof v === 'string';
+
+/**
+ * Whether `record` puts an approval in a decided state (`is_decision` in Python).
+ * @param {any} record
+ */
+export function isDecision(record) {
+  const change = record.change;
+  if (change.type !== 'aside' || change.aside == null || change.aside.kind !== APPROVAL_KIND) {
+    return false;
+  }
+  const value = change.aside.value;
+  return value !== null && typeof value === 'object' && DECISIONS.has(value.state);
+}
 
 /**
  * The approval an aside holds, with every field (as `sync.approvals.approval_of`); null when

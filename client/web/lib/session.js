@@ -1,6 +1,6 @@
 // @ts-check
 // The pure replica session: frames in, frames and events out (`client/session.py`).
-import { APPROVAL_KIND, approvalOf } from './approvals.js';
+import { APPROVAL_KIND, approvalOf, isDecision } from './approvals.js';
 import { pacerFor } from './budget.js';
 import { Conversation } from './conversation.js';
 import { ConvsyncError, DecodeError, ProtocolError, UsageError } from './errors.js';
@@ -583,6 +583,10 @@ export class ReplicaSession {
       const dropped = this.#dropLateStops(batch.records, reject);
       if (dropped !== null) return dropped;
     }
+    if (reject.reason === 'decided') {
+      const dropped = this.#dropRefused(batch.records, reject, isDecision);
+      if (dropped !== null) return dropped;
+    }
     const pending = batch.records.concat(this.local.unsaved());
     // `forbidden` (a token without `write`) is final like `invalid`: resending cannot help.
     const final = rule === 'final';
@@ -605,11 +609,6 @@ export class ReplicaSession {
   }
 
   /**
-   * The batch of user text `records` was refused `queued` (SPEC §10): replay it as
-   * `rig.queued` asides (`queueRecords`) ahead of what was made on top, on the log as it is.
-   * @param {ChangeRecord[]} records
-   */
-  /**
    * A batch refused `turn_ended` holding stop requests and other records (a stop pressed as
    * the turn ended, a message typed next): the stops are the conflict, the rest is replayed,
    * never lost with them (`_drop_late_stops` in Python). Null: final as a whole.
@@ -620,18 +619,36 @@ export class ReplicaSession {
       record.change.type === 'aside' &&
       record.change.aside != null &&
       record.change.aside.kind === STOP_KIND;
-    const stops = records.filter(isStop);
-    if (stops.length === 0 || stops.length === records.length) return null;
-    const rest = records.filter((record) => !isStop(record));
+    return this.#dropRefused(records, reject, isStop);
+  }
+
+  /**
+   * A batch refused for what only its `refused` records can be refused for: those are the
+   * conflict, the rest is replayed, never lost with them (`_drop_refused` in Python):
+   * `turn_ended`'s late stops, `decided`'s decisions of an approval another decided first
+   * (SPEC §12), so a message typed beside a losing click still lands. Null when every
+   * record, or none, is such: final as a whole.
+   * @param {ChangeRecord[]} records @param {any} reject
+   * @param {(record: ChangeRecord) => boolean} refused
+   */
+  #dropRefused(records, reject, refused) {
+    const dropped = records.filter(refused);
+    if (dropped.length === 0 || dropped.length === records.length) return null;
+    const rest = records.filter((record) => !refused(record));
     const before = this.confirmed.copy();
     const events = this.#foldHeld();
-    for (const record of stops) {
+    for (const record of dropped) {
       events.push(conflict(record, reject.reason, String(reject.detail ?? '')));
     }
     this.local.returnUnsaved(rest);
     return [...events, ...this.#rebaseLocal(before)];
   }
 
+  /**
+   * The batch of user text `records` was refused `queued` (SPEC §10): replay it as
+   * `rig.queued` asides (`queueRecords`) ahead of what was made on top, on the log as it is.
+   * @param {ChangeRecord[]} records
+   */
   #queue(records) {
     // The base is `confirmed` before the records that overtook the batch: what it (and what
     // was made on top) was made on, so an edit there merges with what those records changed.

@@ -4,6 +4,8 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
 import {
+  APPROVAL_KIND,
+  Author,
   Conversation,
   Message,
   QUEUED_KIND,
@@ -168,6 +170,41 @@ test('a stop too late is the only conflict; the message typed with it is pushed 
   assert.equal(conflicts[0].record.change.aside.kind, STOP_KIND);
   assert.ok(session.local.holds(id)); // still to be pushed
   assert.ok(!session.local.asides().some(([, aside]) => aside.kind === STOP_KIND));
+  const [again] = session.local.unsaved();
+  assert.equal(again.change.type, 'push');
+});
+
+test('a decision refused decided is the only conflict; the message typed with it is pushed again', () => {
+  const session = midCall();
+  const decided = {
+    turn: 0,
+    key: 'c1',
+    call: 'c1',
+    prompt: null,
+    schema: null,
+    state: 'denied',
+    answer: null,
+    reason: null,
+    asked_by: 'anonymous',
+    asked_client: 'worker',
+    decided_by: 'anonymous',
+    decided_at: 1,
+  };
+  session.local.addAside({ kind: APPROVAL_KIND, after: null, author: Author.user(), value: decided, saved: true });
+  const id = session.local.push(Message.user('and y'));
+  assert.ok(session.nextPush().frame !== null);
+  const events = session.receive({
+    type: 'reject',
+    seq: 1,
+    reason: 'decided',
+    detail: "approval 'c1' was decided already (approved)",
+    lineage: LINEAGE,
+    revision: 2,
+  });
+  const conflicts = events.filter((event) => event.type === 'conflict');
+  assert.equal(conflicts.length, 1);
+  assert.equal(conflicts[0].record.change.aside.kind, APPROVAL_KIND);
+  assert.ok(session.local.holds(id)); // still to be pushed
   const [again] = session.local.unsaved();
   assert.equal(again.change.type, 'push');
 });
