@@ -266,8 +266,13 @@ async def test_a_draft_through_hub_a_reaches_uis_on_hub_b(
     ):
         seen: list[str] = []
         look = prefixes(early, d.id, seen)
-        for token in TOKENS[:30]:
+        for i, token in enumerate(TOKENS[:30]):
             d.append(token)
+            if i == 0:
+                # The first delta reaches B before the rest is written, so the text grows in
+                # place there; without this wait a loaded machine could coalesce the first 30
+                # tokens into one delta, and "grew in place" would measure the scheduler.
+                await until(lambda: d.id in early.drafts and bool(early.drafts[d.id].text))
             await anyio.sleep(0.002)
             look()
         half = "".join(TOKENS[:30])
