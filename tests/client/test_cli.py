@@ -637,9 +637,9 @@ def test_serve_refuses_a_public_bind_without_a_key_and_token_needs_a_secret(
 def test_cli_over_wss_with_a_private_ca(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """`serve --tls-cert/--tls-key` serves wss://; `send`, `export` and `tail` reach it with
     `--ca-file`, and without it fail with one line."""
-    from test_access import _self_signed
+    from certs import self_signed
 
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed(tmp_path)
     secret = tmp_path / "hub.secret"
     secret.write_text("a-secret-of-at-least-thirty-two-bytes\n")
     _, minted, _ = run(

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import datetime
 import hashlib
 import hmac
 import json
@@ -27,11 +26,10 @@ import anyio
 import jwt
 import msgspec
 import pytest
+from certs import self_signed
 from conftest import bound, hub_config
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
@@ -701,44 +699,10 @@ def test_non_loopback_bind_without_a_key_is_refused() -> None:
 # ---------------------------------------------------------------------- TLS
 
 
-def _self_signed(directory: Path) -> tuple[str, str]:
-    """A certificate for 127.0.0.1 and its key, as PEM files."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "convsync test")])
-    now = datetime.datetime.now(datetime.UTC)
-    import ipaddress
-
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=1))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return str(cert_path), str(key_path)
-
-
 async def test_tls_hub_and_wss_replica(tmp_path: Path) -> None:
     """With `tls_cert`/`tls_key` the hub serves `wss://`; a replica trusting that certificate
     syncs over it, and one that does not trust it is not served."""
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed(tmp_path)
     async with auth_hub(tls_cert=cert, tls_key=key) as hub:
         assert hub.url.startswith("wss://")
         context = ssl.create_default_context(cafile=cert)

@@ -173,7 +173,7 @@ async def test_delete_needs_the_admin_scope_on_that_conversation() -> None:
 async def test_a_web_replica_is_refused_deleted_and_never_retries(hub: Hub) -> None:
     """The JavaScript replica, against the real hub, takes `deleted` as final: refused at
     its hello on a deleted conversation, closed, one socket only."""
-    from test_js_replica import NODE, run_peer
+    from jspeer import NODE, run_peer
 
     if NODE is None:
         pytest.skip("node is not installed")

@@ -3,36 +3,18 @@
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 from conftest import bound, hub_config
+from jspeer import NODE, run_peer
 
 from client import connect
 from server import Hub, MemoryStore
 from sync import Message, encode
 
-PEER = Path(__file__).resolve().parents[1] / "support" / "js_peer.mjs"
-NODE = shutil.which("node")
-
 pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed")
-
-
-async def run_peer(*args: str) -> Any:
-    """Run the JS peer to its end (bounded); return the JSON line it printed."""
-    assert NODE is not None
-    with anyio.fail_after(bound(30)):
-        result = await anyio.run_process(
-            [NODE, "--no-warnings", "--experimental-websocket", str(PEER), *args],
-            check=False,
-            stderr=subprocess.PIPE,
-        )
-    assert result.returncode == 0, result.stderr.decode()
-    return json.loads(result.stdout.decode().strip().splitlines()[-1])
 
 
 async def test_js_replica_catches_up_pushes_and_converges_with_python() -> None:
