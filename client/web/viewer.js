@@ -10,8 +10,6 @@
 // The page's parts are in `viewer/`: `dom.js` (elements from text), `token.js`, `entries.js` (how
 // an entry is drawn), `editing.js`, `conversation.js` (the `/c/{id}` page), `list.js` (`/`).
 
-import { ConversationView } from './viewer/conversation.js';
-import { ListView } from './viewer/list.js';
 import { onFreshToken, takeToken, useToken } from './viewer/token.js';
 
 const root = /** @type {HTMLElement} */ (document.getElementById('app'));
@@ -27,11 +25,18 @@ function idOfPath(at) {
 
 const id = path.startsWith('/c/') && path.length > 3 ? idOfPath(path) : null;
 
+// Only the page shown is loaded: the list needs the summary feed and its few modules, not the
+// replica (the conversation page loads all of `convsync.js`).
+const View =
+  id !== null
+    ? (await import('./viewer/conversation.js')).ConversationView
+    : (await import('./viewer/list.js')).ListView;
+
 /** The page's view, made anew when a new token comes after the hub refused the old one. */
 function open() {
   // Exposed for tests and for the curious: the replica (or feed) behind the page. The list
   // serves also a `/c/` address that names no conversation (it stayed blank).
-  globalThis.convsyncView = id !== null ? new ConversationView(root, id) : new ListView(root);
+  globalThis.convsyncView = id !== null ? new View(root, id) : new View(root);
 }
 
 // A fresh token: a connection the hub refused starts again with it; a live one sends it at

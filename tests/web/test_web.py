@@ -129,28 +129,43 @@ async def test_every_module_the_page_imports_is_served(hub: Hub) -> None:
         status, headers, body = await get(hub, path)
         assert status == 200, path
         assert headers["Content-Type"] == "text/javascript; charset=utf-8", path
-        for target in re.findall(r"^(?:import|export)\b[^;]*?from '([^']+)'", body.decode(), re.M):
+        text = body.decode()
+        found = re.findall(r"^(?:import|export)\b[^;]*?from '([^']+)'", text, re.M)
+        for target in found + re.findall(r"\bimport\('([^']+)'\)", text):
             assert target.startswith("."), f"{path} imports {target}: not a relative module"
             todo.append(posixpath.normpath(posixpath.join(posixpath.dirname(path), target)))
     assert "/static/viewer/conversation.js" in seen and "/static/convsync.js" in seen
 
 
-async def test_the_page_preloads_every_module_it_imports(hub: Hub) -> None:
-    """`viewer.html` names every module of the page's import graph as a `modulepreload`, so
-    the browser fetches them all at once instead of one level of imports per round trip."""
-    _, _, body = await get(hub, "/")
-    preloaded = set(re.findall(r'<link rel="modulepreload" href="([^"]+)" />', body.decode()))
+def page_graph(start: str) -> set[str]:
+    """The modules a page that loads `start` can load, by URL path: static imports and
+    `import('...')` followed as a browser resolves them."""
     graph: set[str] = set()
-    todo = ["/static/viewer.js"]
+    todo = [start]
     while todo:
         path = todo.pop()
         if path in graph:
             continue
         graph.add(path)
         text = (WEB_DIR / path.removeprefix("/static/")).read_text()
-        for target in re.findall(r"^(?:import|export)\b[^;]*?from '([^']+)'", text, re.M):
+        found = re.findall(r"^(?:import|export)\b[^;]*?from '([^']+)'", text, re.M)
+        found += re.findall(r"\bimport\('([^']+)'\)", text)
+        for target in found:
             todo.append(posixpath.normpath(posixpath.join(posixpath.dirname(path), target)))
-    assert preloaded == graph - {"/static/viewer.js"}
+    return graph
+
+
+def test_the_list_page_loads_the_summary_feed_not_the_replica() -> None:
+    """The list page's modules are the summary feed's few, not the replica's: its first
+    paint waits for every module it imports (each a request to the hub)."""
+    graph = page_graph("/static/viewer/list.js")
+    assert "/static/lib/summary.js" in graph
+    assert not graph & {
+        "/static/convsync.js",
+        "/static/lib/session.js",
+        "/static/lib/conversation.js",
+    }
+    assert len(graph) <= len(page_graph("/static/viewer/conversation.js")) // 2
 
 
 async def test_the_page_has_no_inline_script_or_style(hub: Hub) -> None:

@@ -1,6 +1,6 @@
 // The list page, `/`: an operator's dashboard over the summary feed (SPEC §17).
 
-import { SummaryFeed, approvals } from '../convsync.js';
+import { SummaryFeed } from '../lib/summary.js';
 import { h, timeOf } from './dom.js';
 import { getToken, hubUrl, carryToken, navigate } from './token.js';
 
