@@ -765,18 +765,24 @@ class ReplicaSession:
     def _drop_late_stops(self, records: list[ChangeRecord], reject: Reject) -> list[Event] | None:
         """A batch refused `turn_ended` that holds stop requests and other records (a stop
         pressed as the turn ended, with a message typed next): the stops are the conflict,
-        the rest is replayed on the log, never lost with them (SPEC 10). None when the batch
-        is only stops, or holds none (a stale owner's push): final as a whole."""
-        return self._drop_refused(records, reject, is_stop_request)
+        the rest is replayed on the log, never lost with them (SPEC 10). A batch with no stop
+        but a decision was refused for the decision (the approval's turn ended, SPEC 12):
+        the decisions are the conflict, the rest replays. The hub checks stops before
+        decisions, so stops go first; a rest still refused for a decision splits again on
+        its resend. None when the batch is only such records, or holds none (a stale
+        owner's push): final as a whole."""
+        refused = is_stop_request if any(map(is_stop_request, records)) else is_decision
+        return self._drop_refused(records, reject, refused)
 
     def _drop_refused(
         self, records: list[ChangeRecord], reject: Reject, refused: Callable[[ChangeRecord], bool]
     ) -> list[Event] | None:
         """A batch refused for what only its `refused` records can be refused for: those are
         the conflict, the rest is replayed on the log, never lost with them. `turn_ended`: the
-        late stops (`_drop_late_stops`); `decided`: the decisions of an approval another
-        decided first (SPEC 12), so a message typed beside a losing click still lands. None
-        when every record, or none, is such: final as a whole."""
+        late stops, or the decisions of an ended turn (`_drop_late_stops`); `decided`: the
+        decisions of an approval another decided first (SPEC 12), so a message typed beside a
+        losing click still lands. None when every record, or none, is such: final as a
+        whole."""
         dropped = [record for record in records if refused(record)]
         if not dropped or len(dropped) == len(records):
             return None

@@ -556,11 +556,14 @@ class Conversation(Fold):
         self.replay(self._made(change, by))
 
     def _pushed(self, items: Iterable[EntryLike]) -> list[Entry]:
-        """The entries a push adds for `items`, after a STOPPED note when the user stopped."""
+        """The entries a push adds for `items`, after a STOPPED note when the user stopped.
+        The note takes a new id, never the one `turn_start` reserved: that is the start of the
+        turn, the user's text (queued mid-step, the note is dropped and the text lands under
+        its own id, SPEC 10)."""
         entries: list[Entry] = []
         taken: set[MessageId] = set()
         if self._halt is Halt.STOPPED:
-            entries.append(_replace(stopped_note(), id=self._mint()))
+            entries.append(_replace(stopped_note(), id=self._ids.message_id(self._dated)))
         for item in items:
             entry = _as_entry(item)
             id_ = self._fresh_id(entry.id, taken)

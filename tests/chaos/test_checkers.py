@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import checker
 import steering
+from strategies import Run
 
-from sync import ChangeRecord, Conversation, Message, approvals, encode
+from sync import ChangeRecord, Conversation, Halt, Message, approvals, encode
+from sync.entries import is_stopped_note
 
 
 def _asked() -> tuple[Conversation, str, list[ChangeRecord]]:
@@ -91,3 +93,19 @@ def test_steering_names_an_assistant_answer_landed_twice() -> None:
     assert report.problems == [
         "duplicated: the assistant's 'the answer to turn 1 (step 1)' landed 2 times"
     ]
+
+
+def test_a_stopped_note_is_not_an_entry_the_replica_made() -> None:
+    """`vanished` (run.py chaos, seeds 96 and 9 of issue 29): a push after a stop puts a
+    STOPPED note before the user's text, and a push refused `queued` drops that note (the
+    hub puts its own when the queue lands, SPEC 10). The worker's `made` names the replica's
+    own entries only, so the note dropped is not one that vanished; the text still is."""
+    run = Run()
+    run.conversation.push(Message.user("q"))
+    assert run.conversation.halt(Halt.STOPPED)
+    run.note_entries()
+    before = len(run.minted)
+    run.do(("extend", [Message.assistant("hello"), Message.user("hi")]))
+    note, *made = run.minted[before:]
+    assert is_stopped_note(run.seen[note].message, run.seen[note].author)
+    assert run.made_since(before) == made and len(made) == 2

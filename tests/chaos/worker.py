@@ -97,7 +97,7 @@ async def main(url: str, conversation_id: str, client: str, seed: int, ops: int,
                     approval_op(replica, client, op[1], op[2])
                 else:
                     run.do(op)
-                made = run.minted[before:] + resume(replica, client, resumed)
+                made = run.made_since(before) + resume(replica, client, resumed)
                 saw = sorted(saw | set(TOKEN.findall(encode(replica.conversation).decode())))
                 log(kind="op", step=step, op=op[0], made=made, saw=saw)
                 await anyio.sleep(rng.random() * 0.015)

@@ -22,6 +22,7 @@ from sync import (
     Message,
     Text,
     ToolCall,
+    TurnEnd,
 )
 from sync import approvals as ap
 from sync.changes import HaltChange, Reset
@@ -154,6 +155,31 @@ def test_a_losing_decision_is_the_only_conflict_and_the_message_typed_with_it_la
     assert _state(hub, id_) == "approved"
     worker.session.local.push(Message.tool_result("c1", "rm", "done"))
     settle([worker, a, b])
+    assert hub.conversation.holds(typed)
+    for link in (worker, a, b):
+        assert link.session.local == hub.conversation
+
+
+def test_a_decision_refused_turn_ended_is_the_only_conflict_and_the_message_lands() -> None:
+    """A UI decides and types a message, one push, while the worker ends the turn with the
+    approval still open: the hub refuses the batch `turn_ended` for the decision (SPEC 12: no
+    decision once its turn ended), which comes back as the conflict; the message lands. The
+    batch holds no stop, so the split of late stops alone took the message with it (found by
+    random interleavings over `FakeHub`, `/tmp/ifix/fuzz.py`, for issue 29)."""
+    hub, worker, (a, b), id_ = _asked(ui_scopes="read write approve")
+    local = worker.session.local
+    local.push(Message.tool_result("c1", "delete", "skipped"))
+    local.push(Assistant([Text("left it")]))
+    assert local.end_turn(TurnEnd.answered(None))
+    settle([worker])  # `b` has not seen the turn end yet
+    assert _state(hub, id_) == "open"
+    _decide(b, id_, approve=True)
+    typed = b.session.local.push(Message.user("and clean the cache too"))
+    assert b.pump() and b.deliver_to_hub()  # one batch: the decision and the message
+    settle([worker, a, b])
+    assert hub.rejected == ["turn_ended"]
+    assert _conflicts(b) == ["turn_ended"]
+    assert _state(hub, id_) == "open"
     assert hub.conversation.holds(typed)
     for link in (worker, a, b):
         assert link.session.local == hub.conversation

@@ -23,6 +23,7 @@ from sync import (
     TurnEnd,
     User,
 )
+from sync.entries import is_stopped_note
 
 MESSAGES = [
     Message.user("hi"),
@@ -74,6 +75,18 @@ class Run:
             if ref.id not in self.seen:
                 self.minted.append(ref.id)
             self.seen[ref.id] = ref.entry
+
+    def made_since(self, before: int) -> list[str]:
+        """The ids minted since `len(minted)` was `before` that name the replica's own
+        entries: not a STOPPED note, which a push puts before the user's text for the rig
+        (`Conversation.push`), and which a push refused `queued` drops, the hub putting its
+        own when the queue lands (SPEC 10; `run.py` chaos `vanished`, issue 29)."""
+        seen = self.seen
+        return [
+            id_
+            for id_ in self.minted[before:]
+            if not is_stopped_note(seen[id_].message, seen[id_].author)
+        ]
 
     def aside_ids(self) -> list[str]:
         """The asides a person's note ops pick from: notes and the like, not the hub's

@@ -29,6 +29,7 @@ from sync import (
     encode,
 )
 from sync.ids import is_message_id, made_ms
+from sync.steer import queue_records, queued_id
 
 
 def ids_of(conversation: Conversation) -> list[str]:
@@ -178,6 +179,24 @@ def test_turn_start_reserves_the_next_id() -> None:
     start = conversation.turn_start()
     assert conversation.turn_start() == start
     assert conversation.push(Message.user("next")) == start
+
+
+def test_a_stopped_note_never_takes_the_reserved_turn_start() -> None:
+    """`turn_start` reserved the next entry's id, then a stop landed: the STOPPED note goes
+    first under an id of its own and the user's text takes the reservation, so the turn
+    begins at the text. Queued mid-step, the note is dropped (the hub puts its own when the
+    queue lands, SPEC 10) and the text lands under the reserved id; a note under it left the
+    turn starting at an entry that never lands (`run.py` chaos `vanished`, issue 29)."""
+    conversation = Conversation.from_messages([Message.user("q"), Message.assistant("a")])
+    start = conversation.turn_start()
+    conversation.apply(ChangeRecord(HaltChange(Halt.STOPPED), Author.user(), None))
+    assert conversation.push(Message.user("next")) == start
+    note = list(conversation.entries())[2]
+    assert note.is_stop_marker() and note.id != start
+    queued = queue_records(conversation.unsaved()[-1:], conversation.id(1))
+    assert queued is not None
+    assert [record.change for record in queued if isinstance(record.change, Push)] == []
+    assert [getattr(record.change, "id", None) for record in queued] == [queued_id(start)]
 
 
 def test_awaits_model_skips_failed_replies_and_respects_halt() -> None:

@@ -611,7 +611,9 @@ export class ReplicaSession {
   /**
    * A batch refused `turn_ended` holding stop requests and other records (a stop pressed as
    * the turn ended, a message typed next): the stops are the conflict, the rest is replayed,
-   * never lost with them (`_drop_late_stops` in Python). Null: final as a whole.
+   * never lost with them (`_drop_late_stops` in Python). With no stop but a decision, the
+   * hub refused the decision (its approval's turn ended, SPEC §12): the decisions are the
+   * conflict. Stops go first, as the hub checks them first. Null: final as a whole.
    * @param {ChangeRecord[]} records @param {any} reject
    */
   #dropLateStops(records, reject) {
@@ -619,7 +621,7 @@ export class ReplicaSession {
       record.change.type === 'aside' &&
       record.change.aside != null &&
       record.change.aside.kind === STOP_KIND;
-    return this.#dropRefused(records, reject, isStop);
+    return this.#dropRefused(records, reject, records.some(isStop) ? isStop : isDecision);
   }
 
   /**

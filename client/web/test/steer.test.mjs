@@ -208,3 +208,40 @@ test('a decision refused decided is the only conflict; the message typed with it
   const [again] = session.local.unsaved();
   assert.equal(again.change.type, 'push');
 });
+
+test('a decision refused turn_ended (its turn ended) is the only conflict; the message typed with it is pushed again', () => {
+  // No stop in the batch: the hub refused it for the decision (SPEC §12, no decision once the
+  // approval's turn ended), so the decision is the conflict and the message is kept.
+  const session = midCall();
+  const decided = {
+    turn: 0,
+    key: 'c1',
+    call: 'c1',
+    prompt: null,
+    schema: null,
+    state: 'approved',
+    answer: null,
+    reason: null,
+    asked_by: 'anonymous',
+    asked_client: 'worker',
+    decided_by: 'anonymous',
+    decided_at: 1,
+  };
+  session.local.addAside({ kind: APPROVAL_KIND, after: null, author: Author.user(), value: decided, saved: true });
+  const id = session.local.push(Message.user('and y'));
+  assert.ok(session.nextPush().frame !== null);
+  const events = session.receive({
+    type: 'reject',
+    seq: 1,
+    reason: 'turn_ended',
+    detail: 'turn 0 has ended',
+    lineage: LINEAGE,
+    revision: 2,
+  });
+  const conflicts = events.filter((event) => event.type === 'conflict');
+  assert.equal(conflicts.length, 1);
+  assert.equal(conflicts[0].record.change.aside.kind, APPROVAL_KIND);
+  assert.ok(session.local.holds(id)); // still to be pushed
+  const [again] = session.local.unsaved();
+  assert.equal(again.change.type, 'push');
+});
