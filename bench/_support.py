@@ -21,11 +21,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def use_test_helpers() -> Path:
-    """Put the repository root and the test helpers' folder (`tests/support` if it exists,
-    else `tests`) first on `sys.path` (once each); returns the helpers' folder."""
+    """Put the repository root, the test helpers' folder (`tests/support` if it exists,
+    else `tests`) and `tests` (its `conftest`, which some helpers import) first on
+    `sys.path` (once each); returns the helpers' folder."""
     support = ROOT / "tests" / "support"
     helpers = support if support.is_dir() else ROOT / "tests"
-    for path in (str(helpers), str(ROOT)):  # ends as [ROOT, helpers, ...]
+    for path in (str(ROOT / "tests"), str(helpers), str(ROOT)):  # ends [ROOT, helpers, tests]
         if path in sys.path:
             sys.path.remove(path)
         sys.path.insert(0, path)

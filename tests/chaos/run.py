@@ -22,7 +22,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path[:0] = [str(HERE), str(ROOT / "tests" / "support"), str(ROOT)]
+sys.path[:0] = [str(HERE), str(ROOT / "tests" / "support"), str(ROOT / "tests"), str(ROOT)]
 
 from harness import Chaos, run  # noqa: E402
 

@@ -32,7 +32,7 @@ from pathlib import Path
 import anyio
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "support"))
+sys.path[:0] = [str(HERE.parent / "support"), str(HERE.parent)]  # helpers; conftest
 
 import checker  # noqa: E402
 from conftest import bound, hub_config  # noqa: E402

@@ -26,7 +26,7 @@ from sync import ChangeRecord, Message, approvals, encode
 from sync.errors import UsageError
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "support"))
+sys.path[:0] = [str(HERE.parent / "support"), str(HERE.parent)]  # helpers; conftest
 
 from strategies import Run, draw_op  # noqa: E402
 
