@@ -88,7 +88,7 @@ screenshot: $(STAMP) browser
 
 # The attacks of issue 27 against a hub process on loopback, in full (a few minutes; exit 1
 # when one is not refused as promised or its peak RSS passes 2 x idle + its caps). The test
-# suite runs the quick form (tests/test_attacks.py); the table is in docs/security.md.
+# suite runs the quick form (tests/net/test_attacks.py); the table is in docs/security.md.
 attack: $(STAMP)
 	$(PY) bench/attacks.py --check
 

@@ -4,7 +4,7 @@
                                       [--feeds 500] [--seconds 10]
 
 `make attack` runs it with `--check` (exit 1 when a row fails); the test suite runs `--quick
---check` (`tests/test_attacks.py`: the same attacks, smaller, in about 15 s).
+--check` (`tests/net/test_attacks.py`: the same attacks, smaller, in about 15 s).
 
 Starts a hub (memory store, no auth, default settings, `ping_interval` off) in a process of its
 own on 127.0.0.1 port 0, from the working tree or, with `--rev`, from the packages as committed

@@ -144,8 +144,8 @@ def approval_op(replica: Replica, client: str, roll: float, pick: int) -> None:
             )
         else:
             # Another's approval (a UI deciding), never its own: the hub refuses that
-            # (`forbidden`, tests/test_approvals.py), and the refusal takes with it every edit
-            # pending in the same batch, which after a hub restart is often all of them.
+            # (`forbidden`, tests/server/test_approvals.py), and the refusal takes with it every
+            # edit pending in the same batch, which after a hub restart is often all of them.
             others = [(id_, a) for id_, a in opened if a.asked_client != client]
             if not others:
                 return

@@ -1,7 +1,7 @@
 """Write `tests/vectors/*.json`: the behaviour the Python model and `client/web/convsync.js` share.
 
-Run `PYTHONPATH=. python tests/gen_vectors.py` after changing the model, and commit the result;
-`tests/test_vectors.py` fails while the committed files differ from what this writes.
+Run `PYTHONPATH=. python tests/support/gen_vectors.py` after changing the model, and commit the
+result; `tests/sync/test_vectors.py` fails while the committed files differ from what this writes.
 
 Three files:
 - `ids.json`: strings that are (or are not) message and aside ids, with the time they carry.

@@ -1,4 +1,4 @@
-// Two JavaScript replicas editing one message or note at once, for tests/test_js_edit_merge.py:
+// Two JavaScript replicas editing one message or note at once, for tests/web/test_js_edit_merge.py:
 // node --experimental-websocket js_edit.mjs URL ID MODE OLD_A NEW_A OLD_B NEW_B
 //   MODE message: A pushes FOX; both replicas, caught up, replace OLD with NEW in it before
 //                 either sends; both flush until they agree.

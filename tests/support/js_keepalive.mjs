@@ -1,4 +1,4 @@
-// For tests/test_keepalive.py: node --experimental-websocket js_keepalive.mjs URL ID KEEPALIVE_MS
+// For tests/net/test_keepalive.py: node --experimental-websocket js_keepalive.mjs URL ID KEEPALIVE_MS
 // A JS replica that prints a JSON line when ready and one per state change and per session
 // event of the connection ({state, reason} / {event}), and exits 0 once it is connected again
 // after a disconnect (or 2 after 60 s).

@@ -1,4 +1,4 @@
-// A JavaScript replica for tests/test_js_replica.py: node --experimental-websocket js_peer.mjs
+// A JavaScript replica for tests/web/test_js_replica.py: node --experimental-websocket js_peer.mjs
 // URL ID MODE [N] [TOTAL]. Prints one JSON line with what it saw, then exits.
 //   mirror N TOTAL: push N user messages ("js 0".."js N-1"), flush, wait until the conversation
 //                   holds TOTAL entries, print {state, revision, events}.

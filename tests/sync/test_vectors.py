@@ -29,12 +29,13 @@ def _plain(value: object) -> Any:
 
 
 def test_committed_vectors_match_the_generator() -> None:
-    """The committed vector files are exactly what `tests/gen_vectors.py` writes now."""
+    """The committed vector files are exactly what `tests/support/gen_vectors.py` writes now."""
     for name, text in gen_vectors.build().items():
         path = VECTORS / name
-        assert path.exists(), f"{name} is missing: run PYTHONPATH=. python tests/gen_vectors.py"
+        regenerate = "run PYTHONPATH=. python tests/support/gen_vectors.py"
+        assert path.exists(), f"{name} is missing: {regenerate}"
         assert path.read_text(encoding="utf-8") == text, (
-            f"{name} is stale: run PYTHONPATH=. python tests/gen_vectors.py and commit"
+            f"{name} is stale: {regenerate} and commit"
         )
     assert sorted(p.name for p in VECTORS.glob("*.json")) == sorted(gen_vectors.build())
 
