@@ -34,9 +34,7 @@ def test_committed_vectors_match_the_generator() -> None:
         path = VECTORS / name
         regenerate = "run PYTHONPATH=. python tests/support/gen_vectors.py"
         assert path.exists(), f"{name} is missing: {regenerate}"
-        assert path.read_text(encoding="utf-8") == text, (
-            f"{name} is stale: {regenerate} and commit"
-        )
+        assert path.read_text(encoding="utf-8") == text, f"{name} is stale: {regenerate} and commit"
     assert sorted(p.name for p in VECTORS.glob("*.json")) == sorted(gen_vectors.build())
 
 
