@@ -33,10 +33,14 @@ browser:
 unit: $(STAMP) services js browser
 	CONVSYNC_REQUIRE_PG=1 CONVSYNC_REQUIRE_REDIS=1 CONVSYNC_REQUIRE_BROWSER=1 $(PY) -m pytest -q
 
-# The JavaScript replica (client/web/convsync.js) against the shared vectors; node >= 20.
-.PHONY: js
-js:
+# The JavaScript replica (client/web/convsync.js) against the shared vectors; node >= 20. The
+# npm packages its tests use (client/web/package.json, from the lockfile) are installed first.
+.PHONY: js npm
+npm:
 	scripts/ensure-node
+	scripts/ensure-npm
+
+js: npm
 	node --test client/web/test/
 
 test: lint types unit
