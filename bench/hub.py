@@ -274,9 +274,11 @@ class ServerProcess:
         self._lock = asyncio.Lock()
 
     @classmethod
-    async def start(cls, *args: str, code: Path = CODE) -> ServerProcess:
+    async def start(cls, *args: str, code: Path = CODE, wrap: Sequence[str] = ()) -> ServerProcess:
+        """Start the process (`wrap`: a command it runs under, e.g. valgrind's)."""
         env = dict(os.environ, PYTHONPATH=str(ROOT), CONVSYNC_BENCH_CODE=str(code))
         proc = await asyncio.create_subprocess_exec(
+            *wrap,
             sys.executable,
             str(HUBPROC),
             *args,
@@ -288,7 +290,7 @@ class ServerProcess:
         )
         try:
             assert proc.stdout is not None
-            line = await asyncio.wait_for(proc.stdout.readline(), 60)
+            line = await asyncio.wait_for(proc.stdout.readline(), 600 if wrap else 60)
             hello = json.loads(line)
         except BaseException:
             await _end(proc)

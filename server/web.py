@@ -278,7 +278,9 @@ class Web:
         texts = []
         for row in rows:
             cached = self._rows.get(row["id"])
-            texts.append(cached[1] if cached is not None and cached[0] is row else _JSON.encode(row))
+            texts.append(
+                cached[1] if cached is not None and cached[0] is row else _JSON.encode(row)
+            )
         return b"".join((head[:-1], b',"rows":[', b",".join(texts), b"]}"))
 
     # ------------------------------------------------------------------ access (the auth hook)
