@@ -826,16 +826,24 @@ class _Window:
             ranked = sorted(pool.values(), key=recency)
             members = {row["id"]: row for row in ranked[: page.limit]}
             more = more or len(pool) > page.limit
+        else:  # the same members: only the touched rows can differ (no pass over the window)
+            sent = [
+                row for key, row in fresh.items() if known[key] is not row and known[key] != row
+            ]
+            known.update(fresh)
+            members = known
+        if members is not known:
+            left = [key for key in known if key not in members]
+            # A row unchanged since the last tick is the same object (the cache): no deep
+            # compare.
+            sent = []
+            for conversation_id, row in members.items():
+                before = known.get(conversation_id)
+                if before is not row and before != row:
+                    sent.append(row)
+            self.known = members
         else:
-            members = {**known, **fresh}
-        left = [conversation_id for conversation_id in known if conversation_id not in members]
-        # A row unchanged since the last tick is the same object (the cache): no deep compare.
-        sent = []
-        for conversation_id, row in members.items():
-            before = known.get(conversation_id)
-            if before is not row and before != row:
-                sent.append(row)
-        self.known = members
+            left = []
         message: Row = {"type": "summary_diff", "rows": sent}
         if left:
             message["left"] = left
