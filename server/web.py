@@ -7,11 +7,13 @@ way), loaded for the read if need be. The hub calls `touched(room)` after every 
 leave, rewrite and move of a room. The summary sockets showing the same window (the same
 `prefix`, `order`, `after`, `limit` and the same `convs` of their grant) share one `_Window`: it
 collects the rooms touched since its last diff and, `SUMMARY_INTERVAL` after the first, works
-the diff out and encodes it once (its tick, run by one of its sockets' tasks); every socket of
-the window is woken to send that frame (20 dashboards on one window cost one diff, one encoding
-and one timer a tick, not 20). So diffs are coalesced to at most one per conversation per
-interval. A socket behind the window by more than the frames kept (`KEPT_FRAMES`) gets a
-snapshot of the window instead. A room object keeps its last state
+the diff out and encodes it once (its tick, run by one of its sockets' tasks), and writes that
+frame itself to every socket of the window whose task is parked with everything sent; only a
+socket with something else to do (behind, a new window asked for, its token to check, a full
+buffer) is woken to send it (20 dashboards on one window cost one diff, one encoding, one timer
+and 20 writes a tick, not 20 task wake-ups). So diffs are coalesced to at most one per
+conversation per interval. A socket behind the window by more than the frames kept
+(`KEPT_FRAMES`) gets a snapshot of the window instead. A room object keeps its last state
 after it unloads, so a conversation touched and unloaded between two ticks is still reported.
 
 Access: `grant_for(token)` decides which rows a reader may see: without auth every one; with
@@ -44,24 +46,10 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 from websockets.protocol import State
 
-from sync.conversation import Conversation
-from sync.entries import TURN_KIND, TurnRecord
 from sync.errors import close_code_of
-from sync.ids import AsideId, is_message_id, made_ms
-from sync.messages import (
-    Assistant,
-    Document,
-    Image,
-    Json,
-    Reasoning,
-    System,
-    Text,
-    ToolCall,
-    ToolResult,
-    User,
-)
 
 from .auth import ANONYMOUS, AuthError, Grant, Key, bearer_token, verify
+from .rows import Row, live_state, preview_of, row_of
 from .session import CONVERSATION_PATH, is_conversation_id
 from .subscriber import CLOSE_DEADLINE, DIRECT_WRITE, FRAMED_ONCE, cut_if_open, wire_bytes
 
@@ -85,10 +73,8 @@ LIST_PATH: Final = "/v1/conversations"
 SUMMARY_PATH: Final = "/v1/summary"
 SUMMARY_INTERVAL: Final = 0.25  # seconds: at most one diff per conversation per interval
 CSP: Final = "default-src 'self'; frame-ancestors 'none'"
-PREVIEW_CHARS: Final = 160
 ROW_CACHE: Final = 10_000  # rows kept built (and encoded) at most: about 10 MB
 KEPT_FRAMES: Final = 1 << 20  # bytes of diffs a window keeps for its sockets behind it
-ROW_LIST: Final = 16  # at most this many statuses and draft producers in a row: rows stay small
 DEFAULT_LIMIT: Final = 100
 MAX_LIMIT: Final = 1000
 ORDERS: Final = ("id", "updated")
@@ -116,103 +102,8 @@ STATIC: Final[dict[str, tuple[str, str]]] = {
 }
 PAGE: Final = ("viewer.html", "text/html; charset=utf-8")
 
-Row = dict[str, Any]
 _JSON: Final = msgspec.json.Encoder()
 Visible = Callable[[str], bool]
-
-
-def preview_of(message: object) -> tuple[str, str]:
-    """`(role, text)` of a message for a list row: its text, or what its parts are."""
-    match message:
-        case System(content=content):
-            return "system", _cut(content)
-        case User(content=parts) | Assistant(content=parts):
-            role = "user" if isinstance(message, User) else "assistant"
-            return role, _cut(" ".join(_part_text(part) for part in parts).strip())
-    return "unknown", ""
-
-
-def _part_text(part: object) -> str:
-    match part:
-        case Text(text=text):
-            return text
-        case ToolCall(name=name):
-            return f"[call {name}]"
-        case ToolResult(name=name, is_error=is_error):
-            return f"[{'error from' if is_error else 'result of'} {name}]"
-        case Reasoning():
-            return ""
-        case Image():
-            return "[image]"
-        case Document(name=name):
-            return f"[document {name or ''}]".replace(" ]", "]")
-        case Json():
-            return "[json]"
-    return ""
-
-
-def _cut(text: str) -> str:
-    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
-
-
-def row_of(room: Room) -> Row:
-    """The summary row of a loaded room (read while its lock is free)."""
-    conversation = room.conversation
-    last: Row | None = None
-    updated: int | None = None
-    count = len(conversation)
-    if count:
-        entry = conversation.entry(count - 1)
-        assert entry is not None
-        role, text = preview_of(entry.message)
-        last = {"id": entry.id, "role": role, "text": text}
-        if entry.id is not None and is_message_id(entry.id):
-            updated = made_ms(entry.id)
-    core = room.core
-    clients = sorted({c for conn, c in core.subscribers.items() if conn not in core.watching})
-    # Presence statuses as others see them (`drafting` while drafting, or what was set).
-    status = {e.client: e.shown for e in core.presence.entries.values() if e.shown is not None}
-    producers = sorted({draft.owner[1] for draft in core.drafts.drafts.values()})
-    return {
-        "id": room.id,
-        "lineage": room.lineage,
-        "revision": room.revision,
-        "updated": updated,
-        "entries": count,
-        "halt": conversation.halted(),
-        "last": last,
-        "online": clients,
-        "status": dict(sorted(status.items())[:ROW_LIST]),
-        "drafts": {"open": len(core.drafts.drafts), "producers": producers[:ROW_LIST]},
-        "turn": _turn_of(conversation, core.tally.latest_turn),
-        "queued": len(core.tally.queued),
-        "approvals": len(core.tally.approvals),
-        "usage": core.tally.usage(),
-    }
-
-
-def live_state(room: Room) -> tuple[object, ...]:
-    """What of a row lives in memory only (open drafts, shown statuses), to compare before and
-    after a room's tick: the hub touches the room only when a tick changed it."""
-    core = room.core
-    drafts = tuple(draft.owner[1] for draft in core.drafts.drafts.values())
-    return drafts, tuple((e.client, e.shown) for e in core.presence.entries.values())
-
-
-def _turn_of(conversation: Conversation, aside_id: AsideId | None) -> Row | None:
-    """Turn record `aside_id` (the latest, from the room's tally) as `{index, state, owner}`:
-    `running` until it ends, then how it ended (`answered`, `failed`, `stopped`); `owner` is
-    who wrote the record (its author's name, else its kind). The one place a row reads a turn."""
-    aside = None if aside_id is None else conversation.aside(aside_id)
-    if aside is None or aside.kind != TURN_KIND:
-        return None
-    try:
-        turn = msgspec.convert(aside.value, TurnRecord)
-    except msgspec.ValidationError:
-        return None
-    owner = aside.author.name or aside.author.kind
-    state = "running" if turn.end is None else turn.end.__struct_config__.tag
-    return {"index": turn.index, "state": state, "owner": owner}
 
 
 @dataclass(frozen=True)
