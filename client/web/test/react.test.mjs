@@ -2,6 +2,7 @@
 // frames through a fake WebSocket (the test plays the hub): what re-renders when a token
 // streams or an entry lands, and how many replicas StrictMode opens.
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
 
 import { JSDOM } from 'jsdom';
@@ -202,6 +203,13 @@ test('200 tokens streamed into one draft re-render that draft alone, once per to
   assert.equal(renders.get(`draft:${streaming}`), 201); // opened, then one per token
   assert.equal(renders.get(`draft:${other}`), 1);
   for (const entry of early) assert.equal(renders.get(`entry:${entry}`), 1);
+  // The hub sending a draft again as it was (a new object in the session) renders nothing.
+  await deliver(ws, {
+    type: 'drafts',
+    drafts: [{ id: other, role: 'assistant', client: 'agent2', parts: { text: 'thinking' } }],
+    more: false,
+  });
+  assert.equal(renders.get(`draft:${other}`), 1);
   view.unmount();
 });
 
@@ -347,4 +355,20 @@ test('presence, approvals and connection state follow the replica; drafts end wh
   assert.equal(snapshot.presence.length, 1);
   assert.equal(renders.get('side'), sideRenders + 1);
   view.unmount();
+});
+
+test('react.js imports React and convsync.js alone; react.d.ts declares exactly its exports', async () => {
+  const source = (name) => readFileSync(new URL(`../${name}`, import.meta.url), 'utf8');
+  const imported = Array.from(
+    source('react.js').matchAll(/^import\s[^;]*?from\s+'([^']+)';/gm),
+    (m) => m[1],
+  );
+  assert.deepEqual(imported.sort(), ['./convsync.js', 'react']);
+  assert.doesNotMatch(source('convsync.js'), /from\s+'react/);
+  const declared = Array.from(
+    source('react.d.ts').matchAll(/^export (?:const|function) (\w+)/gm),
+    (m) => m[1],
+  );
+  const bindings = await import('../react.js');
+  assert.deepEqual([...new Set(declared)].sort(), Object.keys(bindings).sort());
 });
