@@ -24,7 +24,7 @@
  */
 import * as React from 'react';
 
-import { Replica, approvals as approvalsOf, jsonEqual } from './convsync.js';
+import { Replica, UsageError, approvals as approvalsOf, jsonEqual } from './convsync.js';
 
 /**
  * @typedef {import('./lib/replica.js').ConnectOptions & {grace?: number}} ReplicaOptions
@@ -56,7 +56,10 @@ function heldFor(key, url, id, options) {
   if (held !== undefined && !held.replica.closing) return held;
   const { grace = GRACE_MS, ...rest } = options;
   if (!(typeof grace === 'number' && grace >= 0 && grace < Infinity)) {
-    throw new TypeError(`grace must be a number of milliseconds, at least 0 (got ${grace})`);
+    throw new UsageError(
+      'bad_option',
+      `grace must be a number of milliseconds, at least 0 (got ${grace})`,
+    );
   }
   // Not `connect`, which starts at once: an effect starts it (a render may be dropped).
   const replica = new Replica(url, id, { live: true, ...rest });

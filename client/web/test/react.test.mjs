@@ -309,6 +309,54 @@ test('StrictMode opens one replica; unmount closes it after the grace, a remount
   await act(async () => timers.fire());
 });
 
+test('another id lets go of the old replica (closed after the grace); a bad option opens none', async () => {
+  const { id, options, timers } = fixture();
+  const other = `${id}.other`;
+  let shown = null;
+  function Probe({ conversation }) {
+    shown = useReplica(HUB, conversation, options);
+    return null;
+  }
+  const view = render(h(Probe, { conversation: id }));
+  await settle();
+  const first = shown;
+  view.rerender(h(Probe, { conversation: other }));
+  await settle();
+  assert.notEqual(shown, first);
+  assert.deepEqual(
+    FakeSocket.made.map((ws) => ws.url),
+    [`${HUB}/v1/conversations/${id}`, `${HUB}/v1/conversations/${other}`],
+  );
+  assert.equal(first.closing, false); // within the grace
+  await act(async () => timers.fire());
+  assert.equal(first.closing, true);
+  assert.equal(shown.closing, false);
+  view.unmount();
+  await act(async () => timers.fire());
+  assert.equal(shown.closing, true);
+  // A bad grace is refused before anything is made: no replica, no socket.
+  const third = `${id}.third`;
+  function Bad() {
+    useReplica(HUB, third, { ...options, grace: -1 });
+    return null;
+  }
+  const made = FakeSocket.made.length;
+  const quiet = console.error;
+  console.error = () => {}; // React reports the render error too
+  try {
+    assert.throws(() => render(h(Bad)), (error) => error.reason === 'bad_option');
+  } finally {
+    console.error = quiet;
+  }
+  assert.equal(FakeSocket.made.length, made);
+  // Nothing of it was kept: the same conversation with good options opens as usual.
+  const good = render(h(Probe, { conversation: third }));
+  await settle();
+  assert.equal(FakeSocket.made.length, made + 1);
+  good.unmount();
+  await act(async () => timers.fire());
+});
+
 test('presence, approvals and connection state follow the replica; drafts end when committed', async () => {
   const { id, options, renders } = fixture();
   const hub = hubLog();
