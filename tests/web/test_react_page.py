@@ -68,7 +68,7 @@ async def browser() -> AsyncIterator[Any]:
 def example_page() -> str:
     """The page docs/react.md shows (its one html block)."""
     text = (ROOT / "docs" / "react.md").read_text()
-    found = re.findall(r"```html\n(.*?)```", text, re.S)
+    found: list[str] = re.findall(r"```html\n(.*?)```", text, re.S)
     assert len(found) == 1, "docs/react.md shows one page"
     return found[0]
 
@@ -168,7 +168,9 @@ async def open_page(
 ) -> tuple[Any, Any, list[str]]:
     """The example page from `origin`; its CDN modules answered by routes."""
     page_html = example_page()
-    imports = json.loads(re.search(r'type="importmap">(.*?)</script>', page_html, re.S)[1])
+    found = re.search(r'type="importmap">(.*?)</script>', page_html, re.S)
+    assert found is not None, "the page has an import map"
+    imports = json.loads(found[1])
     react_url = imports["imports"]["react"]
     bodies = {
         react_url: react_module(),
@@ -179,7 +181,12 @@ async def open_page(
     page.set_default_timeout(bound(20) * 1000)
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
-    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+
+    def console(message: Any) -> None:
+        if message.type == "error":
+            errors.append(message.text)
+
+    page.on("console", console)
 
     async def answer(route: Any) -> None:
         await route.fulfill(body=bodies[route.request.url], content_type="text/javascript")
