@@ -199,7 +199,16 @@ class View {
     for (const part of /** @type {Part[]} */ (Object.keys(this.listeners))) this.stale.add(part);
     this.staleDrafts = null;
     const replica = this.replica;
+    // An ack may come with no event: `progress` (after every message) sees the count move.
+    const acked = () => {
+      const shown = this.conversation;
+      if (replica.pending !== shown.pending || replica.revision !== shown.revision) {
+        this.#touch('conversation');
+      }
+    };
+    replica.progress.add(acked);
     this.unsubscribe.push(
+      () => replica.progress.delete(acked),
       replica.on('*', (event) => this.#heard(event)),
       replica.on('edited', () => this.#touch('conversation')),
       replica.on('state', () => this.#touch('connection')),

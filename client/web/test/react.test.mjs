@@ -367,8 +367,9 @@ test('presence, approvals and connection state follow the replica; drafts end wh
     const approvals = useApprovals(replica);
     const drafts = useDrafts(replica);
     const connection = useConnection(replica);
+    const { pending } = useConversation(replica);
     renders.set('side', (renders.get('side') ?? 0) + 1);
-    snapshot = { presence, approvals, drafts, connection };
+    snapshot = { presence, approvals, drafts, connection, pending, replica };
     return null;
   }
   const view = render(h(Side));
@@ -398,6 +399,14 @@ test('presence, approvals and connection state follow the replica; drafts end wh
   assert.equal(snapshot.drafts.length, 0);
   // No approval was asked: the list stays the one empty list through these changes.
   assert.equal(snapshot.approvals.length, 0);
+  // An edit here is pending until its ack, which comes with no event of its own.
+  await act(async () => {
+    snapshot.replica.conversation.push(Message.user('mine'));
+  });
+  assert.equal(snapshot.pending, 1);
+  const push = ws.sent.find((frame) => frame.type === 'push');
+  await deliver(ws, { type: 'ack', seq: push.seq, from: hub.revision, revision: hub.revision + 1 });
+  assert.equal(snapshot.pending, 0);
   const sideRenders = renders.get('side');
   await deliver(ws, { type: 'presence_diff', joined: [], changed: [], left: ['c2'] });
   assert.equal(snapshot.presence.length, 1);
