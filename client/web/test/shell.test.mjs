@@ -494,3 +494,29 @@ test('a lost connection leaves the session connecting; close() releases it for g
   assert.equal(r.session.phase, 'closed');
   assert.throws(() => r.session.hello(), /closed/);
 });
+
+import { Conversation } from '../convsync.js';
+
+test('edited: after each record made here (an edit, a rebase replay), never for the hub\'s', async () => {
+  const { r } = replica();
+  const edited = [];
+  const wild = [];
+  r.on('edited', (event) => edited.push(event.type));
+  r.on('*', (event) => wild.push(event.type));
+  await settle();
+  const ws = FakeSocket.made[0];
+  ws.open();
+  ws.deliver({ type: 'welcome', lineage: 5, revision: 0, acked: 0 });
+  r.conversation.push(Message.user('mine'));
+  assert.deepEqual(edited, ['edited']);
+  assert.equal(wild.includes('edited'), false); // `*` hears session events, as before
+  // Someone else's record lands first: the push is rejected and rebased, the edit replayed.
+  const theirs = new Conversation();
+  theirs.push(Message.user('theirs'));
+  const records = JSON.parse(JSON.stringify(theirs.unsaved()));
+  ws.deliver({ type: 'records', from: 0, records, origin: null });
+  ws.deliver({ type: 'reject', seq: 1, lineage: 5, revision: 1, reason: 'behind' });
+  assert.deepEqual(r.conversation.messages().map((m) => m.content[0].text), ['theirs', 'mine']);
+  assert.deepEqual(edited, ['edited', 'edited']);
+  r.close();
+});
