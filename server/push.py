@@ -88,6 +88,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("convsync.hub")
+_replace = msgspec.structs.replace
 
 
 C = TypeVar("C", bound=Hashable)
@@ -183,7 +184,9 @@ class Pushing(RoomLog[C]):
         append = self._pending
         assert isinstance(append, _Append)
         self._pending = None
-        if isinstance(outcome, BaseException):
+        # An append that landed returns the log's revision: `type` first, as `isinstance`
+        # costs more when it fails.
+        if type(outcome) is not int and isinstance(outcome, BaseException):
             if isinstance(outcome, Deleted):  # the log is gone (SPEC 15), as `resume` says
                 return self.deleted()
             if not isinstance(outcome, Exception):
@@ -304,10 +307,10 @@ class Pushing(RoomLog[C]):
                 msgspec.structs.replace(record, via=via, at=now if record.at is None else record.at)
                 for record in landed
             ]
-        return [
-            record if record.at is not None else msgspec.structs.replace(record, at=now)
-            for record in landed
-        ]
+        stamped = []
+        for record in landed:  # a loop, not a comprehension (a frame): this runs every push
+            stamped.append(record if record.at is not None else _replace(record, at=now))
+        return stamped
 
     def _append_of(
         self,
@@ -339,9 +342,9 @@ class Pushing(RoomLog[C]):
         # A room that keeps leases, and records that may move a turn (`_turn_after` decides).
         if self.config.turn_grace is not None and (kinds | queue_kinds) & (TOUCHES | MOVES_CALLS):
             turn = self._turn_after(steering, [*records, *queue], key, records, kinds | queue_kinds)
-        encoded = [encode(record) for record in records]
-        if queue:
-            encoded += [encode(record) for record in queue]
+        encoded = list(map(encode, records))  # (`map` of a C function: no frame, as a
+        if queue:  # comprehension costs one)
+            encoded += map(encode, queue)
         from_ = self.revision
         mark = ClientMark(batch.seq, from_, from_ + len(encoded))
         lease = None if turn is None else turn.change
@@ -385,7 +388,9 @@ class Pushing(RoomLog[C]):
         # The bare client id (a replica knows its own pushes by it), not the mark's store key.
         origin = PushOrigin(self.subscribers.get(conn, key), batch.seq)
         max_frame = self.config.max_frame
-        frames = records_frames(from_, call.records[:pushed], origin, max_frame)
+        frames = records_frames(
+            from_, call.records[:pushed] if queue else call.records, origin, max_frame
+        )
         # A placed push may differ from what was sent: the pusher gets what landed, then the ack.
         # The ack goes before the others' records: a pipelined writer sends its next batch on
         # it (docs/design.md, "Performance choices"; sending the records first was measured and
@@ -396,7 +401,8 @@ class Pushing(RoomLog[C]):
         if others is None:
             others = self._others[conn] = [other for other in self.subscribers if other != conn]
         if others:
-            actions += [Broadcast(others, frame) for frame in frames]
+            for frame in frames:  # a loop, not a comprehension (a frame): most pushes send one
+                actions.append(Broadcast(others, frame))
         if queue:
             # A queue landed in the same append: made by the hub (no origin), sent to everyone
             # right after the pusher's ack, which counts them (SPEC 10).

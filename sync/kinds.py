@@ -70,7 +70,8 @@ def is_user_text(entry: Entry) -> bool:
     for part in message.content:  # a loop, not `any(...)`: the hub asks this every push
         if type(part) is ToolResult:
             return False
-    return not is_stopped_note(message, entry.author)
+    author = entry.author  # most entries have none (and so are no note): no call then
+    return author is None or not is_stopped_note(message, author)
 
 
 def pairs(message: object) -> bool:
