@@ -105,7 +105,7 @@ def step_pending(conversation: Fold) -> bool:
     from the end back to that message only (as `pairing.pending_calls` reads it: a failed
     last reply owes nothing, and neither does a turn the user wrote after with more than
     results)."""
-    answered: dict[str, int] = {}
+    answered: dict[str, int] | None = None  # made only once a result is read
     for entry in reversed(conversation._entries):
         message = entry.message
         if type(message) is User:
@@ -117,13 +117,15 @@ def step_pending(conversation: Fold) -> bool:
                 if type(part) is not ToolResult:
                     return False
             results: list[ToolResult] = content  # type: ignore[assignment]  # checked above
+            if answered is None:
+                answered = {}
             for result in results:
                 answered[result.call_id] = answered.get(result.call_id, 0) + 1
         elif type(message) is Assistant:
             if message.failed():
                 return False
             for call in message.tool_calls():
-                if answered.get(call.id, 0) > 0:
+                if answered is not None and answered.get(call.id, 0) > 0:
                     answered[call.id] -= 1
                 else:
                     return True
