@@ -9,6 +9,8 @@ import { JSDOM } from 'jsdom';
 
 import { Conversation, Message } from '../convsync.js';
 
+import { FakeSocket, manualTimers } from './support/fakes.mjs';
+
 // jsdom's window as the globals react-dom and the testing library read, before they load.
 const dom = new JSDOM('<!doctype html><html><body></body></html>', { url: 'http://localhost/' });
 for (const name of Object.getOwnPropertyNames(dom.window)) {
@@ -29,55 +31,6 @@ const h = React.createElement;
 const HUB = 'ws://hub:1';
 const LINEAGE = 5;
 const plain = (value) => JSON.parse(JSON.stringify(value));
-
-/** A WebSocket stand-in: records what is sent; the test plays the hub. */
-class FakeSocket {
-  static made = [];
-  constructor(url, protocol) {
-    this.url = url;
-    this.protocol = protocol;
-    this.readyState = 0;
-    this.sent = [];
-    FakeSocket.made.push(this);
-  }
-  open() {
-    this.readyState = 1;
-    this.onopen?.({});
-  }
-  send(data) {
-    this.sent.push(JSON.parse(data));
-  }
-  deliver(message) {
-    this.onmessage?.({ data: JSON.stringify(message) });
-  }
-  close(code = 1000, reason = '') {
-    if (this.readyState === 3) return;
-    this.readyState = 3;
-    this.onclose?.({ code, reason });
-  }
-}
-
-/** Timers the test fires by hand (the replica's backoff and the registry's grace). */
-function manualTimers() {
-  const pending = [];
-  return {
-    pending,
-    setTimeout: (fn, ms) => {
-      const timer = { fn, ms };
-      pending.push(timer);
-      return timer;
-    },
-    clearTimeout: (timer) => {
-      const at = pending.indexOf(timer);
-      if (at >= 0) pending.splice(at, 1);
-    },
-    fire() {
-      const timer = pending.shift();
-      timer.fn();
-      return timer.ms;
-    },
-  };
-}
 
 let conversations = 0;
 

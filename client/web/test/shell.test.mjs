@@ -4,51 +4,7 @@ import { test } from 'node:test';
 
 import { Message, Refused, SummaryFeed, backoffDelay, connect, retryRule } from '../convsync.js';
 
-/** A WebSocket stand-in: records what is sent; the test plays the hub. */
-class FakeSocket {
-  static made = [];
-  constructor(url, protocol) {
-    this.url = url;
-    this.protocol = protocol;
-    this.readyState = 0;
-    this.sent = [];
-    FakeSocket.made.push(this);
-  }
-  open() {
-    this.readyState = 1;
-    this.onopen?.({});
-  }
-  send(data) {
-    this.sent.push(JSON.parse(data));
-  }
-  deliver(message) {
-    this.onmessage?.({ data: JSON.stringify(message) });
-  }
-  close(code = 1005, reason = '') {
-    if (this.readyState === 3) return;
-    this.readyState = 3;
-    this.onclose?.({ code, reason });
-  }
-}
-
-/** Timers the test fires by hand. */
-function manualTimers() {
-  const pending = [];
-  return {
-    pending,
-    setTimeout: (fn, ms) => {
-      const timer = { fn, ms };
-      pending.push(timer);
-      return timer;
-    },
-    clearTimeout: (timer) => pending.splice(pending.indexOf(timer), 1),
-    fire() {
-      const timer = pending.shift();
-      timer.fn();
-      return timer.ms;
-    },
-  };
-}
+import { FakeSocket, manualTimers } from './support/fakes.mjs';
 
 async function settle() {
   for (let i = 0; i < 5; i += 1) await Promise.resolve();
