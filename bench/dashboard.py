@@ -61,9 +61,9 @@ from fleet import active_ids, fleet_ids, keep_busy  # noqa: E402
 from websockets.asyncio.client import connect as ws_connect  # noqa: E402
 
 from bench._engine import CODE, CODE_VERSION, snapshot_at  # noqa: E402
+from bench._hub import ServerProcess  # noqa: E402
 from bench._report import Results, Row, command_line, machine, median, now, write_section  # noqa: E402
 from bench._report import spread as spread_of  # noqa: E402
-from bench.hub import ServerProcess  # noqa: E402
 from sync.protocol import SUBPROTOCOL  # noqa: E402
 
 CONVERSATIONS = 1000

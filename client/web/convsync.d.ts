@@ -562,6 +562,8 @@ export class Replica {
   ready: Promise<Replica>;
   on(type: 'state', listener: (event: StateEvent) => void): () => void;
   on(type: 'refused', listener: (error: Refused) => void): () => void;
+  /** After each record `conversation` makes (an edit here, or a rebase replaying one). */
+  on(type: 'edited', listener: (event: { type: 'edited' }) => void): () => void;
   on(type: SessionEvent['type'] | '*', listener: (event: SessionEvent) => void): () => void;
   start(): Promise<void>;
   flush(): Promise<void>;

@@ -38,8 +38,8 @@ export class Replica extends Shell {
   constructor(url, conversationId, options = {}) {
     const setTimer = options.setTimeout ?? ((fn, ms) => setTimeout(fn, ms));
     const clearTimer = options.clearTimeout ?? ((handle) => clearTimeout(handle));
-    // Session events, `state` and `refused`; `*` hears the session events.
-    super(['state', 'refused'], {
+    // Session events, `state`, `refused` and `edited`; `*` hears the session events.
+    super(['state', 'refused', 'edited'], {
       backoff: options.backoff,
       maxBackoff: options.maxBackoff,
       random: options.random,
@@ -86,7 +86,12 @@ export class Replica extends Shell {
     this.closing = false;
     /** @type {Set<() => void>} called after every message handled and every state change */
     this.progress = new Set();
-    this.session.local.onEdit(() => this.#pump());
+    // `edited`: a record made here (an edit, or a rebase replaying one), which no session
+    // event names; a view of `conversation` (react.js) listens to it besides `*`.
+    this.session.local.onEdit(() => {
+      this.#pump();
+      this.emitter.emit('edited', { type: 'edited' });
+    });
     /** Resolves once the first catch-up is done; rejects with `Refused` if refused first. */
     this.ready = new Promise((resolve, reject) => {
       this.resolveReady = resolve;
@@ -219,8 +224,9 @@ export class Replica extends Shell {
 
   /**
    * Listen to `type`: a session event (`connected`, `disconnected`, `applied`, `rebased`,
-   * `reset`, `conflict`), `state` (`{state, code, reason}`), `refused` (a `Refused`), or `*`
-   * (every session event). Returns a function that stops listening.
+   * `reset`, `conflict`), `state` (`{state, code, reason}`), `refused` (a `Refused`),
+   * `edited` (after each record `conversation` makes: an edit here, or one a rebase
+   * replays), or `*` (every session event). Returns a function that stops listening.
    * @param {string} type @param {(event: any) => void} listener
    */
   on(type, listener) {
