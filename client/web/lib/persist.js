@@ -443,7 +443,12 @@ export class Keeper {
     const pending = [...(batch?.records ?? []), ...session.local.unsaved()];
     /** @type {any} */
     const change = { meta: this.#meta(), pending: this.#pendingChange(pending) };
-    if (this.folded === null || this.tail + this.folded.length > COMPACT_AT) {
+    const deferred = session.phase === 'catching_up' && this.keptMeta !== null;
+    if (deferred) {
+      // The pending records are rebased on what arrives only once caught up: until then the
+      // confirmed value stays as written (what they apply to), and what folded waits.
+      change.meta = { ...change.meta, lineage: this.keptMeta.lineage, revision: this.keptMeta.revision };
+    } else if (this.folded === null || this.tail + this.folded.length > COMPACT_AT) {
       const state = JSON.stringify(session.confirmed.state());
       change.snapshot = { revision: session.confirmed.revision, state };
       change.confirmed = { clear: true, from: 1, texts: [] };
@@ -453,7 +458,7 @@ export class Keeper {
       change.confirmed = { clear: false, from: this.tail + 1, texts };
       this.tail += texts.length;
     }
-    this.folded = [];
+    if (!deferred) this.folded = [];
     if (
       !strict &&
       change.snapshot === undefined &&
