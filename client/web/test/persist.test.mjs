@@ -291,3 +291,33 @@ test('a conversation the hub says was deleted empties its outbox', async () => {
 test('persist takes only indexeddb', () => {
   assert.throws(() => open(fresh(), { persist: 'localStorage' }), /bad_option/);
 });
+
+test('a tab dying while it catches up keeps the value its pending edits were made on', async () => {
+  const name = fresh();
+  const a = open(name);
+  const ws = await nextSocket(a);
+  ws.open();
+  ws.deliver({ type: 'welcome', lineage: 5, revision: 0, acked: 0 });
+  const id = a.conversation.push(Message.user('draft'));
+  await a.saved();
+  await tick();
+  ws.deliver({ type: 'ack', seq: 1, from: 0, revision: 1 });
+  a.conversation.splice(0, 1, [Message.user('edited')]); // made on revision 1, the hub is gone
+  ws.close(1006, '');
+  await a.saved();
+  // Reconnected: the log moved (revision 3); its first records arrive, the rest have not yet.
+  a.start();
+  await until(() => FakeSocket.made.at(-1) !== ws);
+  const ws2 = FakeSocket.made.at(-1);
+  ws2.open();
+  ws2.deliver({ type: 'welcome', lineage: 5, revision: 3, acked: 1 });
+  ws2.deliver({ type: 'records', from: 1, records: madeElsewhere('x'), origin: null });
+  await a.saved();
+  kill(a);
+  const b = open(name);
+  await b.loaded; // replays: the splice applies to the value kept with it
+  assert.equal(b.revision, 1);
+  assert.deepEqual(texts(b.conversation), ['edited']);
+  assert.notEqual(b.conversation.id(0), id);
+  b.close();
+});
