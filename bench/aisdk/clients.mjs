@@ -91,8 +91,12 @@ if (MODE === 'latency') {
       // the cut: resume as the SDK does after a disconnect
     }
     if (seen.cut) {
-      const again = await transport.reconnectToStream({ chatId: CHAT });
-      message = again ? await final(again) : undefined;
+      try {
+        const again = await transport.reconnectToStream({ chatId: CHAT });
+        message = again ? await final(again) : undefined;
+      } catch {
+        message = undefined; // the resume itself failed: counted as not resumed
+      }
     }
     const text = message ? message.parts.filter((p) => p.type === 'text').map((p) => p.text).join('') : '';
     const got = tokens(text).map(([i]) => i);
