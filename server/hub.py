@@ -38,11 +38,14 @@ from anyio.abc import TaskGroup, TaskStatus
 from sync import Conversation
 from sync.errors import UsageError
 
+from .aisdk import PATH as AISDK_PATH
+from .aisdk import AiSdk
 from .auth import KeyRing
 from .background import Background
 from .bus import Relay, open_bus
 from .config import HubConfig
 from .follow import Follower
+from .front import Front
 from .http import Http
 from .leases import keep_turns
 from .limits import Caps, is_loopback_bind
@@ -120,14 +123,18 @@ class Hub:
         self._retention = Retention(self._rooms, self._store, self.config)
         waiting = Caps(self.config.max_waiting_per_address)
         self._http = Http(self, self._web, waiting)
+        self.front = Front(self, self._http, waiting)
+        """The plain HTTP of the hub's port: `front.route(prefix, route)` adds a route."""
         self._sockets = Sockets(
             self,
             rooms=self._rooms,
             web=self._web,
             http=self._http,
+            front=self.front,
             waiting=waiting,
             principals=Caps(self.config.max_per_principal),
         )
+        self.front.route(AISDK_PATH, AiSdk(self).route)  # the AI SDK's chat (SPEC 13)
         self._follower: Follower | None = None  # on a shared store
         self._relay: Relay | None = None  # the bus to other hubs, on a shared store
 

@@ -15,6 +15,7 @@ class Metrics:
 
     def __init__(self) -> None:
         self.connections = 0
+        self.http_connections = 0  # keep-alive HTTP connections (`server.front`)
         self.conversations_loaded = 0
         self.records_appended = 0
         self.pushes_accepted = 0
@@ -28,6 +29,7 @@ class Metrics:
         self.draft_bytes_relayed = 0
         self.presence = 0
         self.watchers = 0  # sockets watching without presence (SPEC 17)
+        self.kit_streams: dict[str, int] = {}  # open kit streams by protocol (SPEC 13)
         self._latency_counts = [0] * (len(_LATENCY_BUCKETS) + 1)
         self._latency_sum = 0.0
         self._latency_count = 0
@@ -43,6 +45,9 @@ class Metrics:
             "# HELP convsync_connections Open websocket connections.",
             "# TYPE convsync_connections gauge",
             f"convsync_connections {self.connections}",
+            "# HELP convsync_http_connections Open plain HTTP connections.",
+            "# TYPE convsync_http_connections gauge",
+            f"convsync_http_connections {self.http_connections}",
             "# HELP convsync_conversations_loaded Conversations held in memory.",
             "# TYPE convsync_conversations_loaded gauge",
             f"convsync_conversations_loaded {self.conversations_loaded}",
@@ -91,6 +96,14 @@ class Metrics:
             "# HELP convsync_watchers Joined connections watching without presence.",
             "# TYPE convsync_watchers gauge",
             f"convsync_watchers {self.watchers}",
+            "# HELP convsync_kit_streams Open chat-kit streams (AI SDK, AG-UI), by protocol.",
+            "# TYPE convsync_kit_streams gauge",
+        ]
+        lines += [
+            f'convsync_kit_streams{{protocol="{name}"}} {count}'
+            for name, count in sorted({"aisdk": 0, "agui": 0, **self.kit_streams}.items())
+        ]
+        lines += [
             "# HELP convsync_append_seconds Time from a push's arrival to its durable append.",
             "# TYPE convsync_append_seconds histogram",
         ]
