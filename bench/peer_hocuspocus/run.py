@@ -44,7 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -95,6 +95,7 @@ class Settings:
     conversations: int = 100
     per_conversation: int = 1_000
     repeats: int = 3
+    memory_only: bool = False
 
 
 QUICK = Settings(messages=200, readers=3, catch_up=1_000, seconds=1.0, conversations=5, repeats=1)
@@ -214,6 +215,8 @@ class Samples:
 
 
 def trial(system: str, texts: Path, settings: Settings, samples: Samples) -> None:
+    if settings.memory_only:
+        return
     """One repeat of the timed workloads on a fresh server of `system`."""
     with server(system) as (url, _):
         got = client(system, url, texts, "converge", settings.messages, settings.readers)
@@ -300,6 +303,8 @@ def table(samples: Samples, settings: Settings) -> Results:
             ),
             key,
         )
+    if settings.memory_only:
+        return memory_table(results, pair, settings)
     pair("build", f"build (informative): {settings.catch_up:,} messages, 1 watcher", "ms", "{:.0f}")
     for rate in settings.rates:
         pair(f"p50 {rate}", f"latency {rate:,}/s p50", "ms", "{:.2f}")
@@ -317,6 +322,13 @@ def table(samples: Samples, settings: Settings) -> Results:
             ),
             f"latency {rate}/s p99",
         )
+    return memory_table(results, pair, settings)
+
+
+def memory_table(
+    results: Results, pair: Callable[[str, str, str, str], tuple[float, float]], settings: Settings
+) -> Results:
+    """The server memory rows of `results` (`pair` adds one measurement of both systems)."""
     what = (
         f"server RSS, {settings.conversations} conversations x "
         f"{settings.per_conversation:,} messages"
@@ -339,9 +351,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes; writes nothing")
     parser.add_argument("--repeats", type=int, help="repeats of every trial (default 3)")
+    parser.add_argument(
+        "--memory-only",
+        action="store_true",
+        help="only the server memory row (both systems); writes nothing",
+    )
     parser.add_argument("--no-write", action="store_true", help="do not write docs/benchmarks.md")
     args = parser.parse_args(argv)
     settings = QUICK if args.quick else Settings()
+    if args.memory_only:
+        settings = replace(settings, memory_only=True)
     if args.repeats:
         settings = replace(settings, repeats=args.repeats)
     started, begin, load = now(), time.perf_counter(), os.getloadavg()[0]
@@ -368,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
     )
     print(body)
-    if not (args.quick or args.no_write):
+    if not (args.quick or args.no_write or args.memory_only):
         print(f"\nwrote {write_section(SECTION, body)}")
     return 1 if results.failed else 0
 
