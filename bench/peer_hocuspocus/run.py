@@ -65,10 +65,12 @@ from bench._report import (  # noqa: E402
 )
 
 SECTION = "Against Hocuspocus (`bench/peer_hocuspocus`)"
+MEMORY_SECTION = "Against Hocuspocus: server memory alone (`bench/peer_hocuspocus --memory-only`)"
 CONVSYNC = "convsync"
 HOCUSPOCUS = "hocuspocus"
 START = 60.0  # seconds a server may take to print its port
 WAIT = 900.0  # seconds one client process may take
+HUB_ROOT = ROOT  # the checkout whose code the convsync hub runs (`--hub-code`)
 HUB = """
 import asyncio, sys
 from server import Hub, HubConfig
@@ -116,7 +118,7 @@ def node() -> str:
 def server(system: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """A fresh server process of `system`; its url; stopped (stdin closed, then killed)."""
     if system == CONVSYNC:
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        env = {**os.environ, "PYTHONPATH": str(HUB_ROOT)}
         args = [sys.executable, "-c", HUB]
     else:
         env = dict(os.environ)
@@ -254,13 +256,13 @@ def versions() -> str:
         return json.loads(package.read_text())["version"] if package.exists() else "?"
 
     commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HUB_ROOT
     ).stdout.strip()
     dirty = subprocess.run(
         ["git", "status", "--porcelain", "--untracked-files=no"],
         capture_output=True,
         text=True,
-        cwd=ROOT,
+        cwd=HUB_ROOT,
     ).stdout.strip()
     node_version = subprocess.run([node(), "--version"], capture_output=True, text=True).stdout
     return (
@@ -288,6 +290,8 @@ def table(samples: Samples, settings: Settings) -> Results:
             )
         return median(f[key][CONVSYNC]), median(f[key][HOCUSPOCUS])
 
+    if settings.memory_only:
+        return memory_table(results, pair, settings)
     for key, what in (
         ("converge", f"converge: {settings.messages:,} messages to {settings.readers} readers"),
         ("catch-up", f"catch-up: a fresh client, {settings.catch_up:,} messages"),
@@ -303,8 +307,6 @@ def table(samples: Samples, settings: Settings) -> Results:
             ),
             key,
         )
-    if settings.memory_only:
-        return memory_table(results, pair, settings)
     pair("build", f"build (informative): {settings.catch_up:,} messages, 1 watcher", "ms", "{:.0f}")
     for rate in settings.rates:
         pair(f"p50 {rate}", f"latency {rate:,}/s p50", "ms", "{:.2f}")
@@ -354,13 +356,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--memory-only",
         action="store_true",
-        help="only the server memory row (both systems); writes nothing",
+        help="only the server memory row (both systems), written to a section of its own",
+    )
+    parser.add_argument(
+        "--hub-code",
+        type=Path,
+        help="run the convsync hub from this checkout's code (a before figure); writes nothing",
     )
     parser.add_argument("--no-write", action="store_true", help="do not write docs/benchmarks.md")
     args = parser.parse_args(argv)
     settings = QUICK if args.quick else Settings()
     if args.memory_only:
         settings = replace(settings, memory_only=True)
+    if args.hub_code:
+        global HUB_ROOT
+        HUB_ROOT = args.hub_code.resolve()
     if args.repeats:
         settings = replace(settings, repeats=args.repeats)
     started, begin, load = now(), time.perf_counter(), os.getloadavg()[0]
@@ -380,6 +390,11 @@ def main(argv: list[str] | None = None) -> int:
             "",
             __doc__.split("\n\n", 3)[3].strip(),
             "",
+            *(
+                ["Only workload 4 (server memory) ran (`--memory-only`).", ""]
+                if settings.memory_only
+                else []
+            ),
             f"Each figure is the median of {settings.repeats} repeats (min-max beside it); "
             "ratios are of the medians, in this one run.",
             "",
@@ -387,8 +402,8 @@ def main(argv: list[str] | None = None) -> int:
         ]
     )
     print(body)
-    if not (args.quick or args.no_write or args.memory_only):
-        print(f"\nwrote {write_section(SECTION, body)}")
+    if not (args.quick or args.no_write or args.hub_code):
+        print(f"\nwrote {write_section(MEMORY_SECTION if args.memory_only else SECTION, body)}")
     return 1 if results.failed else 0
 
 
