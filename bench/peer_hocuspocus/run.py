@@ -123,8 +123,14 @@ def server(system: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     else:
         env = dict(os.environ)
         args = [node(), str(HERE / "hocuspocus_server.mjs")]
+    # `python -c` puts the working directory first on sys.path: the hub's own checkout.
     proc = subprocess.Popen(
-        args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
+        args,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=HUB_ROOT if system == CONVSYNC else None,
     )
     try:
         assert proc.stdout is not None
