@@ -45,6 +45,7 @@ from sync.protocol import (
 
 from .auth import AuthError, bearer_token
 from .config import HubConfig
+from .connection import LET_GO, let_go
 from .front import Front
 from .http import Http, remote_address
 from .limits import Caps
@@ -316,6 +317,8 @@ class Sockets:
                 message = session.receive(data, now)
                 # Not held while this socket is idle: a writer's last push frame (up to a
                 # MiB) stayed alive per connection until its next message (issue 32).
+                if len(data) > LET_GO:  # websockets' parser holds it too: a pong replaces it
+                    await let_go(ws)
                 data = b""
                 wait = session.throttle(message, now)
                 if wait:  # over its budget: read this socket no faster than the budget

@@ -44,7 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -65,10 +65,12 @@ from bench._report import (  # noqa: E402
 )
 
 SECTION = "Against Hocuspocus (`bench/peer_hocuspocus`)"
+MEMORY_SECTION = "Against Hocuspocus: server memory alone (`bench/peer_hocuspocus --memory-only`)"
 CONVSYNC = "convsync"
 HOCUSPOCUS = "hocuspocus"
 START = 60.0  # seconds a server may take to print its port
 WAIT = 900.0  # seconds one client process may take
+HUB_ROOT = ROOT  # the checkout whose code the convsync hub runs (`--hub-code`)
 HUB = """
 import asyncio, sys
 from server import Hub, HubConfig
@@ -95,6 +97,7 @@ class Settings:
     conversations: int = 100
     per_conversation: int = 1_000
     repeats: int = 3
+    memory_only: bool = False
 
 
 QUICK = Settings(messages=200, readers=3, catch_up=1_000, seconds=1.0, conversations=5, repeats=1)
@@ -115,13 +118,19 @@ def node() -> str:
 def server(system: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """A fresh server process of `system`; its url; stopped (stdin closed, then killed)."""
     if system == CONVSYNC:
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        env = {**os.environ, "PYTHONPATH": str(HUB_ROOT)}
         args = [sys.executable, "-c", HUB]
     else:
         env = dict(os.environ)
         args = [node(), str(HERE / "hocuspocus_server.mjs")]
+    # `python -c` puts the working directory first on sys.path: the hub's own checkout.
     proc = subprocess.Popen(
-        args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
+        args,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=HUB_ROOT if system == CONVSYNC else None,
     )
     try:
         assert proc.stdout is not None
@@ -214,6 +223,8 @@ class Samples:
 
 
 def trial(system: str, texts: Path, settings: Settings, samples: Samples) -> None:
+    if settings.memory_only:
+        return
     """One repeat of the timed workloads on a fresh server of `system`."""
     with server(system) as (url, _):
         got = client(system, url, texts, "converge", settings.messages, settings.readers)
@@ -251,13 +262,13 @@ def versions() -> str:
         return json.loads(package.read_text())["version"] if package.exists() else "?"
 
     commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HUB_ROOT
     ).stdout.strip()
     dirty = subprocess.run(
         ["git", "status", "--porcelain", "--untracked-files=no"],
         capture_output=True,
         text=True,
-        cwd=ROOT,
+        cwd=HUB_ROOT,
     ).stdout.strip()
     node_version = subprocess.run([node(), "--version"], capture_output=True, text=True).stdout
     return (
@@ -285,6 +296,8 @@ def table(samples: Samples, settings: Settings) -> Results:
             )
         return median(f[key][CONVSYNC]), median(f[key][HOCUSPOCUS])
 
+    if settings.memory_only:
+        return memory_table(results, pair, settings)
     for key, what in (
         ("converge", f"converge: {settings.messages:,} messages to {settings.readers} readers"),
         ("catch-up", f"catch-up: a fresh client, {settings.catch_up:,} messages"),
@@ -317,6 +330,13 @@ def table(samples: Samples, settings: Settings) -> Results:
             ),
             f"latency {rate}/s p99",
         )
+    return memory_table(results, pair, settings)
+
+
+def memory_table(
+    results: Results, pair: Callable[[str, str, str, str], tuple[float, float]], settings: Settings
+) -> Results:
+    """The server memory rows of `results` (`pair` adds one measurement of both systems)."""
     what = (
         f"server RSS, {settings.conversations} conversations x "
         f"{settings.per_conversation:,} messages"
@@ -339,9 +359,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes; writes nothing")
     parser.add_argument("--repeats", type=int, help="repeats of every trial (default 3)")
+    parser.add_argument(
+        "--memory-only",
+        action="store_true",
+        help="only the server memory row (both systems), written to a section of its own",
+    )
+    parser.add_argument(
+        "--hub-code",
+        type=Path,
+        help="run the convsync hub from this checkout's code (a before figure); writes nothing",
+    )
     parser.add_argument("--no-write", action="store_true", help="do not write docs/benchmarks.md")
     args = parser.parse_args(argv)
     settings = QUICK if args.quick else Settings()
+    if args.memory_only:
+        settings = replace(settings, memory_only=True)
+    if args.hub_code:
+        global HUB_ROOT
+        HUB_ROOT = args.hub_code.resolve()
     if args.repeats:
         settings = replace(settings, repeats=args.repeats)
     started, begin, load = now(), time.perf_counter(), os.getloadavg()[0]
@@ -361,6 +396,11 @@ def main(argv: list[str] | None = None) -> int:
             "",
             __doc__.split("\n\n", 3)[3].strip(),
             "",
+            *(
+                ["Only workload 4 (server memory) ran (`--memory-only`).", ""]
+                if settings.memory_only
+                else []
+            ),
             f"Each figure is the median of {settings.repeats} repeats (min-max beside it); "
             "ratios are of the medians, in this one run.",
             "",
@@ -368,8 +408,8 @@ def main(argv: list[str] | None = None) -> int:
         ]
     )
     print(body)
-    if not (args.quick or args.no_write):
-        print(f"\nwrote {write_section(SECTION, body)}")
+    if not (args.quick or args.no_write or args.hub_code):
+        print(f"\nwrote {write_section(MEMORY_SECTION if args.memory_only else SECTION, body)}")
     return 1 if results.failed else 0
 
 

@@ -3,10 +3,16 @@
 It enforces compare-and-append exactly like the durable store (same checks, from `base`).
 Each method runs to completion without awaiting, so on one event loop every call is atomic,
 which is what a transaction gives the durable store.
+
+A snapshot is kept compressed (zlib, level 1): it repeats what the records hold, and is read
+only when a room loads, while the records stay as they are (a room shares them for catch-up).
+In a hub holding 100 conversations of 1,000 messages, the snapshots were 45 MiB of 240
+(issue 32).
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 from types import TracebackType
 from typing import Self
@@ -35,6 +41,9 @@ from .base import (
 
 __all__ = ["MemoryStore"]
 
+SNAPSHOT_LEVEL = 1
+"""zlib's level for snapshots: the fastest (a snapshot is written on the event loop)."""
+
 
 class _Log:
     """One conversation: `records[i]` is revision `i + 1`."""
@@ -44,7 +53,8 @@ class _Log:
     def __init__(self, lineage: int) -> None:
         self.lineage = lineage
         self.records: list[bytes] = []
-        self.snapshot: tuple[int, int, bytes] | None = None  # lineage, revision, state
+        # lineage, revision, the state compressed (`zlib`)
+        self.snapshot: tuple[int, int, bytes] | None = None
         self.clients: dict[str, ClientMark] = {}
 
     @property
@@ -73,7 +83,8 @@ class MemoryStore(Counted):
         snapshot: bytes | None = None
         snapshot_revision = 0
         if log.snapshot is not None and log.snapshot[0] == log.lineage:
-            _, snapshot_revision, snapshot = log.snapshot
+            _, snapshot_revision, packed = log.snapshot
+            snapshot = zlib.decompress(packed)
         return Loaded(
             lineage=log.lineage,
             revision=log.revision,
@@ -139,7 +150,7 @@ class MemoryStore(Counted):
         check_snapshot_revision(revision, log.revision)
         if log.snapshot is not None and log.snapshot[0] == lineage and log.snapshot[1] >= revision:
             return
-        log.snapshot = (lineage, revision, state)
+        log.snapshot = (lineage, revision, zlib.compress(state, SNAPSHOT_LEVEL))
         self._commits += 1
 
     async def rewrite(

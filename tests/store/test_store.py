@@ -1039,3 +1039,17 @@ async def test_postgres_a_connection_left_mid_operation_is_discarded(
             await sleeping
         async with asyncio.timeout(TIMEOUT):
             assert (await store.load("c")) is not None
+
+
+async def test_the_memory_store_keeps_a_snapshot_compressed() -> None:
+    """A memory store's snapshot repeats what its records hold and is read only when a room
+    loads: it is kept compressed (issue 32: 45 MiB of 240 in the memory row), and a load
+    gives back the very bytes written."""
+    state = b'{"entries": [' + b'{"text": "the same words again"},' * 20_000 + b"{}]}"
+    async with MemoryStore() as store:
+        await store.append("c", L1, 0, recs("a", "b"))
+        await store.write_snapshot("c", L1, 2, state)
+        held = store._logs["c"].snapshot
+        assert held is not None and len(held[2]) * 20 < len(state)
+        loaded = await store.load("c")
+        assert loaded is not None and loaded.snapshot == state and loaded.snapshot_revision == 2
