@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import os
 import queue
 import sqlite3
@@ -137,10 +138,11 @@ class _Writer:
             if job is _STOP:
                 return
             if job.alone:
+                job.future.set_running_or_notify_cancel()  # no cancel from now on
                 try:
-                    job.future.set_result(job.fn())
+                    _settle(job.future, job.fn(), None)
                 except Exception as exc:
-                    job.future.set_exception(exc)
+                    _settle(job.future, None, exc)
                 continue
             batch = [job]
             while True:
@@ -156,6 +158,8 @@ class _Writer:
 
     def _commit(self, batch: list[_Job]) -> None:
         db = self.db
+        for job in batch:
+            job.future.set_running_or_notify_cancel()  # no cancel from now on
         try:
             if db is None:
                 raise OSError("the outbox is closed")
@@ -165,14 +169,28 @@ class _Writer:
                     job.fn(db)
                 db.execute("COMMIT")
             except BaseException:
-                db.execute("ROLLBACK")
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
                 raise
-        except (sqlite3.Error, OSError) as exc:
+        except Exception as exc:  # the thread goes on: each waiter gets the failure
             for job in batch:
-                job.future.set_exception(OSError(f"the outbox could not be written: {exc}"))
+                _settle(job.future, None, OSError(f"the outbox could not be written: {exc}"))
             return
         for job in batch:
-            job.future.set_result(None)
+            _settle(job.future, None, None)
+
+
+def _settle(
+    future: concurrent.futures.Future[Any], result: Any, error: BaseException | None
+) -> None:
+    """Give `future` its outcome, unless its waiter cancelled it (the write was made anyway:
+    a push loop cancelled while it waits must not stop the thread)."""
+    if future.cancelled():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
 
 
 def _bad(path: str, what: str) -> UsageError:
@@ -603,6 +621,8 @@ class Outbox:
         return writes
 
     def _note_failure(self, future: concurrent.futures.Future[None]) -> None:
+        if future.cancelled():
+            return  # its waiter went away; the write was made all the same
         error = future.exception()
         if error is not None and self.failed is None:
             self.failed = error
