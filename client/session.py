@@ -361,8 +361,7 @@ class ReplicaSession:
         the last seq used, the batch sent under it (its fate is the next welcome's `acked`),
         and the records made after it (`placed`: what the hub placed it as, if it said so
         before the process stopped; `on_landed` reports those). `local` becomes `confirmed`
-        with them on top. Only for
-        a session that holds nothing yet, before its first hello.
+        with them on top. Only for a session that holds nothing yet, before its first hello.
 
         Raises:
             UsageError: `saved_value`, the session holds something already.
