@@ -27,7 +27,8 @@ async def test_chaos_seed(seed: int, tmp_path: Path) -> None:
     )
 
 
-KILL_SEEDS = range(1, 1 + int(os.environ.get("CONVSYNC_CHAOS_KILL_SEEDS", "3")))
+# Seeds whose nemeses kill a replica (seeds 2 and 5, among others, happen to kill none).
+KILL_SEEDS = (1, 3, 4, 6)[: int(os.environ.get("CONVSYNC_CHAOS_KILL_SEEDS", "3"))]
 
 
 @pytest.mark.parametrize("seed", KILL_SEEDS)
