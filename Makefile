@@ -41,7 +41,7 @@ npm:
 	scripts/ensure-npm
 
 js: npm
-	node --test client/web/test/
+	node --test client/web/test/*.test.mjs
 
 test: lint types unit
 

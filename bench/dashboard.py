@@ -38,11 +38,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,9 +60,10 @@ import anyio  # noqa: E402
 from fleet import active_ids, fleet_ids, keep_busy  # noqa: E402
 from websockets.asyncio.client import connect as ws_connect  # noqa: E402
 
+from bench._engine import CODE, CODE_VERSION, snapshot_at  # noqa: E402
+from bench._hub import ServerProcess  # noqa: E402
 from bench._report import Results, Row, command_line, machine, median, now, write_section  # noqa: E402
 from bench._report import spread as spread_of  # noqa: E402
-from bench.hub import ServerProcess  # noqa: E402
 from sync.protocol import SUBPROTOCOL  # noqa: E402
 
 CONVERSATIONS = 1000
@@ -82,6 +86,7 @@ ARGS = [
 ]
 PAGE_HEADING = "Dashboard page in Chromium (`bench/dashboard.py page`)"
 CPU_HEADING = "Hub cost per dashboard (`bench/dashboard.py cpu`)"
+INSTRUCTIONS_HEADING = "Hub instructions per dashboard (`bench/dashboard.py instructions`)"
 
 # Injected before the page's scripts: note the first paint after 50 rows are in the document,
 # and on the way (`__phases`) when the page's scripts had run (DOMContentLoaded: module scripts
@@ -123,14 +128,21 @@ def log(line: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
 
 
-async def fleet_hub(store: str = "memory", folder: str = "") -> tuple[ServerProcess, list[str]]:
-    """A hub process (on `store`: memory, or SQLite in `folder`) holding the 1,000
-    conversations; the busy ones' ids."""
+async def fleet_hub(
+    store: str = "memory",
+    folder: str = "",
+    *,
+    conversations: int = CONVERSATIONS,
+    code: Path = CODE,
+    wrap: Sequence[str] = (),
+) -> tuple[ServerProcess, list[str]]:
+    """A hub process (on `store`: memory, or SQLite in `folder`; the engine in `code`, run
+    under `wrap`) holding `conversations` conversations; the busy ones' ids."""
     where = (
         ["--store", "sqlite", "--path", str(Path(folder) / "hub.db")] if store == "sqlite" else []
     )
-    hub = await ServerProcess.start("hub", *where)
-    ids = fleet_ids(CONVERSATIONS)
+    hub = await ServerProcess.start("hub", *where, code=code, wrap=wrap)
+    ids = fleet_ids(conversations)
     for conversation_id in ids:
         await hub.ask("seed", id=conversation_id, messages=1, chars=80)
     return hub, active_ids(ids, ACTIVE)
@@ -369,12 +381,18 @@ async def dashboard(url: str, ready: anyio.Event, counted: list[int], stop: anyi
 
 
 async def measure(
-    hub: ServerProcess, dashboards: int, seconds: float, profile: int = 0
+    hub: ServerProcess,
+    dashboards: int,
+    seconds: float,
+    profile: int = 0,
+    meter: Callable[[], Awaitable[Callable[[], Awaitable[float]]]] | None = None,
 ) -> tuple[float, float, float]:
     """(the hub's CPU share over `seconds`, bytes/s per dashboard, messages the hub took a
     second: the same workload with and without dashboards) with `dashboards` open;
     with `profile`, the hub's cProfile of the measurement (its top `profile` functions) is
-    printed on stderr (the profiler's own cost counts in that share)."""
+    printed on stderr (the profiler's own cost counts in that share). With `meter` (started
+    at the measurement's start, its result awaited at its end), the first figure is what
+    it counted a second instead of the CPU share."""
     stop = anyio.Event()
     counted = [0]
     async with anyio.create_task_group() as group:
@@ -387,11 +405,12 @@ async def measure(
         counted[0] = 0
         if profile:
             await hub.ask("profile_start")
+        counting = await meter() if meter is not None else None
         before = await hub.ask("stats")
         start = time.perf_counter()
         await anyio.sleep(seconds)
         after = await hub.ask("stats")
-        cpu = after["cpu"] - before["cpu"]
+        cpu = after["cpu"] - before["cpu"] if counting is None else await counting()
         pushes = after["pushes_accepted"] - before["pushes_accepted"]
         if profile:
             tables = await hub.ask("profile_stop", top=profile)
@@ -493,6 +512,133 @@ async def run_cpu(args: argparse.Namespace) -> int:
     return 0 if not results.failed else 1
 
 
+# ---------------------------------------------------------------------------- instructions
+
+
+def callgrind_meter(
+    pid: int, folder: Path
+) -> Callable[[], Awaitable[Callable[[], Awaitable[float]]]]:
+    """A `measure` meter: the hub's instructions (callgrind's `Ir`) from its start to its end
+    (the counters zeroed, then dumped to a file of `folder` and read)."""
+
+    def control(*what: str) -> None:
+        subprocess.run(["callgrind_control", *what, str(pid)], check=True, capture_output=True)
+
+    def dumped() -> float:
+        dumps = set(folder.iterdir())
+        control("--dump")
+        (dump,) = set(folder.iterdir()) - dumps
+        found = re.search(r"^summary:\s+(\d+)", dump.read_text(), re.MULTILINE)
+        assert found is not None, dump
+        dump.unlink()
+        return float(found.group(1))
+
+    async def start() -> Callable[[], Awaitable[float]]:
+        await anyio.to_thread.run_sync(control, "--zero")
+
+        async def end() -> float:
+            return await anyio.to_thread.run_sync(dumped)
+
+        return end
+
+    return start
+
+
+async def instructions_of(
+    args: argparse.Namespace, code: Path, label: str
+) -> dict[int, list[tuple[float, float]]]:
+    """(instructions a second, instructions per push) of a hub running the engine in `code`
+    under callgrind, with no dashboard and with 20, interleaved `--repeats` times."""
+    folder = Path(tempfile.mkdtemp(prefix="convsync-dashboard-cg-"))
+    wrap = ["valgrind", "-q", "--tool=callgrind", f"--callgrind-out-file={folder}/cg.out"]
+    log(f"{label}: a hub under callgrind, {args.conversations} conversations")
+    hub, busy = await fleet_hub(conversations=args.conversations, code=code, wrap=wrap)
+    done = anyio.Event()
+    figures: dict[int, list[tuple[float, float]]] = {0: [], DASHBOARDS: []}
+    meter = callgrind_meter(hub.pid, folder)
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(keep_busy, hub.url, busy, args.every, done)
+            await anyio.sleep(args.every + 5)  # every agent joined and pushing
+            for repeat in range(args.repeats):
+                for dashboards in (0, DASHBOARDS) if repeat % 2 == 0 else (DASHBOARDS, 0):
+                    rate, _, pushed = await measure(hub, dashboards, args.seconds, 0, meter)
+                    figures[dashboards].append((rate, rate / pushed))
+                    log(
+                        f"{label}, {dashboards} dashboards: {rate / 1e6:.1f} M instructions/s, "
+                        f"{rate / pushed / 1e6:.2f} M a push, {pushed:.1f} pushes/s"
+                    )
+            done.set()
+    finally:
+        await hub.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+    return figures
+
+
+async def run_instructions(args: argparse.Namespace) -> int:
+    began = time.perf_counter()
+    codes = [("new", CODE, CODE_VERSION)]
+    if args.baseline:
+        path, version = snapshot_at(args.baseline)
+        codes.append(("old", path, version))
+    results = Results()
+    ratios: dict[str, float] = {}
+    for label, code, version in codes:
+        figures = await instructions_of(args, code, label)
+        none = [per_push for _, per_push in figures[0]]
+        some = [per_push for _, per_push in figures[DASHBOARDS]]
+        ratio = ratios[label] = median(some) / median(none)
+        pairs = [s / n for s, n in zip(some, none, strict=True)]
+        for count, each in ((0, none), (DASHBOARDS, some)):
+            results.add(
+                Row(
+                    f"{label} ({version}): hub instructions per push, "
+                    f"{count or 'no'} dashboard{'s' if count else ''}",
+                    f"{median(each) / 1e6:.3f} M",
+                    spread_of([e / 1e6 for e in each], "{:.3f} M"),
+                )
+            )
+        results.add(
+            Row(
+                f"{label}: with {DASHBOARDS} dashboards / with none",
+                f"{ratio:.3f}",
+                spread_of(pairs, "{:.3f}"),
+            )
+        )
+    if "old" in ratios:
+        results.add(
+            Row(
+                "the dashboards' share of the instructions, new / old",
+                f"{(ratios['new'] - 1) / (ratios['old'] - 1):.3f}",
+            )
+        )
+    head = "  \n".join(
+        [
+            f"Command: `{command_line()}` (from the repository root)",
+            f"Date: {now()}; the run took {time.perf_counter() - began:.0f} s",
+            f"Machine: {machine()}, shared with other jobs (instruction counts do not move "
+            "with the load)",
+        ]
+    )
+    how = (
+        "As `cpu`, but the hub process runs under `valgrind --tool=callgrind` and the figure "
+        "is its instructions (callgrind's `Ir`, counters zeroed at the start of a "
+        f"measurement and dumped at its end) per message pushed, over {args.seconds:.0f} s "
+        f"of activity, with no dashboard and with {DASHBOARDS}, interleaved, {args.repeats} "
+        f"times each. The hub is about 50 times slower under callgrind, so the workload is "
+        f"smaller: {args.conversations} conversations, {ACTIVE} agents pushing one message "
+        f"every {args.every:g} s each ({ACTIVE / args.every:g} a second, a tick of the summary "
+        f"windows sees about {ACTIVE / args.every / 4:g} changed rows where `cpu` has 12): the "
+        "dashboards' fixed cost per tick weighs more here than there, and the ratio is not "
+        "the bar's. It is the figure the load does not move: the dashboards' cost, old code "
+        "and new."
+    )
+    body = "\n\n".join([head, how, results.table()])
+    write_section(INSTRUCTIONS_HEADING, body)
+    print(body)
+    return 0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     sub = parser.add_subparsers(dest="what", required=True)
@@ -523,8 +669,19 @@ def main() -> None:
         help="print the hub's cProfile of each measurement (its TOP functions) on stderr; "
         "the figures then include the profiler's cost: nothing is written",
     )
+    counted = sub.add_parser(
+        "instructions", help="the hub's instructions per push under callgrind, old and new"
+    )
+    counted.add_argument("--seconds", type=float, default=20.0)
+    counted.add_argument("--repeats", type=int, default=3)
+    counted.add_argument("--conversations", type=int, default=200)
+    counted.add_argument(
+        "--every", type=float, default=5.0, help="seconds between two messages of an agent"
+    )
+    counted.add_argument("--baseline", help="also measure the packages of this git revision")
     args = parser.parse_args()
-    sys.exit(asyncio.run(run_page(args) if args.what == "page" else run_cpu(args)))
+    run = {"page": run_page, "cpu": run_cpu, "instructions": run_instructions}[args.what]
+    sys.exit(asyncio.run(run(args)))
 
 
 if __name__ == "__main__":

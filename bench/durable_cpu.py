@@ -238,7 +238,7 @@ def serve(argv: list[str]) -> None:
 
 async def one_run(server: Any, writers: int, seconds: float) -> dict[str, Any]:
     """`bench/hub.py`'s durable load, with the hub's CPU split by thread."""
-    from bench.hub import bounded, client_cpu, payload_messages
+    from bench._hub import bounded, client_cpu, payload_messages
     from client.replica import Replica
 
     tag = uuid.uuid4().hex[:8]
@@ -324,7 +324,7 @@ def _patched(diff: str, into: str, label: str) -> str:
 
 
 async def drive(args: argparse.Namespace) -> int:
-    import bench.hub as hub_bench
+    import bench._hub as hub_bench
     from bench._report import median, spread
 
     # The hubs are this file in `serve` mode (bench/_hubproc.py plus two commands).
@@ -437,7 +437,7 @@ def main() -> int:
     args = parser.parse_args()
     variants = [variant.partition("=") for variant in args.variant]
     args.variant = [(label, os.path.abspath(path)) for label, _, path in variants]
-    from bench.hub import raise_fd_limit
+    from bench._hubproc import raise_fd_limit
 
     raise_fd_limit()
     return asyncio.run(drive(args))

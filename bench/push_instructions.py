@@ -1,6 +1,7 @@
 """Instructions per push in the hub's room (callgrind): immune to a shared machine's noise.
 
     .venv/bin/python bench/push_instructions.py --baseline 19a832e [--pushes 2000]
+    .venv/bin/python bench/push_instructions.py --hub --baseline 19a832e [--pushes 300]
 
 For this tree's packages and (with `--baseline REV`) REV's, runs a child process under
 `valgrind --tool=callgrind` that builds a `Room` on `MemoryStore` with the default `HubConfig`,
@@ -10,6 +11,13 @@ each decoded from its push frame and handed to `Room.push` (the core's checks, t
 append, the ack and the broadcast): instrumentation is switched on around those pushes only
 (`callgrind_control -i`). Prints instructions per push and new / old. Needs valgrind; not
 part of `make bench` (it writes nothing). Issue 24's hunt for the hot path's regression.
+
+With `--hub`: the whole hub process instead (its websockets, sessions, decoding, the room):
+a `Hub` on `MemoryStore` (default `HubConfig`, no keepalive pings) in a child process under
+callgrind, one writer and 10 subscribers connected over websockets on 127.0.0.1 (plain
+websocket clients in this process, not counted), 50 warm-up pushes, then `--pushes` (300
+unless given) one-record pushes in lock-step: the next push goes once the writer has its ack
+and every subscriber the records. Instructions of the hub process per push.
 """
 
 from __future__ import annotations
@@ -23,9 +31,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+import msgspec
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("sync", "server", "client")
 WARM = 200
+HUB_WARM = 50
 
 
 def child(code: str, pushes: int) -> None:
@@ -87,6 +98,112 @@ def child(code: str, pushes: int) -> None:
     asyncio.run(run())
 
 
+def hub_child(code: str) -> None:
+    """The measured hub process: a `Hub` from `code` on port 0; prints its port, serves until
+    stdin closes."""
+    sys.path.insert(0, code)
+    import dataclasses
+    import gc
+
+    from server.config import HubConfig
+    from server.hub import Hub
+    from server.store import MemoryStore
+
+    assert sys.modules["server.hub"].__file__.startswith(code)  # type: ignore[union-attr]
+
+    async def serve() -> None:
+        config = dataclasses.replace(HubConfig(), ping_interval=None)
+        async with Hub(MemoryStore(), host="127.0.0.1", port=0, config=config) as hub:
+            gc.freeze()  # as `convsync serve` does once its hub serves
+            print(hub.port, os.getpid(), flush=True)
+            await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+
+    asyncio.run(serve())
+
+
+async def drive_hub(port: int, pid: int, pushes: int) -> None:
+    """Connect the writer and 10 subscribers, push in lock-step, instrumentation on around
+    the counted pushes."""
+    from websockets.asyncio.client import ClientConnection, connect
+
+    from sync import Conversation, Lineage, Message, encode
+    from sync.protocol import SUBPROTOCOL, Hello, encode_message
+
+    async def session(client: str) -> tuple[ClientConnection, int]:
+        ws = await connect(
+            f"ws://127.0.0.1:{port}/v1/conversations/c1",
+            subprotocols=[SUBPROTOCOL],  # type: ignore[list-item]
+            max_size=None,
+            open_timeout=600,
+            ping_interval=None,
+        )
+        await ws.send(encode_message(Hello(client, Lineage.EMPTY, 0)), text=True)
+        welcome = msgspec.json.decode(await ws.recv(decode=False))
+        assert welcome["type"] == "welcome", welcome
+        return ws, welcome["lineage"]
+
+    writer, lineage = await session("writer")  # the room's lineage, fresh: every push uses it
+    subs = [(await session(f"sub-{k}"))[0] for k in range(10)]
+    source = Conversation()
+    for i in range(HUB_WARM + pushes):
+        source.push(Message.user((f"message {i} " * 40)[:120]))
+    records = [encode(record) for record in source.take_unsaved()]
+
+    async def push(lo: int, hi: int) -> None:
+        for i in range(lo, hi):
+            frame = b'{"type":"push","seq":%d,"lineage":%d,"revision":%d,"records":[%s]}' % (
+                i + 1,
+                lineage,
+                i,
+                records[i],
+            )
+            await writer.send(frame, text=True)
+            answer = msgspec.json.decode(await writer.recv(decode=False))
+            assert answer["type"] == "ack", answer
+            for sub in subs:
+                got = msgspec.json.decode(await sub.recv(decode=False))
+                assert got["type"] == "records", got
+
+    await push(0, HUB_WARM)
+    control = ["callgrind_control", "-i"]
+    # Blocking on purpose: nothing else may run in the hub while instrumentation switches.
+    subprocess.run([*control, "on", str(pid)], check=True, capture_output=True)  # noqa: ASYNC221
+    await push(HUB_WARM, HUB_WARM + pushes)
+    subprocess.run([*control, "off", str(pid)], check=True, capture_output=True)  # noqa: ASYNC221
+    for ws in [writer, *subs]:
+        await ws.close()
+
+
+def hub_instructions(code: Path, pushes: int) -> int:
+    """Instructions per push of a whole hub from `code` (a callgrind run of `hub_child`)."""
+    with tempfile.TemporaryDirectory() as out:
+        process = subprocess.Popen(
+            [
+                "valgrind",
+                "--tool=callgrind",
+                "--instr-atstart=no",
+                f"--callgrind-out-file={out}/callgrind.out",
+                sys.executable,
+                __file__,
+                "--hub-child",
+                str(code),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert process.stdin is not None and process.stdout is not None
+        try:
+            port, pid = map(int, process.stdout.readline().split())
+            asyncio.run(drive_hub(port, pid, pushes))
+        finally:
+            _, stderr = process.communicate(timeout=1800)  # closes stdin: the hub stops
+    found = re.search(r"I\s+refs:\s+([\d,]+)", stderr)
+    assert found is not None, stderr[-2000:]
+    return int(found.group(1).replace(",", "")) // pushes
+
+
 def instructions(code: Path, pushes: int) -> int:
     """Instructions per push of the engine in `code` (a callgrind run of `child`)."""
     with tempfile.TemporaryDirectory() as out:
@@ -132,17 +249,25 @@ def export(rev: str | None, target: Path) -> Path:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", help="also measure the packages of this git revision")
-    parser.add_argument("--pushes", type=int, default=2000)
+    parser.add_argument("--pushes", type=int, help="pushes counted (2,000; with --hub 300)")
+    parser.add_argument("--hub", action="store_true", help="count a whole hub process")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--hub-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child:
-        child(args.child, args.pushes)
+    if args.hub_child:
+        hub_child(args.hub_child)
         return 0
+    pushes = args.pushes or (300 if args.hub else 2000)
+    if args.child:
+        child(args.child, pushes)
+        return 0
+    count = hub_instructions if args.hub else instructions
     with tempfile.TemporaryDirectory() as new_dir, tempfile.TemporaryDirectory() as old_dir:
-        new = instructions(export(None, Path(new_dir)), args.pushes)
-        print(f"this tree: {new:,} instructions per push ({args.pushes:,} pushes)")
+        new = count(export(None, Path(new_dir)), pushes)
+        what = "a whole hub" if args.hub else "the room"
+        print(f"this tree: {new:,} instructions per push ({pushes:,} pushes, {what})")
         if args.baseline:
-            old = instructions(export(args.baseline, Path(old_dir)), args.pushes)
+            old = count(export(args.baseline, Path(old_dir)), pushes)
             print(f"git {args.baseline}: {old:,} instructions per push; new / old {new / old:.3f}")
     return 0
 

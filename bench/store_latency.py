@@ -35,8 +35,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import server.store.sqlite_writer as sqlite_module
+from bench._hub_latency import fsync_probe
 from bench._report import median, now, publish, spread
-from bench.hub import fsync_probe
 from server.store.sqlite import SqliteStore
 
 SECTION = "SQLite: one append at 100/s, phase by phase (`bench/store_latency.py`)"

@@ -19,7 +19,8 @@ Inside, every operation that waits on the store is a generator that reads top to
 websockets' `Protocol.parse()` does: `outcome = yield ReadRecords(...)` hands the call to the
 shell and gets its value back; a store error is thrown in at that `yield` and caught with
 `try`/`except`. A generator yields a list of actions to have them sent before it waits, and
-returns the actions that end it. One driver (`_drive`) runs them.
+returns the actions that end it. One driver (`_drive`) runs them. The one exception is the
+push, the hot path: it waits on its append as a plain value (`server.push`, `_pending`).
 
 Every protocol rule of SPEC 2.4 lives here once: resend acks, lineage / behind / invalid
 rejects, strict pairing, catch-up by records or by state, broadcast, and what to do when the

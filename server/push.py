@@ -4,30 +4,28 @@ How this works: `Pushing.push` reads as the push goes. `_admit` takes the steps 
 nothing: refused without folding (`_refusal`: token, resend, copy, lineage, drafts, turns,
 steering, approvals), folded into the room or placed by intent (`_fold`), stamped
 (`_stamped`), followed by the records the hub lands with it in the same append (`_append_of`).
-A push refused or resent is answered there, with no operation to wait on. Otherwise
-`_appending`, a generator run by the room's driver, yields the append and, once the store took
-it, answers it (`_appended`: the ack, the records to every other subscriber); a failed append
-is undone and explained (`_not_appended`). The functions at the end read nothing but their
-arguments.
+A push refused or resent is answered there, with no operation to wait on. Otherwise the
+push waits on its append as a plain value (`_pending`, an `_Append`: every push waits on one,
+and a generator costs frames), and once the store took it, `_append_done` answers it
+(`_appended`: the ack, the records to every other subscriber) and writes a snapshot if one is
+due; a failed append is undone and explained (`_not_appended`, an operation of the room's
+driver). The functions at the end read nothing but their arguments.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 import msgspec
 
 from sync import (
     Aside,
     AsideChange,
-    Assistant,
     ChangeRecord,
     Conversation,
     Lineage,
-    Push,
     Reset,
     Splice,
     Via,
@@ -37,6 +35,17 @@ from sync import (
 from sync.compact import compaction_unpins
 from sync.errors import ApplyError, LocalProtocolError
 from sync.frames import records_frames
+from sync.kinds import (
+    ASIDES,
+    ASSISTANT,
+    MOVES_CALLS,
+    PAIRS,
+    RESET,
+    SPLICE,
+    TOUCHES,
+    USER_TEXT,
+    kinds_of,
+)
 from sync.protocol import (
     Ack,
     PushBatch,
@@ -51,7 +60,6 @@ from sync.steer import (
     Steering,
     queued_entry,
     queued_id,
-    user_text_push,
 )
 from sync.strict import strict_violation
 
@@ -63,9 +71,9 @@ from .actions import (
     Send,
 )
 from .auth import ANONYMOUS, Grant
-from .roomlog import DELETED, Op, RoomLog
-from .store.base import ClientMark, LogMoved, SeqTaken
-from .turns import TurnAfter, pairs
+from .roomlog import DELETED, EDITS, Op, RoomLog
+from .store.base import ClientMark, Deleted, LogMoved, SeqTaken
+from .turns import TurnAfter
 
 __all__ = [
     "Pushing",
@@ -80,16 +88,21 @@ __all__ = [
 ]
 
 log = logging.getLogger("convsync.hub")
+_replace = msgspec.structs.replace
 
 
 C = TypeVar("C", bound=Hashable)
 """A connection, as the shell names it (the core only compares and hashes it)."""
 
 
-@dataclass(slots=True)
-class _Append:
-    """A push folded into the room, waiting for the store to append it."""
+class _Append(msgspec.Struct, Generic[C]):
+    """A push folded into the room, waiting for the store to append it (a struct: built in
+    C, on every push)."""
 
+    conn: C
+    batch: PushBatch
+    placed: bool
+    """Whether the push was placed by intent (made on an older revision, SPEC 2.4.6)."""
     call: AppendRecords
     records: list[ChangeRecord]
     """The pushed records as they land (placed, stamped)."""
@@ -101,9 +114,12 @@ class _Append:
     """Takes both out of the room again (the append failed)."""
     turn: TurnAfter | None
     """The open turn once both landed; its lease writes go in the same append."""
-    asides: bool
-    """Whether the pushed records hold an aside change or a reset (most pushes hold neither,
-    and then the approval, turn-owner and queue bookkeeping has nothing to look at)."""
+    kinds: int
+    """The kinds the pushed records hold (`sync.kinds`): most pushes hold no aside change
+    and no reset, and then the approval, turn-owner and queue bookkeeping has nothing to
+    look at."""
+    queue_kinds: int
+    """The kinds `queue` holds (0: no queue)."""
 
 
 class Pushing(RoomLog[C]):
@@ -118,23 +134,26 @@ class Pushing(RoomLog[C]):
         # Admitted or answered without waiting on anything (a reject, a resend's ack): only
         # an append needs an operation that waits.
         admitted = self._admit(conn, batch, now)
-        if isinstance(admitted, list):
+        if not isinstance(admitted, _Append):  # (the common case passes `isinstance` at once)
             return admitted
-        return self._drive(self._appending(conn, batch, *admitted))
+        self._pending = admitted  # `resume` hands its outcome to `_append_done`
+        return [admitted.call]
 
     def _pushing(self, conn: C, batch: PushBatch, now: int) -> Op[C]:
-        """A push after a store failure: reload the room first, then as `push`."""
+        """A push after a store failure: reload the room first, then as `push` (the
+        operation ends handing the append over to `_pending`, as `push` does)."""
         if not (yield from self._reload_if_stale()):
             return []
         admitted = self._admit(conn, batch, now)
-        if isinstance(admitted, list):
+        if not isinstance(admitted, _Append):
             return admitted
-        return (yield from self._appending(conn, batch, *admitted))
+        self._pending = admitted
+        return [admitted.call]
 
-    def _admit(self, conn: C, batch: PushBatch, now: int) -> tuple[_Append, bool] | list[Action[C]]:
+    def _admit(self, conn: C, batch: PushBatch, now: int) -> _Append[C] | list[Action[C]]:
         """The steps of a push before its append: refuse it, fold it into the room, stamp
-        it, land queued input behind it. Returns the append to make and whether the push was
-        placed, or the answer when there is nothing to append."""
+        it, land queued input behind it. Returns the append to make, or the answer when
+        there is nothing to append."""
         self._now = now
         if self.gone or self.closing or self._stale:
             return [self._closed_to_pushes(conn)]
@@ -143,27 +162,40 @@ class Pushing(RoomLog[C]):
             raise LocalProtocolError("no_join", "a push from a connection that has not joined")
         grant = self.grants.get(conn, ANONYMOUS)
         key = self._mark_key(grant, client)
-        refused = self._refusal(conn, batch, grant, client, key, now)
+        # Read once: which kinds of record the batch holds. Each rule below looks only at some
+        # kinds, and is skipped for a batch that holds none of them (docs/design.md, "The push
+        # path's per-record checks"). Placed pushes land unchanged, so these are the kinds of
+        # what lands too.
+        kinds = kinds_of(batch.records)
+        refused = self._refusal(conn, batch, grant, client, key, now, kinds)
         if refused is not None:
             return refused
-        folded = self._fold(conn, batch)
-        if isinstance(folded, list):
+        folded = self._fold(conn, batch, kinds)
+        if not isinstance(folded, tuple):
             return folded
         landed, undo, placed = folded
-        return self._append_of(batch, key, self._stamped(landed, grant, client, now), undo), placed
+        stamped = self._stamped(landed, grant, client, now)
+        return self._append_of(conn, batch, placed, key, stamped, undo, kinds)
 
-    def _appending(self, conn: C, batch: PushBatch, append: _Append, placed: bool) -> Op[C]:
-        """Append the push (with the turn's lease writes), then answer and broadcast it and
-        write a snapshot if one is due; a failed append is undone and explained."""
-        try:
-            yield append.call
-        except Exception as exc:
+    def _append_done(self, outcome: object) -> list[Action[C]]:
+        """The store's outcome of the pending push's append (with the turn's lease writes):
+        answer and broadcast the push and write a snapshot if one is due; a failed append is
+        undone and explained."""
+        append = self._pending
+        assert isinstance(append, _Append)
+        self._pending = None
+        # An append that landed returns the log's revision: `type` first, as `isinstance`
+        # costs more when it fails.
+        if type(outcome) is not int and isinstance(outcome, BaseException):
+            if isinstance(outcome, Deleted):  # the log is gone (SPEC 15), as `resume` says
+                return self.deleted()
+            if not isinstance(outcome, Exception):
+                raise outcome
             append.undo()
-            return (yield from self._not_appended(conn, batch, append.call, exc))
-        actions = self._appended(conn, batch, append, placed)
+            return self._drive(self._not_appended(append.conn, append.batch, append.call, outcome))
+        actions = self._appended(append)
         if self._snapshot_due():
-            yield actions
-            return (yield from self._snapshot())
+            return actions + self._drive(self._snapshot())
         return actions
 
     def _closed_to_pushes(self, conn: C) -> Close[C]:
@@ -175,12 +207,12 @@ class Pushing(RoomLog[C]):
         return self._unavailable(conn)
 
     def _refusal(
-        self, conn: C, batch: PushBatch, grant: Grant, client: str, key: str, now: int
+        self, conn: C, batch: PushBatch, grant: Grant, client: str, key: str, now: int, kinds: int
     ) -> list[Action[C]] | None:
         """How to answer `batch` without folding it, or None: it may be folded. Refused by the
         token, a resend (its ack again), a copy of a push refused, the wrong lineage, another
         client's draft id, a turn rule, a steering or approval rule."""
-        why = scope_refusal(grant, batch.records, now)
+        why = scope_refusal(grant, batch.records, now, kinds)
         if why is not None:
             # Checked before anything else, a resend too: the token decides, not the seq.
             return [Send(conn, self._reject(batch, "forbidden", why))]
@@ -202,18 +234,20 @@ class Pushing(RoomLog[C]):
         clash = live.clash(self._owner(conn), batch.records) if live.drafts.drafts else None
         if clash is not None:
             return [Send(conn, self._reject(batch, "invalid", clash))]
-        turn = self.turns.refusal(self.conversation, batch, key, grant.sub, client)
-        if turn is not None:
-            return [Send(conn, self._reject(batch, *turn))]
-        steer = self._steer_refusal(batch, key, grant.sub)
-        if steer is None:
+        turns = self.turns
+        if kinds & ASIDES or turns.stale_owners:  # what the turn rules look at
+            turn = turns.refusal(self.conversation, batch, key, grant.sub, client)
+            if turn is not None:
+                return [Send(conn, self._reject(batch, *turn))]
+        steer = self._steer_refusal(batch, key, grant.sub, kinds)
+        if steer is None and kinds & TOUCHES:  # no aside change, no reset: no approval rule
             steer = self._approval_refusal(conn, batch, grant)
         if steer is not None:
             return [Send(conn, self._reject(batch, *steer))]
         return None
 
     def _fold(
-        self, conn: C, batch: PushBatch
+        self, conn: C, batch: PushBatch, kinds: int
     ) -> tuple[Sequence[ChangeRecord], Callable[[], None], bool] | list[Action[C]]:
         """Fold `batch` into the room: (the records as they land, how to undo them, whether
         they were placed), or the reject when they do not fit (undone already)."""
@@ -242,14 +276,14 @@ class Pushing(RoomLog[C]):
             except ApplyError as error:
                 return self._invalid(conn, batch, str(error))
             landed = batch.records
-        if self.config.strict_pairing:
-            violation = strict_check(self.conversation, landed, since)
+        if self.config.strict_pairing and kinds & STRICT_KINDS:
+            violation = strict_check(self.conversation, landed, since, kinds)
             if violation is not None:
                 undo()
                 if placed:  # judged at its own base, as before: the replica resends it there
                     return [Send(conn, self._reject(batch, "behind", "the log moved"))]
                 return self._invalid(conn, batch, f"strict pairing: {violation}")
-        unpins = self._pins_refusal(landed)
+        unpins = self._pins_refusal(landed) if kinds & SPLICE else None  # compactions splice
         if unpins is not None:
             undo()
             return [Send(conn, self._reject(batch, "pinned", unpins))]
@@ -273,47 +307,56 @@ class Pushing(RoomLog[C]):
                 msgspec.structs.replace(record, via=via, at=now if record.at is None else record.at)
                 for record in landed
             ]
-        return [
-            record if record.at is not None else msgspec.structs.replace(record, at=now)
-            for record in landed
-        ]
+        stamped = []
+        for record in landed:  # a loop, not a comprehension (a frame): this runs every push
+            stamped.append(record if record.at is not None else _replace(record, at=now))
+        return stamped
 
     def _append_of(
-        self, batch: PushBatch, key: str, records: list[ChangeRecord], undo: Callable[[], None]
-    ) -> _Append:
-        """The append of `records` (folded in already, undone by `undo`) with the records
-        that follow them in the same append: approvals a stop cancels, queued input that
-        lands once the step ends."""
+        self,
+        conn: C,
+        batch: PushBatch,
+        placed: bool,
+        key: str,
+        records: list[ChangeRecord],
+        undo: Callable[[], None],
+        kinds: int,
+    ) -> _Append[C]:
+        """The append of `records` (folded in already, undone by `undo`; `kinds` what they
+        hold) with the records that follow them in the same append: approvals a stop
+        cancels, queued input that lands once the step ends."""
         now = self._now
         steering = self.steering
-        # Asked once: whether the push holds an aside change or a reset. `records` hold the
-        # very changes of `batch.records` (placed pushes land unchanged), so the answer is the
-        # batch's too.
-        asides = steering.touches(records)
+        asides = kinds & TOUCHES
         if asides:
             steering = steering.copy()
             steering.track(self.conversation, records)
-        queue = self._landing(steering, now)
+        queue = self._landing(steering, now) if steering.queue else []
         if asides:  # only a stop (an aside) cancels approvals
             queue = approvals.stop_cancels(self.conversation, records, now) + queue
+        queue_kinds = 0
         if queue:
             undo = both(undo, self.conversation.apply_batch(queue))
+            queue_kinds = kinds_of(queue)
         turn = None
-        if self.config.turn_grace is not None:  # a room that keeps leases
-            turn = self._turn_after(steering, [*records, *queue], key, records)
-        encoded = [encode(record) for record in records]
-        encoded += [encode(record) for record in queue]
+        # A room that keeps leases, and records that may move a turn (`_turn_after` decides).
+        if self.config.turn_grace is not None and (kinds | queue_kinds) & (TOUCHES | MOVES_CALLS):
+            turn = self._turn_after(steering, [*records, *queue], key, records, kinds | queue_kinds)
+        encoded = list(map(encode, records))  # (`map` of a C function: no frame, as a
+        if queue:  # comprehension costs one)
+            encoded += map(encode, queue)
         from_ = self.revision
         mark = ClientMark(batch.seq, from_, from_ + len(encoded))
         lease = None if turn is None else turn.change
         call = AppendRecords(self.lineage, from_, encoded, key, mark, lease)
-        return _Append(call, records, queue, steering, undo, turn, asides)
+        return _Append(
+            conn, batch, placed, call, records, queue, steering, undo, turn, kinds, queue_kinds
+        )
 
-    def _appended(
-        self, conn: C, batch: PushBatch, append: _Append, placed: bool
-    ) -> list[Action[C]]:
+    def _appended(self, append: _Append[C]) -> list[Action[C]]:
         """The store appended `append`: the room follows, the pusher gets its ack, every
         other subscriber the records."""
+        conn, batch, placed = append.conn, append.batch, append.placed
         call, records, queue, steering = append.call, append.records, append.queue, append.steering
         key, mark = call.client, call.mark
         assert key is not None and mark is not None  # a client's push
@@ -323,19 +366,21 @@ class Pushing(RoomLog[C]):
         self.revision = mark.ack_revision
         self.marks[key] = mark
         self._remember(call.records)
-        asides = append.asides
+        kinds = append.kinds
+        asides = kinds & TOUCHES
         if asides:  # turn records and queued entries are asides
             self.turns.note_owners(records, key)
-        self._note_edits(from_, [*records, *queue] if queue else records)
+        if (kinds | append.queue_kinds) & EDITS:
+            self._note_edits(from_, [*records, *queue] if queue else records)
         self.steering = steering
-        self._steered(records, from_ + pushed)
+        self._steered(records, from_ + pushed, kinds)
         if asides:
             for record in records:
                 change = record.change
                 if type(change) is AsideChange and change.id in steering.queue:
                     self._queuers[change.id] = key
         if queue:
-            self._steered(queue, self.revision)
+            self._steered(queue, self.revision, append.queue_kinds)
         if asides:
             self.turns.pushed(key, records)
         if append.turn is not None:
@@ -343,7 +388,9 @@ class Pushing(RoomLog[C]):
         # The bare client id (a replica knows its own pushes by it), not the mark's store key.
         origin = PushOrigin(self.subscribers.get(conn, key), batch.seq)
         max_frame = self.config.max_frame
-        frames = records_frames(from_, call.records[:pushed], origin, max_frame)
+        frames = records_frames(
+            from_, call.records[:pushed] if queue else call.records, origin, max_frame
+        )
         # A placed push may differ from what was sent: the pusher gets what landed, then the ack.
         # The ack goes before the others' records: a pipelined writer sends its next batch on
         # it (docs/design.md, "Performance choices"; sending the records first was measured and
@@ -354,7 +401,8 @@ class Pushing(RoomLog[C]):
         if others is None:
             others = self._others[conn] = [other for other in self.subscribers if other != conn]
         if others:
-            actions += [Broadcast(others, frame) for frame in frames]
+            for frame in frames:  # a loop, not a comprehension (a frame): most pushes send one
+                actions.append(Broadcast(others, frame))
         if queue:
             # A queue landed in the same append: made by the hub (no origin), sent to everyone
             # right after the pusher's ack, which counts them (SPEC 10).
@@ -397,7 +445,7 @@ class Pushing(RoomLog[C]):
         return [Close(conn, "unavailable", f"storage failed: {error}; reconnect and resend")]
 
     def _steer_refusal(
-        self, batch: PushBatch, key: str, sub: str
+        self, batch: PushBatch, key: str, sub: str, kinds: int
     ) -> tuple[RejectReason, str] | None:
         """Why `batch` may not land as sent for steering (SPEC 10), or None: user text
         mid-step (or while a stop stands) waits as queued input; an assistant message made on
@@ -405,12 +453,12 @@ class Pushing(RoomLog[C]):
         turn that ended is refused, and so is one (with auth) whose author is not the user
         the token names (`sub`: checked, never overwritten); a queued entry is put only as
         `queue_records` makes it,
-        and withdrawn only by whoever queued it (`key`)."""
+        and withdrawn only by whoever queued it (`key`). `kinds`: what `batch` holds."""
         steering = self.steering
         conversation = self.conversation
         # The steering asides first: a stop too late must be refused `turn_ended` also when
         # a message was typed with it (the replica then replays the message alone).
-        for record in batch.records:
+        for record in batch.records if kinds & ASIDES else ():
             change = record.change
             if type(change) is not AsideChange:
                 continue
@@ -431,11 +479,11 @@ class Pushing(RoomLog[C]):
                     if batch.revision < self.revision:  # landed since its base: rebase it
                         return "behind", f"entry id {entry.id} landed since this push's base"
                     return "invalid", f"entry id {entry.id} is in the log already"
-        if user_text_push(batch.records):
+        if kinds & USER_TEXT:
             if steering.stops or steering.mid_step(conversation):
                 return "queued", "mid-step: the hub lands it once the step ends"
             return None
-        if batch.revision < self._request_revision and pushes_assistant(batch.records):
+        if kinds & ASSISTANT and batch.revision < self._request_revision:
             return "superseded", "a user request landed after the base of this answer"
         return None
 
@@ -451,22 +499,25 @@ class Pushing(RoomLog[C]):
         self, conn: C, batch: PushBatch, grant: Grant
     ) -> approvals.Refusal | None:
         """Why `batch` may not land for the approval rules (SPEC 12, `sync.approvals.check`):
-        the pusher is the socket's principal and client, may decide with `approve`."""
-        if not self.steering.touches(batch.records):  # no aside change, no reset
-            return None
+        the pusher is the socket's principal and client, may decide with `approve`. Asked
+        only of a batch that holds an aside change or a reset (the rules look at nothing
+        else)."""
         actor = approvals.Actor(
             grant.sub, self.subscribers.get(conn, ""), grant.can_approve, self.config.auth
         )
         return approvals.check(self.conversation, batch.records, actor, self.turns.owners.get)
 
 
-def scope_refusal(grant: Grant, records: Sequence[ChangeRecord], now: int) -> str | None:
+def scope_refusal(
+    grant: Grant, records: Sequence[ChangeRecord], now: int, kinds: int = ASIDES
+) -> str | None:
     """Why `grant` may not push `records`, or None: deciding approvals needs `approve` and
-    nothing else does; every other record needs `write` (SPEC 12: `write` does not decide)."""
+    nothing else does; every other record needs `write` (SPEC 12: `write` does not decide).
+    `kinds` (`kinds_of(records)`, when known): decisions are asides, looked for only then."""
     if now >= grant.exp * 1000:
         return "token expired"
     decisions = 0
-    for record in records:  # a loop (no generator), and asides only: this runs every push
+    for record in records if kinds & ASIDES else ():  # a loop: this runs every push
         if type(record.change) is AsideChange and approvals.is_decision(record):
             decisions += 1
     if decisions and not grant.can_approve:
@@ -486,20 +537,24 @@ def ack(seq: int, mark: ClientMark) -> bytes:
     return encode_message(Ack(seq, mark.ack_from, mark.ack_revision))
 
 
+STRICT_KINDS = PAIRS | SPLICE | RESET
+"""What strict pairing looks at: a batch holding none of these kinds pairs as before."""
+
+
 def strict_check(
-    conversation: Conversation, records: Sequence[ChangeRecord], since: int
+    conversation: Conversation,
+    records: Sequence[ChangeRecord],
+    since: int,
+    kinds: int | None = None,
 ) -> str | None:
-    """Strict pairing over what `records` changed (`since` is the length before them)."""
-    touches = False
+    """Strict pairing over what `records` changed (`since` is the length before them;
+    `kinds`: `kinds_of(records)`, when known)."""
+    if not (kinds_of(records) if kinds is None else kinds) & STRICT_KINDS:
+        return None
     for record in records:
         change = record.change
-        if isinstance(change, Push):
-            touches = touches or any(pairs(entry.message) for entry in change.entries)
-        elif isinstance(change, Splice | Reset):
+        if isinstance(change, Splice | Reset):
             since = min(since, change.start if isinstance(change, Splice) else 0)
-            touches = True
-    if not touches:
-        return None
     violation = strict_violation(conversation, since)
     return None if violation is None else violation.message
 
@@ -516,12 +571,7 @@ def both(first: Callable[[], None], then: Callable[[], None]) -> Callable[[], No
 
 def pushes_assistant(records: Sequence[ChangeRecord]) -> bool:
     """Whether `records` push (or splice in) an assistant message."""
-    for record in records:
-        change = record.change
-        if isinstance(change, Push | Splice):
-            if any(type(entry.message) is Assistant for entry in change.entries):
-                return True
-    return False
+    return bool(kinds_of(records) & ASSISTANT)
 
 
 def stopper(aside: Aside) -> str | None:

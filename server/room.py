@@ -260,7 +260,10 @@ class Room:
         return self.core.snapshot_json()
 
     async def _carry_out(self, actions: list[Action[Subscriber]]) -> None:
-        while (call := _deliver(actions)) is not None:
+        # `deliver` itself, not `_deliver`: one frame fewer, twice a push.
+        while (
+            call := deliver(actions, _send, _fail, _send_draft, _broadcast, _send_frames)
+        ) is not None:
             try:
                 if tracing.TRACER is not None:
                     with tracing.store_span(self.id, call):

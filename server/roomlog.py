@@ -34,6 +34,7 @@ from sync import (
 from sync.budget import Budget
 from sync.frames import records_frames, state_frames
 from sync.ids import IdMinter
+from sync.kinds import MOVES_CALLS, SPLICE, TOUCHES, USER_TEXT, kinds_of
 from sync.protocol import (
     PushBatch,
     Reject,
@@ -43,7 +44,6 @@ from sync.protocol import (
 from sync.steer import (
     Steering,
     landing_records,
-    user_text_push,
 )
 
 from .actions import (
@@ -66,15 +66,17 @@ from .metrics import Metrics
 from .presence import PresenceBoard
 from .store.base import ClientMark, Deleted, Lease, Loaded
 from .tally import Tally
-from .turns import TurnAfter, Turns, TurnState, moves_calls
+from .turns import TurnAfter, Turns, TurnState
 
-__all__ = ["CoreConfig", "Op", "RoomLog", "Steps"]
+__all__ = ["EDITS", "CoreConfig", "Op", "RoomLog", "Steps"]
 
 log = logging.getLogger("convsync.hub")
 
 DELETED = "the conversation was deleted"
 """The detail of a `deleted` close (SPEC 15)."""
 _UNREADABLE = "the log cannot be read now; reconnect later"
+EDITS = SPLICE | TOUCHES
+"""The kinds (`sync.kinds`) of record that replace an entry or an aside (`_note_edits`)."""
 
 
 C = TypeVar("C", bound=Hashable)
@@ -158,6 +160,10 @@ class RoomLog(Generic[C]):
         self._snapshot_bytes = 0
         self._bytes_since_snapshot = 0
         self._op: Op[C] | None = None  # the operation waiting on a store call
+        # Or the push waiting on its append (`server.push`): every push waits on one, so it
+        # waits as a plain value, not a generator (fewer frames), and `resume` hands the
+        # outcome to `_append_done`.
+        self._pending: object | None = None
         self._stale = False  # the store failed in a way that may leave us behind it
         # Live drafts and presence (SPEC 7), kept in memory only.
         self.live: LiveRoom[C] = LiveRoom(
@@ -201,17 +207,19 @@ class RoomLog(Generic[C]):
     @property
     def waiting(self) -> bool:
         """Whether the core waits for the outcome of a `StoreCall` (`resume`)."""
-        return self._op is not None
+        return self._op is not None or self._pending is not None
 
     def resume(self, outcome: object) -> list[Action[C]]:
         """Continue the operation that asked for a store call, with its outcome: the value
         it returned, or the exception it raised (thrown into the operation)."""
+        if self._pending is not None:
+            return self._append_done(outcome)
         op, self._op = self._op, None
         assert op is not None, "resume without a store call"
-        if isinstance(outcome, Deleted):  # whatever asked: the log is gone (SPEC 15)
-            op.close()
-            return self.deleted()
-        if isinstance(outcome, BaseException):
+        if isinstance(outcome, BaseException):  # one check for the common outcome, a value
+            if isinstance(outcome, Deleted):  # whatever asked: the log is gone (SPEC 15)
+                op.close()
+                return self.deleted()
             return self._drive(op, error=outcome)
         return self._drive(op, outcome)
 
@@ -223,7 +231,7 @@ class RoomLog(Generic[C]):
         actions: list[Action[C]] = []
         try:
             step = op.send(value) if error is None else op.throw(error)
-            while isinstance(step, list):
+            while type(step) is list:  # not `isinstance`: a store call fails it, at a cost
                 actions += step
                 step = op.send(None)
         except StopIteration as end:
@@ -232,8 +240,12 @@ class RoomLog(Generic[C]):
                 return actions
             return end.value  # type: ignore[no-any-return]
         self._op = op
-        actions.append(step)
+        actions.append(step)  # type: ignore[arg-type]  # a store call (the loop ended)
         return actions
+
+    def _append_done(self, outcome: object) -> list[Action[C]]:
+        """Continue the push waiting on its append (`_pending`) with the store's outcome."""
+        raise NotImplementedError  # `server.push.Pushing`
 
     def _unavailable(self, conn: C) -> Close[C]:
         """Close `conn`: the room cannot match the store now."""
@@ -309,7 +321,7 @@ class RoomLog(Generic[C]):
         """The store's key for a client's mark: the client id without auth (so stores and
         marks from before auth stay valid); with auth, the principal too, so one principal
         can never spend or read another's seqs (`/` in `sub` escaped: the key splits once)."""
-        return self._key_of(grant.sub, client)
+        return self._key_of(grant.sub, client) if self.config.auth else client
 
     def _key_of(self, sub: str, client: str) -> str:
         """The mark key of identity (`sub`, `client`) (see `_mark_key`)."""
@@ -370,16 +382,22 @@ class RoomLog(Generic[C]):
         note = self._ids.message_id(now)  # taken only when the note goes in
         return landing_records(self.conversation, list(steering.queue), now, note)
 
-    def _steered(self, records: Sequence[ChangeRecord], revision: int) -> None:
-        """`records` landed, the log now at `revision`: follow them in the steering index,
-        and note when a user request landed."""
-        self.tally.track(self.conversation, records)
-        if self.steering.touches(records):
+    def _steered(
+        self, records: Sequence[ChangeRecord], revision: int, kinds: int | None = None
+    ) -> None:
+        """`records` landed, the log now at `revision`: follow them in the tally and the
+        steering index, and note when a user request landed. `kinds`: `kinds_of(records)`,
+        when known (each index is told only of the kinds it follows)."""
+        if kinds is None:
+            kinds = kinds_of(records)
+        if kinds & Tally.KINDS:
+            self.tally.track(self.conversation, records)
+        if kinds & TOUCHES:
             self.steering.track(self.conversation, records)
             queue = self.steering.queue
             for id_ in [id_ for id_ in self._queuers if id_ not in queue]:
                 del self._queuers[id_]
-        if user_text_push(records):  # (it looks at pushes only)
+        if kinds & USER_TEXT:
             self._request_revision = revision
 
     def _note_edits(self, from_: int, records: Sequence[ChangeRecord]) -> None:
@@ -558,9 +576,8 @@ class RoomLog(Generic[C]):
         if self.config.turn_grace is None:
             return []
         turns = self.turns
-        if not self.steering.touches(records) and (
-            turns.state is None or not any(moves_calls(record) for record in records)
-        ):
+        kinds = kinds_of(records)
+        if not kinds & TOUCHES and (turns.state is None or not kinds & MOVES_CALLS):
             return []
         old, new = turns.state, self._turn_now()
         change = turns.change(old, new, self._lease_of(new) if new is not None else None)
@@ -580,17 +597,19 @@ class RoomLog(Generic[C]):
         records: Sequence[ChangeRecord],
         key: str | None = None,
         pushed: Sequence[ChangeRecord] = (),
+        kinds: int | None = None,
     ) -> TurnAfter | None:
         """What the open turn and its lease become once `records` (folded in already, with
-        `steering` the steering index after them; `pushed` of them from `key`) land; None for
-        records that cannot change a turn. Changes nothing: the room keeps it only once the
-        append carrying its lease writes landed (`Turns.landed`)."""
+        `steering` the steering index after them; `pushed` of them from `key`; `kinds`:
+        `kinds_of(records)`, when known) land; None for records that cannot change a turn.
+        Changes nothing: the room keeps it only once the append carrying its lease writes
+        landed (`Turns.landed`)."""
         if self.config.turn_grace is None:
             return None
         turns = self.turns
-        if not steering.touches(records) and (
-            turns.state is None or not any(moves_calls(record) for record in records)
-        ):
+        if kinds is None:
+            kinds = kinds_of(records)
+        if not kinds & TOUCHES and (turns.state is None or not kinds & MOVES_CALLS):
             return None
         now = self._now
         new, seen = turns.read(
@@ -625,7 +644,7 @@ class RoomLog(Generic[C]):
         the room held; from now on a hello or a push on this room is closed the same way."""
         self.gone = True
         self.exists = False
-        self._op = None
+        self._op = self._pending = None
         conns = list(dict.fromkeys([*self.subscribers, *self.grants]))
         for conn in conns:
             self.leave(conn, self._now)

@@ -319,9 +319,16 @@ def _explain(data: bytes | str, exc: DecodeError) -> ProtocolError:
     try:
         raw = msgspec.json.decode(data)
     except (msgspec.DecodeError, RecursionError):  # deep nesting: found by fuzzing
-        return RemoteProtocolError("malformed_json", exc.message)
+        return _quoting("malformed_json", exc.message)
     kind = raw.get("type") if isinstance(raw, dict) else None
     if not isinstance(kind, str) or kind not in _KNOWN_TYPES:
         shown = kind if isinstance(kind, str) else type(kind).__name__
-        return RemoteProtocolError("unknown_type", f"unknown message type {shown!r}")
-    return RemoteProtocolError("bad_message", exc.message)
+        return _quoting("unknown_type", f"unknown message type {shown!r}")
+    return _quoting("bad_message", exc.message)
+
+
+def _quoting(reason: str, message: str) -> RemoteProtocolError:
+    """A refusal whose message quotes the frame: the peer reads it, no log line does."""
+    error = RemoteProtocolError(reason, message)
+    error.quotes_peer = True
+    return error

@@ -379,8 +379,11 @@ class Sockets:
         await held.room.join(sub, hello, grant)
 
     def _fail(self, sub: Subscriber, error: ConvsyncError) -> None:
-        # Details are short phrases of ours; an auth detail never quotes a token.
-        log.info("closing a socket: %s: %s", error.reason, error.message)
+        # Details are short phrases of ours; an auth detail never quotes a token. A decoder's
+        # words may quote the frame (an enum value, a type name): the peer gets them, the log
+        # does not.
+        detail = "(the frame's words, not logged)" if error.quotes_peer else error.message
+        log.info("closing a socket: %s: %s", error.reason, detail)
         self._hub.metrics.protocol_errors[error.reason] += 1
         sub.fail(error.reason, error.message)
 

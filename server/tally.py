@@ -25,6 +25,7 @@ from sync.changes import AsideChange, ChangeRecord, Push, Reset, Splice
 from sync.conversation import Conversation
 from sync.entries import TURN_KIND, Aside, Entry
 from sync.ids import AsideId, MessageId
+from sync.kinds import ASSISTANT, SPLICE, TOUCHES
 from sync.messages import Assistant, Usage
 from sync.steer import QUEUED_KIND
 
@@ -52,6 +53,10 @@ class Tally:
     latest turn record. Read `usage()`, `queued`, `approvals`, `latest_turn`."""
 
     __slots__ = ("_replies", "_sums", "_turns", "approvals", "latest_turn", "queued")
+
+    KINDS: Final = ASSISTANT | SPLICE | TOUCHES
+    """The kinds of record (`sync.kinds`) `track` looks at: records of no other kind (the
+    user's text, a halt) change no total, and the hub skips `track` for them."""
 
     def __init__(self) -> None:
         self._replies: dict[MessageId, Usage] = {}  # entry id -> the usage its reply reported

@@ -22,14 +22,10 @@ from sync import (
     ChangeRecord,
     Conversation,
     Entry,
-    Push,
-    Reset,
-    Splice,
-    ToolResult,
-    User,
     approvals,
 )
 from sync.entries import TURN_KIND, TurnOwner
+from sync.kinds import pairs
 from sync.messages import Reasoning, Text
 from sync.protocol import PushBatch, RejectReason
 from sync.steer import open_turn
@@ -37,7 +33,7 @@ from sync.steer import open_turn
 from .drafts import DraftBoard
 from .store.base import Lease, LeaseChange
 
-__all__ = ["TurnAfter", "TurnState", "Turns", "moves_calls", "opens_turn", "owner_draft", "pairs"]
+__all__ = ["TurnAfter", "TurnState", "Turns", "opens_turn", "owner_draft", "pairs"]
 
 C = TypeVar("C", bound=Hashable)
 
@@ -247,21 +243,6 @@ def opens_turn(records: Sequence[ChangeRecord]) -> bool:
         if value is not None and value.get("end") is None:
             return True
     return False
-
-
-def moves_calls(record: ChangeRecord) -> bool:
-    """Whether `record` may change the calls pending (it brings a call or a result)."""
-    change = record.change
-    if isinstance(change, Push | Splice):
-        return any(pairs(entry.message) for entry in change.entries)
-    return isinstance(change, Reset)
-
-
-def pairs(message: object) -> bool:
-    """Whether a pushed message takes part in pairing (an assistant turn or a result)."""
-    if isinstance(message, Assistant):
-        return True
-    return isinstance(message, User) and any(isinstance(p, ToolResult) for p in message.content)
 
 
 def _owner_of_key(key: str, auth: bool) -> tuple[str, str]:

@@ -180,7 +180,11 @@ class ConvsyncError(Exception):
     Attributes:
         reason: a machine-readable reason, one word in snake case.
         message: a short human-readable explanation.
+        quotes_peer: True when `message` may quote what the peer sent (a decoder's words about
+            a frame): it goes back to that peer, never into a log line.
     """
+
+    quotes_peer = False
 
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(f"{reason}: {message}")
@@ -232,7 +236,10 @@ class Unavailable(ConvsyncError):
 
 
 class DecodeError(RemoteProtocolError):
-    """Bytes that do not decode to the expected wire type; the message says where."""
+    """Bytes that do not decode to the expected wire type; the message says where (and may
+    quote the bytes: msgspec names an unknown enum value)."""
+
+    quotes_peer = True
 
     def __init__(self, message: str) -> None:
         super().__init__("malformed", message)

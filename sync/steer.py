@@ -41,6 +41,7 @@ from .entries import (
 )
 from .fold import Fold
 from .ids import ASIDE_PREFIX, MESSAGE_PREFIX, AsideId, MessageId, is_message_id
+from .kinds import TOUCHES, USER_TEXT, is_user_text, kinds_of
 from .messages import AnyMessage, Assistant, Message, Stop, Text, ToolCall, ToolResult, User
 
 if TYPE_CHECKING:
@@ -84,20 +85,6 @@ _replace = msgspec.structs.replace
 ABORTED = Stop("aborted", "stopped")
 
 
-def is_user_text(entry: Entry) -> bool:
-    """Whether `entry` is the user's own message (a `User` message holding no tool result),
-    and not the STOPPED note: a worker committing its answer after a halt `stopped` pushes
-    that note with it (`Conversation.push`), and the note must land with the answer, never
-    wait in the queue (it would land after the answer and clear the halt)."""
-    message = entry.message
-    if type(message) is not User:
-        return False
-    for part in message.content:  # a loop, not `any(...)`: the hub asks this every push
-        if type(part) is ToolResult:
-            return False
-    return not is_stopped_note(message, entry.author)
-
-
 def is_stop_request(record: ChangeRecord) -> bool:
     """Whether `record` puts a stop request (a `rig.stop` aside)."""
     change = record.change
@@ -110,13 +97,7 @@ def is_stop_request(record: ChangeRecord) -> bool:
 
 def user_text_push(records: Sequence[ChangeRecord]) -> bool:
     """Whether `records` push a message of the user's own (what waits, mid-step)."""
-    for record in records:
-        change = record.change
-        if type(change) is Push:
-            for entry in change.entries:  # loops, not `any(...)`: the hub asks every push
-                if is_user_text(entry):
-                    return True
-    return False
+    return bool(kinds_of(records) & USER_TEXT)
 
 
 def step_pending(conversation: Fold) -> bool:
@@ -124,25 +105,27 @@ def step_pending(conversation: Fold) -> bool:
     from the end back to that message only (as `pairing.pending_calls` reads it: a failed
     last reply owes nothing, and neither does a turn the user wrote after with more than
     results)."""
-    answered: dict[str, int] = {}
-    entries = conversation._entries
-    for at in range(len(entries) - 1, -1, -1):
-        message = entries[at].message
+    answered: dict[str, int] | None = None  # made only once a result is read
+    for entry in reversed(conversation._entries):
+        message = entry.message
         if type(message) is User:
             # More than results (the common last entry: the user's text): nothing is owed.
-            # A loop, not `tool_results()`: the hub asks this for every user push.
+            # A loop, not `tool_results()`, and `type`, not `isinstance` (which costs more
+            # when it fails): the hub asks this for every user push.
             content = message.content
             for part in content:
-                if not isinstance(part, ToolResult):
+                if type(part) is not ToolResult:
                     return False
             results: list[ToolResult] = content  # type: ignore[assignment]  # checked above
+            if answered is None:
+                answered = {}
             for result in results:
                 answered[result.call_id] = answered.get(result.call_id, 0) + 1
         elif type(message) is Assistant:
             if message.failed():
                 return False
             for call in message.tool_calls():
-                if answered.get(call.id, 0) > 0:
+                if answered is not None and answered.get(call.id, 0) > 0:
                     answered[call.id] -= 1
                 else:
                     return True
@@ -316,12 +299,9 @@ class Steering:
             self._put(id_, aside.kind)
 
     def touches(self, records: Sequence[ChangeRecord]) -> bool:
-        """Whether `records` may change the index (they hold an aside change or a reset)."""
-        for record in records:  # a loop, not `any(...)`: the hub asks this a few times a push
-            kind = type(record.change)
-            if kind is AsideChange or kind is Reset:
-                return True
-        return False
+        """Whether `records` may change the index (they hold an aside change or a reset; the
+        hub reads it from the push's `kinds_of` once)."""
+        return bool(kinds_of(records) & TOUCHES)
 
     def track(self, conversation: Fold, records: Sequence[ChangeRecord]) -> None:
         """Follow `records`, folded into `conversation` already."""

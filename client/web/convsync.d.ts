@@ -512,6 +512,17 @@ export interface ConnectOptions {
   /** false: watch without joining presence; the hub shows this replica in no one's presence
    * and in no summary row's `online` (default true). */
   presence?: boolean;
+  /** Keep the confirmed value, pending edits and the batch in flight with its seq in
+   * IndexedDB (SPEC §14): a reload or a new tab resumes them. */
+  persist?: 'indexeddb';
+  /** The outbox's name (default: `convsync:` + the replica's url). */
+  outbox?: string;
+  /** The IndexedDB factory (default: globalThis.indexedDB). */
+  indexedDB?: unknown;
+  /** Web Locks (default: navigator.locks; in-realm locks where there are none). */
+  locks?: unknown;
+  /** Ms to wait for the outbox's lock before refusing `outbox_in_use` (default 3000). */
+  lockWait?: number;
 }
 
 export interface StateEvent {
@@ -560,8 +571,16 @@ export class Replica {
   progress: Set<() => void>;
   /** Resolves after the first catch-up; rejects with Refused when refused first. */
   ready: Promise<Replica>;
+  /** Resolves once the outbox's value is in `conversation` (`persist`; at once without):
+   * an offline start. Rejects as `ready` does when the outbox is refused. */
+  loaded: Promise<Replica>;
+  /** Resolves once every edit so far is in the outbox (`persist`; at once without). */
+  saved(): Promise<void>;
+  on(type: 'outbox_error', listener: (event: { type: 'outbox_error'; detail: string }) => void): () => void;
   on(type: 'state', listener: (event: StateEvent) => void): () => void;
   on(type: 'refused', listener: (error: Refused) => void): () => void;
+  /** After each record `conversation` makes (an edit here, or a rebase replaying one). */
+  on(type: 'edited', listener: (event: { type: 'edited' }) => void): () => void;
   on(type: SessionEvent['type'] | '*', listener: (event: SessionEvent) => void): () => void;
   start(): Promise<void>;
   flush(): Promise<void>;
@@ -569,6 +588,23 @@ export class Replica {
 }
 
 export function connect(url: string, conversationId: string, options?: ConnectOptions): Replica;
+
+/** The layout of an IndexedDB outbox (`persist: 'indexeddb'`); another is refused. */
+export const OUTBOX_LAYOUT: number;
+
+/** One IndexedDB outbox, held by its Web Lock until `close()` (see lib/persist.js). */
+export class Outbox {
+  /** Rejects with Refused `outbox_in_use` when another holds it past `lockWait` ms. */
+  static open(
+    name: string,
+    options?: { indexedDB?: unknown; locks?: unknown; lockWait?: number },
+  ): Promise<Outbox>;
+  readonly name: string;
+  closed: boolean;
+  load(): Promise<unknown>;
+  clear(): Promise<void>;
+  close(): void;
+}
 
 /** Calls `end` once when `ws` ends: at `close`, or at an `error` no `close` may follow. */
 export function whenEnded(

@@ -86,3 +86,61 @@ def test_serve_refuses_a_log_format_it_does_not_know() -> None:
     result = convsync("serve", "--port", "0", env={"CONVSYNC_LOG_FORMAT": "xml"})
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr == "convsync: error: CONVSYNC_LOG_FORMAT='xml': give text or json\n"
+
+
+async def _refusals_of(frames: list[str]) -> list[dict[str, object]]:
+    """Each frame on its own socket to a hub on 127.0.0.1: the hub's `error` answers."""
+    import anyio
+    from conftest import bound, hub_config
+    from websockets.asyncio.client import connect as ws_connect
+    from websockets.exceptions import ConnectionClosed
+
+    from server import Hub, MemoryStore
+    from sync.protocol import SUBPROTOCOL
+
+    answers: list[dict[str, object]] = []
+    async with Hub(MemoryStore(), port=0, config=hub_config()) as hub:
+        for frame in frames:
+            url = f"{hub.url}/v1/conversations/logged"
+            async with ws_connect(url, subprotocols=[SUBPROTOCOL]) as ws:
+                await ws.send(frame)
+                with anyio.fail_after(bound(5)):
+                    try:
+                        while True:
+                            answer = json.loads(await ws.recv())
+                            if answer.get("type") == "error":
+                                answers.append(answer)
+                    except ConnectionClosed:
+                        pass
+    return answers
+
+
+def test_a_refused_frame_s_own_words_reach_the_peer_and_no_log_line(caplog) -> None:  # type: ignore[no-untyped-def]
+    """A frame the hub cannot decode (an unknown type, a bad enum value, broken JSON) is
+    refused with the decoder's words, which may quote the frame; those words go back to the
+    peer and never into the hub's log line about the close."""
+    import anyio
+
+    caplog.set_level(logging.DEBUG)
+    frames = [
+        json.dumps({"type": TEXT}),
+        json.dumps(
+            {
+                "type": "hello",
+                "client": "c",
+                "lineage": 0,
+                "revision": 0,
+                "kind": 7,
+                "state_format": TEXT,
+            }
+        ),
+        '{"type": "hello", "client": "' + TEXT + '"',
+    ]
+    answers = anyio.run(_refusals_of, frames)
+    assert len(answers) == 3 and any(TEXT in str(a.get("detail", a)) for a in answers), answers
+    ours = [r for r in caplog.records if r.name.startswith("convsync")]
+    closes = [r for r in ours if r.getMessage().startswith("closing a socket")]
+    assert len(closes) == 3, [r.getMessage() for r in ours]
+    forms = (TextFormatter(), JsonFormatter())
+    for record in ours:
+        assert TEXT not in " ".join(form.format(record) for form in forms)

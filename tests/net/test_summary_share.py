@@ -145,3 +145,39 @@ async def test_when_the_ticking_socket_leaves_another_takes_the_window_over(hub:
                 diff = json.loads(await second.recv())
                 row = {r["id"]: r for r in diff["rows"]}.get("hand.1", row)
     await second.close()
+
+
+async def test_the_tick_writes_each_frame_to_parked_sockets_without_waking_them(
+    hub: Hub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sockets of one window that sent everything get each next frame from the window's tick
+    itself: their own tasks are not woken once per frame (20 dashboards woke 20 tasks a tick),
+    and every socket still gets the same frames in order."""
+    woken: list[int] = []
+    real = _Window.frames_for
+
+    def counted(self: _Window, watcher: _Touched) -> list[tuple[bytes, bytes | None]]:
+        woken.append(1)
+        return real(self, watcher)
+
+    monkeypatch.setattr(_Window, "frames_for", counted)
+    feeds = [await summary(hub, prefix="park.") for _ in range(FEEDS)]
+    frames: list[list[str]] = [[] for _ in feeds]
+    with anyio.fail_after(bound(30)):
+        for ws in feeds:
+            assert json.loads(await ws.recv())["type"] == "summary"
+        async with connect(f"ws://127.0.0.1:{hub.port}", "park.a", client="agent") as py:
+            for n in range(PUSHES):
+                py.conversation.push(Message.user(f"step {n}"))
+                await py.flush()
+                await anyio.sleep(0.1)
+        for got, ws in zip(frames, feeds, strict=True):
+            row: dict[str, Any] = {"revision": 0, "online": []}
+            while row["revision"] != PUSHES or row["online"]:
+                got.append(str(await ws.recv()))
+                row = {r["id"]: r for r in json.loads(got[-1])["rows"]}.get("park.a", row)
+    for ws in feeds:
+        await ws.close()
+    assert all(got == frames[0] for got in frames) and len(frames[0]) >= 3
+    # Woken only around the snapshot and the window's start, not once per frame per socket.
+    assert len(woken) < len(frames[0]) * FEEDS / 2, (len(woken), len(frames[0]))

@@ -26,11 +26,13 @@ from server.core import (
 from server.store import ClientMark, Loaded, LogMoved, SeqTaken, StoreError
 from sync import (
     Assistant,
+    Author,
     ChangeRecord,
     Conversation,
     Lineage,
     Message,
     Push,
+    Reset,
     Splice,
     Stop,
     ToolCall,
@@ -335,6 +337,32 @@ def test_a_push_reusing_a_tool_call_id_is_rejected_invalid_and_leaves_no_trace()
         assert room.conversation == before and room.revision == 2
         fresh = room.push("a", PushBatch(4, room.lineage, 2, [record("again?"), *turn("c2")]), NOW)
         assert isinstance(fresh[-1], AppendRecords)
+
+
+def test_a_splice_or_a_reset_bringing_no_pairing_message_is_still_checked_for_pairing() -> None:
+    """Strict pairing looks at a splice or a reset whatever entries it brings (the hub skips
+    it only for pushes holding no pairing message): a splice that takes a call out from
+    under its result, and a reset to a state with an orphan result, are `invalid`."""
+    room = core()
+    joined(room, "a", "b")
+    land(room, "a", 1, "weather?")
+    maker = Conversation()
+    call = Assistant([ToolCall("c1", "weather", {"city": "Lisbon"})], Stop("tool_use"))
+    maker.extend([call, Message.tool_result("c1", "weather", "18°C")])
+    room.push("a", PushBatch(2, room.lineage, room.revision, maker.take_unsaved()), NOW)
+    room.resume(2)
+    edit = room.conversation.copy()
+    edit.splice(slice(1, 2), [], Author.plugin("s"))  # the call goes, its result stays
+    [splice] = edit.take_unsaved()
+    orphan = Conversation.from_messages([Message.user("x"), Message.tool_result("c9", "t", "r")])
+    reset = ChangeRecord(Reset(orphan.state()), Author.rig(), NOW)
+    before = room.conversation.copy()
+    for seq, bad, call_id in ((3, splice, "c1"), (4, reset, "c9")):
+        actions = room.push("a", PushBatch(seq, room.lineage, room.revision, [bad]), NOW)
+        [reject] = frames_to(actions, "a")
+        assert isinstance(reject, Reject) and reject.reason == "invalid"
+        assert reject.detail.startswith(f"strict pairing: tool result '{call_id}'")
+        assert room.conversation == before and room.revision == 2
 
 
 def test_catch_up_by_records_by_state_and_from_the_store() -> None:

@@ -5,6 +5,7 @@ import { monotonicMs } from './budget.js';
 import { ConvsyncError, ProtocolError, Refused, UsageError, codeOfClose } from './errors.js';
 import { SUBPROTOCOL } from './frames.js';
 import { Lineage } from './ids.js';
+import { openKeeper, persistOption } from './persist.js';
 import { Shell, keepaliveOption, whenEnded } from './reconnect.js';
 import { isObject } from './records.js';
 import { ReplicaSession } from './session.js';
@@ -17,8 +18,12 @@ const MAX_TIMER_MS = 2 ** 31 - 1;
  * @typedef {{client?: string, getToken?: () => (string | null | Promise<string | null>),
  *   conversation?: Conversation, WebSocket?: any, maxFrame?: number, backoff?: number,
  *   maxBackoff?: number, random?: () => number, setTimeout?: (fn: () => void, ms: number) => any,
- *   clearTimeout?: (handle: any) => void, live?: boolean, keepalive?: number | null
+ *   clearTimeout?: (handle: any) => void, live?: boolean, keepalive?: number | null,
+ *   persist?: 'indexeddb', outbox?: string, indexedDB?: any, locks?: any, lockWait?: number
  * }} ConnectOptions
+ * `persist: 'indexeddb'`: keep the confirmed value, the pending edits and the batch in flight
+ * with its seq in IndexedDB (`lib/persist.js`), in the outbox `outbox` (default: named after
+ * the url); a reload resumes them, and `loaded` resolves once they are in `conversation`.
  * `keepalive` (ms, default 10000; null: none): a hub that stops answering is noticed within it.
  * A browser cannot send websocket pings, so the replica sends `ping` messages (to a hub whose
  * welcome lists the `ping` feature) every `keepalive / 2` and gives the socket up when nothing
@@ -38,8 +43,8 @@ export class Replica extends Shell {
   constructor(url, conversationId, options = {}) {
     const setTimer = options.setTimeout ?? ((fn, ms) => setTimeout(fn, ms));
     const clearTimer = options.clearTimeout ?? ((handle) => clearTimeout(handle));
-    // Session events, `state` and `refused`; `*` hears the session events.
-    super(['state', 'refused'], {
+    // Session events, `state`, `refused` and `edited`; `*` hears the session events.
+    super(['state', 'refused', 'edited'], {
       backoff: options.backoff,
       maxBackoff: options.maxBackoff,
       random: options.random,
@@ -55,6 +60,14 @@ export class Replica extends Shell {
       maxFrame: options.maxFrame,
       live: options.live,
     });
+    /** The IndexedDB outbox's keeper, once taken (`persist`); null without. */
+    /** @type {import('./persist.js').Keeper | null} */
+    this.keeper = null;
+    const persist = persistOption(options);
+    /** Resolves once the kept value (or none) is in `conversation`: at once without `persist`. */
+    this.loaded =
+      persist === null ? Promise.resolve(this) : this.#load(persist, options.client ?? null);
+    this.loaded.catch(() => {}); // `ready` rejects with the same error
     this.getToken = options.getToken ?? null;
     /** @type {string | null} */ this.lastToken = null; // sent in the last attempt
     /** @type {string | null} */ this.refusedToken = null; // the hub said `unauthorized` to it
@@ -86,7 +99,7 @@ export class Replica extends Shell {
     this.closing = false;
     /** @type {Set<() => void>} called after every message handled and every state change */
     this.progress = new Set();
-    this.session.local.onEdit(() => this.#pump());
+    this.#watchLocal();
     /** Resolves once the first catch-up is done; rejects with `Refused` if refused first. */
     this.ready = new Promise((resolve, reject) => {
       this.resolveReady = resolve;
@@ -219,8 +232,9 @@ export class Replica extends Shell {
 
   /**
    * Listen to `type`: a session event (`connected`, `disconnected`, `applied`, `rebased`,
-   * `reset`, `conflict`), `state` (`{state, code, reason}`), `refused` (a `Refused`), or `*`
-   * (every session event). Returns a function that stops listening.
+   * `reset`, `conflict`), `state` (`{state, code, reason}`), `refused` (a `Refused`),
+   * `edited` (after each record `conversation` makes: an edit here, or one a rebase
+   * replays), or `*` (every session event). Returns a function that stops listening.
    * @param {string} type @param {(event: any) => void} listener
    */
   on(type, listener) {
@@ -231,11 +245,46 @@ export class Replica extends Shell {
     for (const event of events) this.emitter.emit(event.type, event);
   }
 
+  /** Push each edit of the local value (the outbox keeps it first). */
+  #watchLocal() {
+    // `edited`: a record made here (an edit, or a rebase replaying one), which no session
+    // event names; a view of `conversation` (react.js) listens to it besides `*`.
+    this.session.local.onEdit(() => {
+      this.keeper?.changed();
+      this.#pump();
+      this.emitter.emit('edited', { type: 'edited' });
+    });
+  }
+
+  /** Take the outbox and put what it keeps into the session (before the first hello). */
+  async #load(persist, client) {
+    const { keeper, conflicts } = await openKeeper(this.session, this.url, persist, client);
+    if (this.closing) {
+      void keeper.close();
+      return this;
+    }
+    this.keeper = keeper;
+    keeper.onError = (error) =>
+      this.emitter.emit('outbox_error', { type: 'outbox_error', detail: String(error) });
+    this.#watchLocal();
+    this.#events(conflicts);
+    this.#progressed();
+    return this;
+  }
+
   /** Open the first connection (called by `connect`). */
   async start() {
     if (this.closing || this.attempting) return;
     this.attempting = true;
     this.reconnect.begin();
+    try {
+      await this.loaded;
+    } catch (error) {
+      this.attempting = false;
+      const code = error instanceof ConvsyncError ? error.reason : 'outbox_unreadable';
+      this.#refuse(code, error instanceof Error ? error.message : String(error), null);
+      return;
+    }
     let token = null;
     try {
       token = this.getToken !== null ? await this.getToken() : null;
@@ -391,7 +440,12 @@ export class Replica extends Shell {
     if (ws === null || ws.readyState !== 1) return;
     const { frame, conflicts } = this.session.nextPush(monotonicMs());
     this.#events(conflicts);
-    if (frame !== null) {
+    if (frame !== null && this.keeper !== null) {
+      // Sent once the outbox holds the batch with its seq (never again under another).
+      this.keeper.sending(() => {
+        if (this.ws === ws && ws.readyState === 1) ws.send(frame);
+      });
+    } else if (frame !== null) {
       ws.send(frame);
     } else if (this.session.pacedUntil !== null && this.paceTimer === null) {
       // Within the hub's budget: push what gathered meanwhile once a token is there.
@@ -431,9 +485,16 @@ export class Replica extends Shell {
   /** Stop for good, refused by the hub (`code`): `closed`, a `refused` event, `ready` rejects. */
   #refuse(code, reason, closeCode) {
     this.refused = new Refused(code, reason, closeCode);
+    // A deleted conversation takes no edits: what its outbox kept will never go.
+    if (code === 'deleted' && this.keeper !== null) void this.keeper.clear();
     this.reconnect.set('closed', this.refused.code, reason);
     this.emitter.emit('refused', this.refused);
     this.rejectReady(this.refused);
+  }
+
+  /** Resolves once every edit made so far is in the outbox (`persist`; at once without). */
+  saved() {
+    return this.keeper === null ? Promise.resolve() : this.keeper.saved();
   }
 
   /** Resolves once every edit made so far is acknowledged (waits across reconnects); rejects
@@ -456,12 +517,14 @@ export class Replica extends Shell {
   }
 
   #progressed() {
+    this.keeper?.changed();
     for (const check of Array.from(this.progress)) check();
   }
 
   /** Disconnect and stop reconnecting. Unacknowledged edits stay in `conversation.unsaved()`. */
   close() {
     this.closing = true;
+    void this.keeper?.close(); // written first, then let go (another tab may take it)
     this.#stopKeepalive();
     this.reconnect.cancel();
     const ws = this.ws;

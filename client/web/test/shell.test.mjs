@@ -4,51 +4,7 @@ import { test } from 'node:test';
 
 import { Message, Refused, SummaryFeed, backoffDelay, connect, retryRule } from '../convsync.js';
 
-/** A WebSocket stand-in: records what is sent; the test plays the hub. */
-class FakeSocket {
-  static made = [];
-  constructor(url, protocol) {
-    this.url = url;
-    this.protocol = protocol;
-    this.readyState = 0;
-    this.sent = [];
-    FakeSocket.made.push(this);
-  }
-  open() {
-    this.readyState = 1;
-    this.onopen?.({});
-  }
-  send(data) {
-    this.sent.push(JSON.parse(data));
-  }
-  deliver(message) {
-    this.onmessage?.({ data: JSON.stringify(message) });
-  }
-  close(code = 1005, reason = '') {
-    if (this.readyState === 3) return;
-    this.readyState = 3;
-    this.onclose?.({ code, reason });
-  }
-}
-
-/** Timers the test fires by hand. */
-function manualTimers() {
-  const pending = [];
-  return {
-    pending,
-    setTimeout: (fn, ms) => {
-      const timer = { fn, ms };
-      pending.push(timer);
-      return timer;
-    },
-    clearTimeout: (timer) => pending.splice(pending.indexOf(timer), 1),
-    fire() {
-      const timer = pending.shift();
-      timer.fn();
-      return timer.ms;
-    },
-  };
-}
+import { FakeSocket, manualTimers } from './support/fakes.mjs';
 
 async function settle() {
   for (let i = 0; i < 5; i += 1) await Promise.resolve();
@@ -493,4 +449,30 @@ test('a lost connection leaves the session connecting; close() releases it for g
   assert.equal(r.state, 'closed');
   assert.equal(r.session.phase, 'closed');
   assert.throws(() => r.session.hello(), /closed/);
+});
+
+import { Conversation } from '../convsync.js';
+
+test('edited: after each record made here (an edit, a rebase replay), never for the hub\'s', async () => {
+  const { r } = replica();
+  const edited = [];
+  const wild = [];
+  r.on('edited', (event) => edited.push(event.type));
+  r.on('*', (event) => wild.push(event.type));
+  await settle();
+  const ws = FakeSocket.made[0];
+  ws.open();
+  ws.deliver({ type: 'welcome', lineage: 5, revision: 0, acked: 0 });
+  r.conversation.push(Message.user('mine'));
+  assert.deepEqual(edited, ['edited']);
+  assert.equal(wild.includes('edited'), false); // `*` hears session events, as before
+  // Someone else's record lands first: the push is rejected and rebased, the edit replayed.
+  const theirs = new Conversation();
+  theirs.push(Message.user('theirs'));
+  const records = JSON.parse(JSON.stringify(theirs.unsaved()));
+  ws.deliver({ type: 'records', from: 0, records, origin: null });
+  ws.deliver({ type: 'reject', seq: 1, lineage: 5, revision: 1, reason: 'behind' });
+  assert.deepEqual(r.conversation.messages().map((m) => m.content[0].text), ['theirs', 'mine']);
+  assert.deepEqual(edited, ['edited', 'edited']);
+  r.close();
 });
