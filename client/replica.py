@@ -21,6 +21,7 @@ import collections
 import contextlib
 import inspect
 import logging
+import os
 import random
 import ssl
 import time
@@ -73,6 +74,7 @@ from .connection import (
 )
 from .drafting import DraftWriter
 from .live import FEATURES, Draft, DraftChanged, DraftEnded, Presence
+from .outbox import Outbox
 from .session import Connected, Disconnected, Event, ReplicaSession, StopRequested
 from .steering import Steering
 from .turns import Turns
@@ -129,6 +131,14 @@ class Replica(Steering, Turns, Approving):
             catch-up): `msgpack` (the default; MessagePack in binary frames, about half the
             hub's encoding and a fifth less of the decoding) or `json` (text frames, readable
             in a capture). A hub that predates the setting sends JSON; both are read.
+        outbox: a SQLite file that keeps the confirmed value, the pending edits and the client
+            id (SPEC 14, `client.outbox`): each edit is in it when its call returns, so a
+            process that dies loses none; one started again on the same file goes on with
+            them (its client id comes from the file, from the moment it is entered). With it,
+            entering does not wait for a hub that does not answer: it opens from the file (an
+            offline start: `connected` is False, edits are kept and go once a hub answers).
+            Entering raises `UsageError` (`outbox_locked`) while another live replica holds
+            the file, `bad_outbox` for a file that is not this conversation's outbox.
 
     Connection state: `connected` is True while the replica is welcomed and caught up. The
     events `Connected` and `Disconnected` come once per change of state: one `Disconnected`
@@ -161,6 +171,7 @@ class Replica(Steering, Turns, Approving):
         keepalive: float | None = 10.0,
         presence: bool = True,
         state_format: str = "msgpack",
+        outbox: str | os.PathLike[str] | None = None,
     ) -> None:
         if kind is not None and not is_kind(kind):
             raise UsageError("bad_kind", "kind is 1 to 64 printable characters, or None")
@@ -225,6 +236,8 @@ class Replica(Steering, Turns, Approving):
         self._changes_queued: set[str] = set()  # drafts with an unread DraftChanged
         self._step: AsideId | None = None  # the `rig.step` marker this replica put, standing
         self._stop_scopes: list[anyio.CancelScope] = []  # cancelled by a `StopRequested`
+        self._outbox = Outbox(outbox) if outbox is not None else None
+        self._given = (client, conversation is not None)  # checked against the outbox's
 
     # ------------------------------------------------------------------ reads
 
@@ -377,15 +390,30 @@ class Replica(Steering, Turns, Approving):
         # order and from any task.
         if self._task is not None or self._closed:
             raise UsageError("reentered", "a Replica is entered once (make a new one)")
+        outbox = self._outbox
+        if outbox is not None:
+            client, fresh_value = self._given
+            try:
+                await outbox.open(
+                    self.session, self.conversation_id, client=client, fresh_value=fresh_value
+                )
+            except BaseException:
+                self._closed = True
+                self.session.release()
+                raise
+            self.session.local.on_edit(self._edited)
         self._task = asyncio.create_task(self._run())
         self._task.add_done_callback(self._stopped)
         try:
             with anyio.fail_after(self._connect_timeout):
-                while not self.session.ready:
+                # With an outbox, the first failed attempt opens from it (an offline start).
+                while not self.session.ready and (outbox is None or self._failure is None):
                     self._raise_if_refused()
                     self._progress.clear()
                     await self._progress.wait()
         except TimeoutError:
+            if outbox is not None:
+                return self  # no hub answered in time: offline, from the outbox
             await self.aclose()
             raise TimeoutError(
                 f"no catch-up within {self._connect_timeout:g}s (last: {self._failure})"
@@ -430,7 +458,16 @@ class Replica(Steering, Turns, Approving):
             if task is not None and task.done() and not task.cancelled():
                 task.exception()  # retrieved; a crash was already raised to whoever waited
         finally:
+            if self._outbox is not None:
+                with anyio.CancelScope(shield=True):  # its lock must go, cancelled or not
+                    await self._outbox.close()
             self.session.release()  # also when the caller is cancelled while it waits
+
+    def _edited(self) -> None:
+        """An edit of `conversation` (with an outbox): in the file before the call returns."""
+        self._wake.set()
+        assert self._outbox is not None
+        self._outbox.edited()
 
     # ------------------------------------------------------------------ the loops
 
@@ -579,6 +616,7 @@ class Replica(Steering, Turns, Approving):
         hub or the session ends it too, and is raised (outside the task group, unwrapped)."""
         session = self.session
         live = session.live
+        outbox = self._outbox
         token = await self._fresh_token()
         self._expires_at = None
         with contextlib.suppress(ConnectionClosed):  # a refusal may already be on its way
@@ -598,7 +636,10 @@ class Replica(Steering, Turns, Approving):
                     if isinstance(message, Welcome | AuthOk) and message.expires_in is not None:
                         self._expires_at = time.monotonic() + message.expires_in
                         self._refresh_at.set()
-                    events = session.receive(message)
+                    if outbox is None:
+                        events = session.receive(message)
+                    else:  # the same, writing what moved to the file
+                        events = outbox.receive(message)
                     if events and isinstance(events[0], Connected):
                         self._welcomed = True
                         self._failure = None
@@ -675,7 +716,12 @@ class Replica(Steering, Turns, Approving):
             while True:
                 await self._wake.wait()
                 self._wake.clear()
-                frame, conflicts = session.next_push(time.monotonic())
+                if self._outbox is None:
+                    frame, conflicts = session.next_push(time.monotonic())
+                else:
+                    frame, conflicts, written = self._outbox.next_push(time.monotonic())
+                    if written is not None:  # the batch's seq is in the file before it goes
+                        await asyncio.wrap_future(written)
                 if conflicts:
                     self._emit(list(conflicts))
                 if frame is not None:

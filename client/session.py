@@ -127,7 +127,7 @@ __all__ = [
 
 
 class _Batch:
-    __slots__ = ("base", "doomed", "landed", "overtook", "records", "seq")
+    __slots__ = ("base", "doomed", "landed", "overtook", "records", "reported", "seq")
 
     def __init__(self, seq: int, records: list[ChangeRecord]) -> None:
         self.seq = seq
@@ -136,6 +136,7 @@ class _Batch:
         self.landed: list[ChangeRecord] | None = None  # what the hub placed, when it did
         self.overtook: list[ChangeRecord] = []  # log records before it, when it was placed
         self.base: Conversation | None = None  # what it was made on, kept once it is placed
+        self.reported: list[ChangeRecord] | None = None  # as placed, told by an outbox
 
 
 class ReplicaSession:
@@ -294,6 +295,16 @@ class ReplicaSession:
         return sent + len(self.local.unsaved())
 
     @property
+    def in_flight(self) -> tuple[int, list[ChangeRecord], list[ChangeRecord] | None] | None:
+        """The batch sent and not answered yet: its seq, its records as sent, and the records
+        it landed as when the hub placed it already (`confirmed` then holds those); None when
+        none is, or its records went back to the outbox."""
+        batch = self._inflight
+        if batch is None or batch.doomed:
+            return None
+        return batch.seq, batch.records, batch.landed
+
+    @property
     def sub(self) -> str | None:
         """This connection's principal as the hub's `welcome` said (`anonymous` without
         auth); None before the first welcome."""
@@ -337,6 +348,41 @@ class ReplicaSession:
         features = [HUB_REBASE, *self.features]
         log = self.log
         return Hello(self.client, log.lineage, log.revision, token, features, self.kind, self.watch)
+
+    def restore(
+        self,
+        confirmed: Conversation,
+        seq: int,
+        sent: list[ChangeRecord],
+        unsaved: list[ChangeRecord],
+        placed: list[ChangeRecord] | None = None,
+    ) -> None:
+        """Go on from what an outbox kept (`client.outbox`): the log's value as last confirmed,
+        the last seq used, the batch sent under it (its fate is the next welcome's `acked`),
+        and the records made after it (`placed`: what the hub placed it as, if it said so
+        before the process stopped; `on_landed` reports those). `local` becomes `confirmed`
+        with them on top. Only for a session that holds nothing yet, before its first hello.
+
+        Raises:
+            UsageError: `saved_value`, the session holds something already.
+            ApplyError: a record does not apply in order; nothing changed.
+        """
+        local = self.local
+        if self._phase is not CONNECTING or self.seq or self._inflight or local.revision:
+            raise UsageError("saved_value", "only a session that holds nothing is restored")
+        trial = confirmed.copy()
+        for record in sent + unsaved:
+            trial.replay(record)  # validate before anything changes
+        local.reread(confirmed)
+        for record in sent + unsaved:
+            local.replay(record)
+        taken = local.take_unsaved()
+        local.return_unsaved(taken[len(sent) :])
+        self.seq = seq
+        self._inflight = _Batch(seq, taken[: len(sent)]) if sent else None
+        if self._inflight is not None:
+            self._inflight.reported = placed
+        self.log.replace(confirmed, pending=False)
 
     def next_push(self, now: float | None = None) -> tuple[bytes | None, list[Conflict]]:
         """The next push frame to send, if one may go now, and records refused locally.
@@ -710,7 +756,8 @@ class ReplicaSession:
         return []
 
     def _report_landed(self, batch: _Batch) -> None:
-        self._report(batch.seq, batch.records)
+        reported = batch.reported
+        self._report(batch.seq, batch.records if reported is None else reported)
 
     def _report(self, seq: int, records: list[ChangeRecord]) -> None:
         if self.on_landed is not None:

@@ -8,6 +8,10 @@ replica has made its edits, the faults stop, the hub is brought up, every replic
 each waits until it has seen the hub's final revision and writes its value. The checker then
 reads every history file, the hub's log (straight from the store) and its state.
 
+With `kill_replicas`, every replica keeps an outbox (`connect(..., outbox=...)`, SPEC 14) and
+the nemeses also kill -9 replica processes while they edit; each is started again at once on
+its outbox and makes the rest of its edits (the history file says how many it made).
+
 With `store="postgres"` and `hubs=N`, N hub processes share one PostgreSQL schema of the
 seed's own; each replica reaches every hub through a proxy of its own and is given all N urls
 (its own hub first, replicas spread over the hubs), so when the nemesis kills a hub its
@@ -53,6 +57,7 @@ class Chaos:
     store: str = "sqlite"  # or "postgres"
     hubs: int = 1  # more than one only on "postgres"
     dsn: str | None = None  # the PostgreSQL server (store "postgres")
+    kill_replicas: bool = False  # replicas keep outboxes, and are killed too
 
 
 async def run(chaos: Chaos, run_dir: Path) -> Report:
@@ -80,36 +85,28 @@ async def run(chaos: Chaos, run_dir: Path) -> Report:
     # routes[r][h]: replica r's relay to hub h.
     routes = [[FaultProxy(hub.url) for hub in hubs] for _ in range(chaos.replicas)]
     proxies = [proxy for route in routes for proxy in route]
-    workers: list[asyncio.subprocess.Process] = []
+    slots: list[Slot] = []
     try:
         for proxy in proxies:
             await proxy.__aenter__()
-        env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'tests'}")
         for k, route in enumerate(routes):
             urls = [route[(k + h) % len(hubs)].url for h in range(len(hubs))]
-            workers.append(
-                await asyncio.create_subprocess_exec(
-                    sys.executable,
-                    str(WORKER),
-                    ",".join(urls),
-                    CONVERSATION,
-                    f"r{k}",
-                    str(chaos.seed * 1000 + k),
-                    str(chaos.ops),
-                    str(run_dir),
-                    stdin=asyncio.subprocess.PIPE,
-                    stdout=asyncio.subprocess.PIPE,
-                    env=env,
-                )
-            )
-        edited = asyncio.gather(*(_expect(worker, "edited") for worker in workers))
+            args = [",".join(urls), CONVERSATION, f"r{k}", str(chaos.seed * 1000 + k)]
+            args += [str(chaos.ops), str(run_dir)]
+            if chaos.kill_replicas:
+                args.append(str(run_dir / f"r{k}.outbox"))
+            slots.append(Slot(args))
+        for slot in slots:
+            await slot.start()
         calm = asyncio.Event()
-        nemesis = asyncio.create_task(_nemeses(chaos, rng, hubs, routes, calm))
+        nemesis = asyncio.create_task(_nemeses(chaos, rng, hubs, routes, calm, slots))
         with anyio.fail_after(bound(120)):
-            await edited
+            for slot in slots:
+                await slot.edited.wait()
         calm.set()  # the fault under way finishes (a restart is never cut in two)
         with anyio.fail_after(bound(60)):
             await nemesis
+        workers = [slot.process for slot in slots if slot.process is not None]
         for proxy in proxies:
             proxy.heal()
         for h, hub in enumerate(hubs):
@@ -133,10 +130,8 @@ async def run(chaos: Chaos, run_dir: Path) -> Report:
         report.faults = list(chaos.faults)
         return report
     finally:
-        for worker in workers:
-            if worker.returncode is None:
-                worker.kill()
-                await worker.wait()
+        for slot in slots:
+            await slot.stop()
         for proxy in proxies:
             await proxy.__aexit__(None, None, None)
         for hub in hubs:
@@ -146,6 +141,59 @@ async def run(chaos: Chaos, run_dir: Path) -> Report:
 
             assert chaos.dsn is not None
             await anyio.to_thread.run_sync(pgserver.drop_schema, chaos.dsn, schema)
+
+
+class Slot:
+    """One replica's worker process, started again on its outbox after each kill."""
+
+    def __init__(self, args: list[str]) -> None:
+        self.args = args
+        self.process: asyncio.subprocess.Process | None = None
+        self.edited = asyncio.Event()  # the worker made all its edits
+        self.kills = 0
+        self._reader: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'tests'}")
+        self.process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(WORKER),
+            *self.args,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            env=env,
+        )
+        self._reader = asyncio.create_task(self._read_edited(self.process))
+
+    async def _read_edited(self, process: asyncio.subprocess.Process) -> None:
+        assert process.stdout is not None
+        line = (await process.stdout.readline()).decode()
+        if line.startswith("edited"):
+            self.edited.set()
+        elif line:
+            raise AssertionError(f"a worker said {line!r}, expected 'edited'")
+        # Else it was killed before it was done: `kill` starts the next one.
+
+    async def kill(self, pause: float) -> None:
+        """kill -9 the worker (while it edits), then start it again after `pause` seconds."""
+        process = self.process
+        assert process is not None and self._reader is not None
+        process.kill()
+        await process.wait()
+        await self._reader  # its first line was read, or it ended
+        self.kills += 1
+        await asyncio.sleep(pause)
+        await self.start()
+
+    async def stop(self) -> None:
+        process = self.process
+        if process is not None and process.returncode is None:
+            process.kill()
+            await process.wait()
+        if self._reader is not None and not self._reader.done():
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
 
 
 def _revision(hub: HubProcess) -> int:
@@ -188,10 +236,12 @@ async def _nemeses(
     hubs: list[HubProcess],
     routes: list[list[FaultProxy]],
     calm: asyncio.Event,
+    slots: list[Slot],
 ) -> None:
     """Inject a fault every 50-250 ms until `calm` is set; each one is recorded in
     `chaos.faults`. Returns between faults, never in the middle of one."""
     kinds = ["cut", "delay", "duplicate", "drop_ack"] + (["kill"] * 2 if chaos.kills else [])
+    kinds += ["kill_replica"] * 2 if chaos.kill_replicas else []
     proxies = [proxy for route in routes for proxy in route]
     while not calm.is_set():
         with contextlib.suppress(TimeoutError):
@@ -200,8 +250,13 @@ async def _nemeses(
             return
         kind = rng.choice(kinds)
         proxy = rng.choice(proxies)
+        editing = [slot for slot in slots if not slot.edited.is_set()]
+        if kind == "kill_replica" and not editing:
+            continue  # every replica is done editing: the run is about to calm down
         chaos.faults.append(kind)
         match kind:
+            case "kill_replica":
+                await rng.choice(editing).kill(rng.random() * 0.2)
             case "kill":
                 h = rng.randrange(len(hubs))
                 hubs[h].kill()

@@ -2,7 +2,9 @@
 
 `--store postgres --hubs 2` runs each seed on two hub processes sharing one PostgreSQL schema
 (the server at `--pg`, default `CONVSYNC_TEST_PG` or a throwaway cluster as the tests start);
-`--write` then fills the section "Chaos on PostgreSQL" instead.
+`--write` then fills the section "Chaos on PostgreSQL" instead. `--kill-replicas` gives every
+replica an outbox (SPEC 14) and kills -9 replica processes too, each started again on its
+outbox; `--write` then fills "Chaos with replica kills".
 
 Each seed runs in its own directory under `--dir` (kept for failed seeds). A failing seed is
 printed with the command that reproduces it; the exit code is 1 when any seed failed. With
@@ -44,6 +46,11 @@ async def main() -> int:
     parser.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument("--hubs", type=int, default=1, help="hub processes (postgres only)")
     parser.add_argument("--pg", default=None, help="a PostgreSQL url for --store postgres")
+    parser.add_argument(
+        "--kill-replicas",
+        action="store_true",
+        help="replicas keep outboxes and are killed -9 (and started again) too",
+    )
     args = parser.parse_args()
     server = None
     if args.store == "postgres" and args.pg is None:
@@ -84,6 +91,7 @@ async def _main(args: argparse.Namespace) -> int:
             store=args.store,
             hubs=args.hubs,
             dsn=args.pg,
+            kill_replicas=args.kill_replicas,
         )
         try:
             report = await run(chaos, run_dir)
@@ -115,6 +123,7 @@ async def _main(args: argparse.Namespace) -> int:
             failed.append(seed)
             print(f"seed {seed} FAILED: {problems}; run dir {run_dir}", flush=True)
             where = f" --store {args.store} --hubs {args.hubs}" if args.store != "sqlite" else ""
+            where += " --kill-replicas" if args.kill_replicas else ""
             print(
                 f"  reproduce: python tests/chaos/run.py --seeds {seed}:{seed + 1}{where}",
                 flush=True,
@@ -141,6 +150,8 @@ def _write(
 
     command = " ".join(["python", "tests/chaos/run.py", *sys.argv[1:]])
     title = "## Chaos" if args.store == "sqlite" else "## Chaos on PostgreSQL"
+    if args.kill_replicas:
+        title += " with replica kills" if args.store == "sqlite" else ", with replica kills"
     hubs = "" if args.store == "sqlite" else f", {args.hubs} hub processes on one database"
     lines = [
         title,
@@ -150,7 +161,9 @@ def _write(
         "| figure | value |",
         "|---|---|",
         f"| seeds run | {summary.get('seeds', 0)} (replicas per seed: {args.replicas}, "
-        f"edits per replica: {args.ops}{hubs}) |",
+        f"edits per replica: {args.ops}{hubs}"
+        + (", each replica with an outbox, replicas killed -9 too" if args.kill_replicas else "")
+        + ") |",
         f"| faults injected | {sum(faults.values())}: "
         + ", ".join(f"{kind} {count}" for kind, count in sorted(faults.items()))
         + " |",

@@ -1,7 +1,9 @@
 """One chaos replica, in a process of its own: random edits from a seed, every step logged.
 
-Run by the chaos harness as `python tests/chaos/worker.py URLS CONVERSATION CLIENT SEED OPS DIR`
-(URLS: one hub url, or several separated by commas, tried in turn).
+Run by the chaos harness as `python tests/chaos/worker.py URLS CONVERSATION CLIENT SEED OPS DIR
+[OUTBOX]` (URLS: one hub url, or several separated by commas, tried in turn). With OUTBOX the
+replica keeps an outbox there, and a worker started again after a kill -9 goes on from it: it
+makes the edits its history file does not hold yet (drawn from a seed of that restart).
 It writes `DIR/CLIENT.jsonl` (one line per operation, landed batch and conflict), then talks
 with the harness on stdin/stdout: after its edits it prints `edited`; on `settle` it flushes
 and prints `flushed`; on `final R` it waits until it has seen revision R, writes
@@ -39,19 +41,24 @@ def digest(record: ChangeRecord) -> str:
     return hashlib.sha1(encode(ChangeRecord(record.change, record.by, None))).hexdigest()
 
 
-async def main(url: str, conversation_id: str, client: str, seed: int, ops: int, out: Path) -> None:
-    history = (out / f"{client}.jsonl").open("a", buffering=1)
+async def main(
+    url: str, conversation_id: str, client: str, seed: int, ops: int, out: Path, outbox: str | None
+) -> None:
+    path = out / f"{client}.jsonl"
+    done = path.read_text().count('"kind": "op"') if path.exists() else 0
+    history = path.open("a", buffering=1)
 
     def log(**line: Any) -> None:
         history.write(json.dumps({"client": client, **line}) + "\n")
 
-    replica = Replica(
+    replica = LoggingReplica(
         url.split(","),
         conversation_id,
         client=client,
         max_backoff=0.2,
         connect_timeout=60,
         backoff=0.02,
+        outbox=outbox,
     )
     # Some replicas let `local` alone stand for the log after a record or a few
     # (`client/session.py`), so their edits often set the log's value apart again; drawn
@@ -60,24 +67,34 @@ async def main(url: str, conversation_id: str, client: str, seed: int, ops: int,
     replica.session.on_landed = lambda seq, records: log(
         kind="landed", seq=seq, records=[digest(r) for r in records]
     )
-    rng = random.Random(seed)
-    resumed: set[str] = set()  # the approvals this replica asked and went on after
+    # A restarted worker's edits come from a seed of their own (the first run's draws are
+    # spent); the edits it made before the kill are in the history and the outbox.
+    rng = random.Random(seed if not done else f"{seed} after {done}")
+
+    def conflicted(event: Conflict) -> None:
+        log(
+            kind="conflict",
+            reason=event.reason,
+            detail=event.detail,
+            record=json.loads(encode(event.record)),
+        )
+
+    # Logged as the replica emits them, not when a task reads them: a kill in between would
+    # lose the line while the outbox already holds the rebase without the record.
+    replica.on_conflict = conflicted
     async with replica:
         run = Run(conversation=replica.conversation)
+        # The approvals this replica asked and went on after: those its value answers already
+        # (a restarted worker's outbox holds the answers it pushed before the kill).
+        resumed = set(ANSWER.findall(encode(replica.conversation).decode()))
 
         async def watch() -> None:
-            async for event in replica.events():
-                if isinstance(event, Conflict):
-                    log(
-                        kind="conflict",
-                        reason=event.reason,
-                        detail=event.detail,
-                        record=json.loads(encode(event.record)),
-                    )
+            async for _ in replica.events():
+                pass
 
         async with anyio.create_task_group() as group:
             group.start_soon(watch)
-            for step in range(ops):
+            for step in range(done, ops):
                 # A third of the edits insert a token of their own into a shared entry's or
                 # note's text: concurrent edits of the same content, which must merge or
                 # conflict (SPEC 16); the checker follows every token through the log.
@@ -121,6 +138,22 @@ async def main(url: str, conversation_id: str, client: str, seed: int, ops: int,
             group.cancel_scope.cancel()
     history.close()
     print("done", flush=True)
+
+
+class LoggingReplica(Replica):
+    """A replica that hands each `Conflict` to `on_conflict` as it is emitted."""
+
+    on_conflict: Any = None
+
+    def _emit(self, events: list[Any]) -> None:
+        for event in events:
+            if isinstance(event, Conflict) and self.on_conflict is not None:
+                self.on_conflict(event)
+        super()._emit(events)
+
+
+ANSWER = re.compile(r"after (\S+): \w+")
+"""A worker's answer after an approval (`answer_text`): the id it answers."""
 
 
 def approval_op(replica: Replica, client: str, roll: float, pick: int) -> None:
@@ -185,4 +218,5 @@ async def _expect(word: str) -> str:
 
 if __name__ == "__main__":
     url, conversation_id, client, seed, ops, out = sys.argv[1:7]
-    asyncio.run(main(url, conversation_id, client, int(seed), int(ops), Path(out)))
+    outbox = sys.argv[7] if len(sys.argv) > 7 else None
+    asyncio.run(main(url, conversation_id, client, int(seed), int(ops), Path(out), outbox))
