@@ -28,6 +28,7 @@ class Metrics:
         self.draft_bytes_relayed = 0
         self.presence = 0
         self.watchers = 0  # sockets watching without presence (SPEC 17)
+        self.kit_streams: dict[str, int] = {}  # open kit streams by protocol (SPEC 13)
         self._latency_counts = [0] * (len(_LATENCY_BUCKETS) + 1)
         self._latency_sum = 0.0
         self._latency_count = 0
@@ -91,6 +92,14 @@ class Metrics:
             "# HELP convsync_watchers Joined connections watching without presence.",
             "# TYPE convsync_watchers gauge",
             f"convsync_watchers {self.watchers}",
+            "# HELP convsync_kit_streams Open chat-kit streams (AI SDK, AG-UI), by protocol.",
+            "# TYPE convsync_kit_streams gauge",
+        ]
+        lines += [
+            f'convsync_kit_streams{{protocol="{name}"}} {count}'
+            for name, count in sorted({"aisdk": 0, "agui": 0, **self.kit_streams}.items())
+        ]
+        lines += [
             "# HELP convsync_append_seconds Time from a push's arrival to its durable append.",
             "# TYPE convsync_append_seconds histogram",
         ]
