@@ -10,8 +10,9 @@ delta per part, then the rest, and nothing twice.
 The mapping (one committed entry gives the messages `entry_messages` lists):
 
 - a user entry: one `user` message (its text, or content parts when it holds images or
-  documents) and one `tool` message per tool result; the first of them takes the entry's
-  id, the others `{entry}:{call_id}` / `{entry}:user`;
+  documents) and one `tool` message per tool result; the first of them takes the id a kit
+  knows the entry by (`kitstate.kit_id`: the kit's own id kept in `source_id`, else the
+  entry's id), the others `{id}:{call_id}` / `{id}:user`;
 - an assistant entry: a `reasoning` message `{entry}:reasoning` (when it has reasoning
   text), then an `assistant` message with the entry's id, its text and its tool calls (left
   out when it has neither);
@@ -32,11 +33,11 @@ only for frontend tools (`RUN_FINISHED`, success, `pendingToolCallIds`). A run t
 nothing and finds no turn open finishes at once (a reattach to an idle conversation shows its
 history). Every message opened is closed with its `*_END` before the run finishes.
 
-The request side: `new_input` reads a `RunAgentInput`'s messages for what the log lacks (the
-kit's ids kept in `source_id`, so a message sent again is recognised), refusing an edit of
-the history (`Rewrite`, answered 409); `resume_decisions` reads `resume[]` into approval
-decisions, refusing one already decided (`ResumeError`, answered `RUN_ERROR`); `tools_value`
-is the `rig.tools` aside's value for `RunAgentInput.tools`.
+The request side: `sent_messages` gives a `RunAgentInput`'s history to `server.kitstate`'s
+`read_sent` (the kits' one rule for what is new and what edits the log: 409), and
+`tool_results` the frontend tools' results it brings; `resume_decisions` reads `resume[]`
+into approval decisions, refusing one already decided (`ResumeError`, answered
+`RUN_ERROR`).
 """
 
 from __future__ import annotations
@@ -69,7 +70,6 @@ from ag_ui.core import (
     TextMessageContentEvent,
     TextMessageEndEvent,
     TextMessageStartEvent,
-    Tool,
     ToolCallArgsEvent,
     ToolCallEndEvent,
     ToolCallResultEvent,
@@ -85,7 +85,6 @@ from sync import (
     Assistant,
     Conversation,
     Document,
-    Entry,
     EntryRef,
     Image,
     Json,
@@ -94,25 +93,24 @@ from sync import (
     Text,
     ToolCall,
     ToolResult,
-    User,
 )
 from sync import approvals as approvals_
 from sync.entries import Answered, Failed, Stopped
 from sync.ids import AsideId
 from sync.steer import STEP_KIND, open_turn
 
+from .kitstate import SentMessage, kit_id
+
 __all__ = [
     "Decision",
     "DraftParts",
-    "NewInput",
     "ResumeError",
-    "Rewrite",
     "Run",
     "entry_messages",
     "history",
-    "new_input",
     "resume_decisions",
-    "tools_value",
+    "sent_messages",
+    "tool_results",
 ]
 
 PROTOCOL_VERSION = "1.0"
@@ -144,8 +142,9 @@ def history(conversation: Conversation) -> list[AguiMessage]:
 def entry_messages(ref: EntryRef) -> list[AguiMessage]:
     """The AG-UI messages one entry shows as (see the module's docstring for the ids)."""
     message = ref.message
+    own_id = kit_id(ref)
     if isinstance(message, System):
-        return [SystemMessage(id=ref.id, content=message.content)]
+        return [SystemMessage(id=own_id, content=message.content)]
     if isinstance(message, Assistant):
         out: list[AguiMessage] = []
         reasoning = _reasoning_text(message)
@@ -163,13 +162,13 @@ def entry_messages(ref: EntryRef) -> list[AguiMessage]:
         return []
     derived: list[AguiMessage] = []
     for result in message.tool_results():
-        id_ = ref.id if not derived else f"{ref.id}:{result.call_id}"
+        id_ = own_id if not derived else f"{own_id}:{result.call_id}"
         derived.append(
             ToolMessage(id=id_, tool_call_id=result.call_id, content=_result_text(result))
         )
     own = [part for part in message.content if not isinstance(part, ToolResult)]
     if own:
-        id_ = ref.id if not derived else f"{ref.id}:user"
+        id_ = own_id if not derived else f"{own_id}:user"
         derived.append(UserMessage(id=id_, content=_user_content(own)))
     return derived
 
@@ -541,70 +540,41 @@ def _frontend_pending(conversation: Conversation) -> list[str]:
 # --------------------------------------------------------------------------- requests
 
 
-class Rewrite(Exception):
-    """A request whose messages would edit the history (answered 409 until branching)."""
-
-
-@dataclass(frozen=True)
-class NewInput:
-    """What a `RunAgentInput` adds: entries to push (each with the kit's id in
-    `source_id`), in order."""
-
-    entries: list[Entry]
-
-
-def new_input(conversation: Conversation, messages: Sequence[AguiMessage]) -> NewInput:
-    """The user messages and tool results in `messages` the log does not hold yet.
-
-    A message is known when its id is an entry's id, an id derived from one
-    (`{entry}:...`), or an entry's `source_id` (sent before: not pushed twice). The new ones
-    are the trailing run after the last known message; assistant, system and developer
-    messages are the agent's side and never pushed.
-
-    Raises:
-        Rewrite: a known user message whose text differs from the log's (an edit), or a new
-            user message followed by known ones (history inserted in the middle).
-    """
-    refs = conversation.entries()
-    by_id = {ref.id: ref for ref in refs}
-    by_source = {ref.source_id: ref for ref in refs if ref.source_id is not None}
-    fresh: list[Entry] = []
+def sent_messages(messages: Sequence[AguiMessage]) -> list[SentMessage]:
+    """A `RunAgentInput`'s history as `server.kitstate.read_sent` reads it (which says what
+    is new and what would edit the log). Ids this mapping derives from an entry's
+    (`{id}:reasoning`, `{id}:{call}`, `{id}:user`) stand for that entry, already sent."""
+    out: list[SentMessage] = []
+    seen: set[str] = set()
     for message in messages:
-        ref = by_id.get(message.id.split(":", 1)[0]) or by_source.get(message.id)
-        if ref is not None:
-            if fresh:
-                raise Rewrite(f"message {message.id!r} follows messages the log never had")
-            if isinstance(message, UserMessage) and isinstance(ref.message, User):
-                own = [p for p in ref.message.content if not isinstance(p, ToolResult)]
-                if isinstance(message.content, str) and message.content != _text(own):
-                    raise Rewrite(f"message {message.id!r} edits the history")
+        if ":" in message.id and message.id.rsplit(":", 1)[0] in seen:
             continue
+        seen.add(message.id)
+        text = ""
         if isinstance(message, UserMessage):
             content = message.content
             text = content if isinstance(content, str) else _text_parts(content)
-            fresh.append(Entry(User([Text(text)]), source_id=message.id))
-        elif isinstance(message, ToolMessage):
+        out.append(SentMessage(message.id, message.role, text))
+    return out
+
+
+def tool_results(conversation: Conversation, messages: Sequence[AguiMessage]) -> list[ToolResult]:
+    """The frontend tools' results a run's messages bring: a `tool` message answering a call
+    the log still waits on (a result sent again answers nothing any more)."""
+    waiting = {call.id: call.name for call in conversation.pending_calls()}
+    out = []
+    for message in messages:
+        if isinstance(message, ToolMessage) and message.tool_call_id in waiting:
             content = message.content
             text = content if isinstance(content, str) else _text_parts(content)
-            name = _call_name(conversation, message.tool_call_id)
-            result = ToolResult(
-                message.tool_call_id, name, [Text(text)], is_error=message.error is not None
-            )
-            fresh.append(Entry(User([result]), source_id=message.id))
-    return NewInput(fresh)
+            name = waiting.pop(message.tool_call_id)
+            is_error = message.error is not None
+            out.append(ToolResult(message.tool_call_id, name, [Text(text)], is_error=is_error))
+    return out
 
 
 def _text_parts(parts: Sequence[object]) -> str:
     return "".join(part.text for part in parts if isinstance(part, TextPart))
-
-
-def _call_name(conversation: Conversation, call_id: str) -> str:
-    for ref in reversed(conversation.entries()):
-        if isinstance(ref.message, Assistant):
-            for call in ref.message.tool_calls():
-                if call.id == call_id:
-                    return call.name
-    return ""
 
 
 class ResumeError(Exception):
@@ -661,13 +631,3 @@ def resume_decisions(conversation: Conversation, resume: Sequence[ResumeEntry]) 
         else:
             decisions.append(Decision(id_, approve=payload is not False))
     return decisions
-
-
-def tools_value(tools: Sequence[Tool]) -> dict[str, Any]:
-    """The `rig.tools` aside value for a run's frontend tools (name, description, schema)."""
-    return {
-        "tools": [
-            {"name": t.name, "description": t.description, "parameters": t.parameters}
-            for t in tools
-        ]
-    }

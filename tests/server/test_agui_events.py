@@ -16,13 +16,13 @@ from pydantic import TypeAdapter
 
 from server.agui_events import (
     ResumeError,
-    Rewrite,
     Run,
     history,
-    new_input,
     resume_decisions,
-    tools_value,
+    sent_messages,
+    tool_results,
 )
+from server.kitstate import SentReading, read_sent
 from sync import (
     Aside,
     Assistant,
@@ -312,7 +312,7 @@ def test_frontend_calls_end_the_run_with_their_ids_pending() -> None:
     """A turn waiting only for a UI's tool ends the run as success with
     `pendingToolCallIds`, for the client to answer in its next run."""
     c = Conversation()
-    c.add_aside(Aside("rig.tools", None, Author.rig(), tools_value_of(["pick_color"])))
+    c.add_aside(Aside("rig.tools", None, Author.rig(), {"tools": ["pick_color"]}))
     c.push(Entry(Message.user("pick a color")))
     c.open_turn()
     run = Run("t", "r", expect_turn=True)
@@ -323,35 +323,39 @@ def test_frontend_calls_end_the_run_with_their_ids_pending() -> None:
     assert apply_runs([data])["error"] is None
 
 
-def tools_value_of(names: list[str]) -> dict[str, Any]:
-    from ag_ui.core import Tool
-
-    return tools_value([Tool(name=n, description=n) for n in names])
-
-
-def test_new_input_pushes_what_the_log_lacks_once_and_refuses_edits() -> None:
-    """New user messages and tool results become entries carrying the kit's id in
-    `source_id`; a message sent again is not new; an edited one is a `Rewrite`."""
+def test_a_runs_history_reads_as_new_messages_once_and_edits_as_a_rewrite() -> None:
+    """A run's messages, read by the kits' rule (`kitstate.read_sent`): a new user message
+    is new; sent again after it landed (shown under the kit's id), it is not; an edited
+    one is a problem (409); the ids derived from an entry's stand for it."""
     c = Conversation()
     c.push(Entry(Message.user("first")))
-    first = c.id(0)
-    msgs = [
-        UserMessage(id=first, content="first"),
-        UserMessage(id="kit-2", content="second"),
-    ]
-    fresh = new_input(c, msgs).entries
-    assert [(e.source_id, e.message) for e in fresh] == [("kit-2", Message.user("second"))]
-    c.push(fresh[0])
-    assert new_input(c, msgs).entries == []  # sent again: recognised by source_id
-    with pytest.raises(Rewrite):
-        new_input(c, [UserMessage(id=first, content="changed")])
-    with pytest.raises(Rewrite):
-        new_input(c, [UserMessage(id="new", content="x"), UserMessage(id=first, content="first")])
+    c.open_turn()
+    c.push(Entry(Assistant([Reasoning("hm"), Text("ok")])))
+    c.end_turn(TurnEnd.answered(c.id(1)))
+    shown = [m for m in history(c)]
+    sent = [*shown, UserMessage(id="kit-2", content="second")]
+    reading = read_sent(c, sent_messages(sent))
+    assert reading.problem is None
+    assert [(m.id, m.text) for m in reading.new] == [("kit-2", "second")]
+    c.push(Entry(Message.user("second"), source_id="kit-2"))
+    again = [m for m in history(c)]
+    assert again[-1].id == "kit-2"  # the kit's own id, kept in source_id
+    assert read_sent(c, sent_messages(again)) == SentReading((), None)
+    edited = [UserMessage(id=c.id(0), content="changed"), *again[1:]]
+    assert read_sent(c, sent_messages(edited)).problem is not None
+
+
+def test_a_tool_message_answers_a_waiting_frontend_call_once() -> None:
+    """A `tool` message answering a call the log waits on is a result to push; once the
+    log holds one, the same message brings nothing."""
+    c = Conversation()
+    c.push(Entry(Message.user("pick")))
     c.push(Entry(Assistant([ToolCall("f1", "pick_color", {})])))
-    [result] = new_input(c, [ToolMessage(id="kit-r", tool_call_id="f1", content="red")]).entries
-    assert isinstance(result.message, User)
-    assert result.message.tool_results()[0].name == "pick_color"
-    assert result.source_id == "kit-r"
+    sent = [ToolMessage(id="kit-r", tool_call_id="f1", content="red")]
+    [result] = tool_results(c, sent)
+    assert (result.call_id, result.name, result.content) == ("f1", "pick_color", [Text("red")])
+    c.push(Entry(User([result])))
+    assert tool_results(c, sent) == []
 
 
 def test_resume_decides_open_approvals_and_refuses_decided_ones() -> None:
