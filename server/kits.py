@@ -110,8 +110,16 @@ class Kits:
     async def watch(
         self, conversation_id: str, caller: Caller, protocol: str
     ) -> AsyncIterator[Watch]:
-        """A `Watch` of `conversation_id` acting as `caller`, caught up with the log when
-        the block starts; closed (its replica disconnected, nothing else) when it ends.
+        """`open` as a block: the watch is closed when the block ends."""
+        watch = await self.open(conversation_id, caller, protocol)
+        try:
+            yield watch
+        finally:
+            await watch.aclose()
+
+    async def open(self, conversation_id: str, caller: Caller, protocol: str) -> Watch:
+        """A `Watch` of `conversation_id` acting as `caller`, caught up with the log; close
+        it with `aclose` (that disconnects its replica, nothing else).
 
         Raises:
             KitRefused: 503 when the hub is shutting down or the replica cannot connect;
@@ -132,17 +140,15 @@ class Kits:
         try:
             await replica.__aenter__()
         except ConvsyncError as exc:
+            await replica.aclose()
             code = getattr(exc, "code", "")
             if code in ("unauthorized", "forbidden"):
                 raise KitRefused(401 if code == "unauthorized" else 403, code) from None
             raise KitRefused(503, "the hub could not be reached") from None
         except (OSError, TimeoutError):
+            await replica.aclose()
             raise KitRefused(503, "the hub could not be reached") from None
-        try:
-            yield Watch(replica, caller)
-        finally:
-            with anyio.CancelScope(shield=True):
-                await replica.aclose()
+        return Watch(replica, caller)
 
     @contextlib.contextmanager
     def streaming(self, protocol: str) -> Iterator[None]:
@@ -189,6 +195,11 @@ class Watch:
     def __init__(self, replica: Replica, caller: Caller) -> None:
         self.replica = replica
         self.caller = caller
+
+    async def aclose(self) -> None:
+        """Disconnect the replica (idempotent). The agent is not told anything."""
+        with anyio.CancelScope(shield=True):
+            await self.replica.aclose()
 
     @property
     def conversation(self) -> Any:
