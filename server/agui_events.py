@@ -188,8 +188,9 @@ def _reasoning_text(message: Assistant) -> str:
 
 
 def _args(call: ToolCall) -> str:
-    """A call's arguments as JSON text, compact: what a streamed call is compared with."""
-    return json.dumps(call.arguments, separators=(",", ":"), ensure_ascii=False)
+    """A call's arguments as JSON text (Python's `json.dumps`, as a Python worker streams
+    them): what a streamed call is compared with."""
+    return json.dumps(call.arguments, ensure_ascii=False)
 
 
 def _result_text(result: ToolResult) -> str:
@@ -337,7 +338,7 @@ class Run:
                 sent = ""
             if text.startswith(sent):
                 events += self._delta(id_, part, text[len(sent) :])
-            elif not (part.startswith(CALL) and _same_json(sent, text)):
+            else:  # the same arguments spelled otherwise too: the snapshot spells them alike
                 self._diverged = True
             if part in stream.open:
                 stream.open.remove(part)
@@ -517,13 +518,6 @@ def _ordered(parts: Mapping[str, str]) -> list[str]:
     """Draft parts in the order their messages stand: reasoning, text, then calls."""
     head = [part for part in (REASONING, TEXT) if part in parts]
     return head + [part for part in parts if part.startswith(CALL)]
-
-
-def _same_json(a: str, b: str) -> bool:
-    try:
-        return bool(json.loads(a) == json.loads(b))
-    except ValueError:
-        return False
 
 
 def _frontend_pending(conversation: Conversation) -> list[str]:

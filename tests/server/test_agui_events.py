@@ -110,7 +110,7 @@ def _lazy(script: Script) -> Any:
         d.parts["text"] = d.parts.get("text", "") + piece
         yield
     d.names["call:c1"] = "weather"
-    for piece in ('{"city":', '"Paris"}'):
+    for piece in ('{"city":', ' "Paris"}'):
         d.parts["call:c1"] = d.parts.get("call:c1", "") + piece
         yield
     del script.drafts[script.draft_id]
@@ -384,3 +384,27 @@ def test_resume_decides_open_approvals_and_refuses_decided_ones() -> None:
     with pytest.raises(ResumeError) as unknown:
         resume_decisions(c, [ResumeEntry(interrupt_id="aside_nope", status="resolved")])
     assert unknown.value.code == "unknown_interrupt"
+
+
+def test_arguments_streamed_in_another_spelling_end_as_the_logs() -> None:
+    """A call whose arguments were streamed spelled otherwise than the log's encoding (no
+    spaces) gets a closing snapshot, so a client that watched it and one that attached after
+    hold the same arguments text."""
+    c = Conversation()
+    c.push(Entry(Message.user("weather?")))
+    c.open_turn()
+    draft = MINT.message_id()
+    watched = Run("t", "a", expect_turn=True)
+    events = watched.begin(c, {draft: Draft({"call:c1": '{"city":"Paris"}'}, {"call:c1": "w"})})
+    c.push(Entry(Assistant([ToolCall("c1", "w", {"city": "Paris"})]), id=draft))
+    later = Run("t", "b", expect_turn=True)
+    late = later.begin(c, {})
+    c.push(Entry(Message.tool_result("c1", "w", "sunny")))
+    answer = MINT.message_id()
+    c.push(Entry(Message.assistant("Sunny."), id=answer))
+    c.end_turn(TurnEnd.answered(answer))
+    events += watched.update(c, {})
+    late += later.update(c, {})
+    assert types(events).count("MESSAGES_SNAPSHOT") == 2
+    first, second = apply_runs([wire(events)]), apply_runs([wire(late)])
+    assert first["messages"] == second["messages"] == snapshot(c)
