@@ -31,6 +31,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
+from sync.entries import Failed, Stopped
 from sync.ids import is_aside_id
 
 from .front import FrontRequest, Reply, Stream
@@ -254,9 +255,10 @@ def _finish_reason(answer: Answer) -> str | None:
         return "tool-calls"  # waits for a person: an approval, a frontend tool
     if answer.running:
         return None
-    turn = answer.turn
-    how = turn.end.how if turn is not None and turn.end is not None else None  # type: ignore[attr-defined]
-    return {"failed": "error", "stopped": "other"}.get(how or "", "stop")
+    end = answer.turn.end if answer.turn is not None else None
+    if isinstance(end, Failed):
+        return "error"
+    return "other" if isinstance(end, Stopped) else "stop"
 
 
 def _sse(chunks: list[dict[str, Any]]) -> bytes:

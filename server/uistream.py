@@ -325,7 +325,7 @@ def ui_messages(conversation: Conversation) -> list[dict[str, Any]]:
             messages.append(current)
         parts: list[dict[str, Any]] = current["parts"]
         parts.append({"type": "step-start"})
-        for _, part in part_keys(message):
+        for key, part in part_keys(message):
             if isinstance(part, ToolCall):
                 tool = {
                     "type": f"tool-{part.name}",
@@ -338,9 +338,12 @@ def ui_messages(conversation: Conversation) -> list[dict[str, Any]]:
                     _put_approval(tool, *found)
                 tools[part.id] = tool
                 parts.append(tool)
-            else:
-                kind = "text" if isinstance(part, Text) else "reasoning"
-                parts.append({"type": kind, "text": part.text, "state": "done"})
+            elif isinstance(part, Text):
+                parts.append({"type": "text", "text": part.text, "state": "done"})
+            else:  # the SDK keeps a reasoning part's stream id in the part
+                parts.append(
+                    {"type": "reasoning", "id": f"{ref.id}:{key}", "text": part.text, "state": "done"}
+                )
     return messages
 
 

@@ -146,7 +146,7 @@ def test_the_history_holds_one_assistant_message_per_answer_named_by_its_first_e
     assert [(m["id"], m["role"]) for m in messages] == [("u1", "user"), (first, "assistant")]
     assert messages[1]["parts"] == [
         {"type": "step-start"},
-        {"type": "reasoning", "text": "r", "state": "done"},
+        {"type": "reasoning", "id": f"{first}:reasoning", "text": "r", "state": "done"},
         {"type": "text", "text": "t", "state": "done"},
         {
             "type": "tool-weather",

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import anyio
 
 from client import Replica
-from sync import Assistant, Message, Reasoning, Text, ToolCall, TurnEnd
+from sync import Assistant, Message, Reasoning, Text, ToolCall, TurnEnd, User
 from sync.steer import finish_stopped
 
 
@@ -30,10 +30,17 @@ class Turn:
     result: str = "18°C, clear"
     tokens: int = 120
     delay: float = 0.01  # seconds between two appends
-    ask: bool = False  # ask a person to approve the call before running it
+    ask_when: str = "approve"  # ask a person to approve the call when the request says it
 
     def answer(self, n: int) -> str:
         return "".join(f"w{i} " for i in range(self.tokens)) + f"(turn {n})"
+
+
+def _request_text(replica: Replica) -> str:
+    for message in reversed(replica.conversation.messages()):
+        if isinstance(message, User) and not message.only_results():
+            return "".join(p.text for p in message.content if isinstance(p, Text))
+    return ""
 
 
 def _pieces(text: str, size: int = 7) -> list[str]:
@@ -83,7 +90,7 @@ async def _steps(replica: Replica, turn: Turn, n: int, partial: list[str]) -> No
         )
         await d.commit(step)
     denied = False
-    if turn.ask:
+    if turn.ask_when and turn.ask_when in _request_text(replica):
         decision = await replica.ask(call=call_id, prompt=f"Look up the weather in {turn.city}?")
         denied = not decision.approved
     if denied:
