@@ -73,6 +73,10 @@ class HubConfig:
             heartbeat_interval`, and they look once an interval); at least twice
             `heartbeat_interval`.
         hello_timeout: seconds a new socket has to send its `hello`; then `error no_hello`.
+        open_timeout: seconds a new connection has to send its request head (and a websocket
+            to finish its handshake); then it is closed. A body has as long again.
+        keepalive_timeout: seconds an HTTP connection may sit idle between two requests.
+        max_body: the largest HTTP request body, in bytes; a larger one gets 413.
         max_hello_frame: the largest first frame (the hello), in bytes; then `error too_big`.
         max_waiting_per_address: sockets one remote address may hold open before their
             `hello`; more handshakes from it get HTTP 503.
@@ -131,6 +135,9 @@ class HubConfig:
     heartbeat_interval: float = 1.0
     heartbeat_ttl: float = 5.0
     hello_timeout: float = 5.0
+    open_timeout: float = 10.0
+    keepalive_timeout: float = 5.0
+    max_body: int = 1024 * 1024
     max_hello_frame: int = 64 * 1024
     max_waiting_per_address: int = 64
     max_per_principal: int = 100
@@ -218,6 +225,9 @@ _NUMBERS: dict[str, tuple[type, float, bool, str]] = {
     "heartbeat_interval": (float, 0, False, "seconds"),
     "heartbeat_ttl": (float, 0, False, "seconds"),
     "hello_timeout": (float, 0, False, "seconds"),
+    "open_timeout": (float, 0, False, "seconds"),
+    "keepalive_timeout": (float, 0, False, "seconds"),
+    "max_body": (int, 0, True, "bytes"),
     "max_hello_frame": (int, 1024, True, "bytes"),
     "max_waiting_per_address": (int, 1, True, "sockets"),
     "max_per_principal": (int, 1, True, "sockets"),

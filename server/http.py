@@ -73,26 +73,20 @@ class Http:
         handshake go on."""
         path = request.path.split("?", 1)[0]
         headers = request.headers
-        for name in _SINGLE_HEADERS:
-            # Headers.get raises MultipleValuesError on a repeated header (a 500); which of
-            # two Hosts or Origins a proxy checked is anyone's guess, so neither is taken.
-            if len(headers.get_all(name)) > 1:
-                return connection.respond(400, f"{name} given more than once\n")
+        repeated = _repeated(connection, headers)
+        if repeated is not None:
+            return repeated
         upgrade = headers.get("Upgrade", "").lower() == "websocket"
         if path == "/healthz" and not upgrade:
             return connection.respond(200, "ok\n")  # open: load balancers probe by address
-        if not origin_allowed(
-            headers.get("Origin"), self._hub.config.allow_origin, self._own_origins
-        ):
-            return connection.respond(403, "origin not allowed\n")
-        if not host_allowed(headers.get("Host"), self._public_host, self._hub.auth):
-            return connection.respond(
-                403, "host not allowed (use a loopback name or the public url)\n"
-            )
+        denied = self._origin_or_host(connection, headers)
+        if denied is not None:
+            return denied
         if upgrade:
+            metrics = self._hub.metrics
             if self._hub.closing:
                 return connection.respond(503, "shutting down\n")
-            if self._hub.metrics.connections >= self._hub.config.max_connections:
+            if metrics.connections + metrics.http_connections >= self._hub.config.max_connections:
                 return connection.respond(503, "too many connections\n")
             if self._waiting.count(remote_address(connection)) >= self._waiting.limit:
                 return connection.respond(503, "too many sockets waiting for hello\n")
@@ -139,6 +133,24 @@ class Http:
             [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
         )
         return Response(200, "OK", response_headers, body)
+
+    def refusal(self, connection: ServerConnection, request: Request) -> Response | None:
+        """The 400 (a repeated header the hub reads) or 403 (the origin and host rules) every
+        request gets before its route (`server.front`), or None."""
+        return _repeated(connection, request.headers) or self._origin_or_host(
+            connection, request.headers
+        )
+
+    def _origin_or_host(self, connection: ServerConnection, headers: Headers) -> Response | None:
+        if not origin_allowed(
+            headers.get("Origin"), self._hub.config.allow_origin, self._own_origins
+        ):
+            return connection.respond(403, "origin not allowed\n")
+        if not host_allowed(headers.get("Host"), self._public_host, self._hub.auth):
+            return connection.respond(
+                403, "host not allowed (use a loopback name or the public url)\n"
+            )
+        return None
 
     def _admin_grant(
         self, connection: ServerConnection, request: Request, conversation_id: str | None
@@ -209,6 +221,15 @@ def remote_address(connection: ServerConnection) -> str:
     """The remote IP address of a connection (its port differs per socket)."""
     remote = connection.remote_address
     return str(remote[0]) if remote else "?"
+
+
+def _repeated(connection: ServerConnection, headers: Headers) -> Response | None:
+    for name in _SINGLE_HEADERS:
+        # Headers.get raises MultipleValuesError on a repeated header (a 500); which of
+        # two Hosts or Origins a proxy checked is anyone's guess, so neither is taken.
+        if len(headers.get_all(name)) > 1:
+            return connection.respond(400, f"{name} given more than once\n")
+    return None
 
 
 def _not_allowed(connection: ServerConnection, allow: str) -> Response:

@@ -43,6 +43,7 @@ from .background import Background
 from .bus import Relay, open_bus
 from .config import HubConfig
 from .follow import Follower
+from .front import Front
 from .http import Http
 from .leases import keep_turns
 from .limits import Caps, is_loopback_bind
@@ -120,11 +121,14 @@ class Hub:
         self._retention = Retention(self._rooms, self._store, self.config)
         waiting = Caps(self.config.max_waiting_per_address)
         self._http = Http(self, self._web, waiting)
+        self.front = Front(self, self._http, waiting)
+        """The plain HTTP of the hub's port: `front.route(prefix, route)` adds a route."""
         self._sockets = Sockets(
             self,
             rooms=self._rooms,
             web=self._web,
             http=self._http,
+            front=self.front,
             waiting=waiting,
             principals=Caps(self.config.max_per_principal),
         )

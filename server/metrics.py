@@ -15,6 +15,7 @@ class Metrics:
 
     def __init__(self) -> None:
         self.connections = 0
+        self.http_connections = 0  # keep-alive HTTP connections (`server.front`)
         self.conversations_loaded = 0
         self.records_appended = 0
         self.pushes_accepted = 0
@@ -44,6 +45,9 @@ class Metrics:
             "# HELP convsync_connections Open websocket connections.",
             "# TYPE convsync_connections gauge",
             f"convsync_connections {self.connections}",
+            "# HELP convsync_http_connections Open plain HTTP connections.",
+            "# TYPE convsync_http_connections gauge",
+            f"convsync_http_connections {self.http_connections}",
             "# HELP convsync_conversations_loaded Conversations held in memory.",
             "# TYPE convsync_conversations_loaded gauge",
             f"convsync_conversations_loaded {self.conversations_loaded}",

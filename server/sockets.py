@@ -45,7 +45,7 @@ from sync.protocol import (
 
 from .auth import AuthError, bearer_token
 from .config import HubConfig
-from .connection import HubConnection
+from .front import Front
 from .http import Http, remote_address
 from .limits import Caps
 from .room import Room
@@ -81,6 +81,7 @@ class Sockets:
         rooms: where a hello finds its conversation's room.
         web: the summary feeds, and what is told a room changed.
         http: the answers to plain requests and the checks of each handshake.
+        front: the hub's own HTTP/1.1 on the same port (plain requests; upgrades go on here).
         waiting: sockets waiting for a hello, per address.
         principals: sockets per principal (with auth).
     """
@@ -92,6 +93,7 @@ class Sockets:
         rooms: Rooms,
         web: Web,
         http: Http,
+        front: Front,
         waiting: Caps,
         principals: Caps,
     ) -> None:
@@ -99,6 +101,7 @@ class Sockets:
         self._rooms = rooms
         self._web = web
         self._http = http
+        self._front = front
         self._waiting = waiting
         self._principals = principals
         config = hub.config
@@ -146,7 +149,9 @@ class Sockets:
                 max_queue=MAX_QUEUE,
                 compression="deflate" if config.compression == "deflate" else None,
                 ping_interval=config.ping_interval,
-                create_connection=HubConnection.with_first_frame(config.max_hello_frame),
+                # Plain requests are served by the front (keep-alive, bodies, streams).
+                create_connection=self._front.connection_class(config.max_hello_frame),
+                open_timeout=config.open_timeout,
                 ssl=self.tls,
                 logger=_ws_log,
                 start_serving=False,
@@ -154,6 +159,7 @@ class Sockets:
         ):
             self.server = server
             self._group = group
+            self._front.start(group)
             self._http.bound(self.port, tls=self.tls is not None)
             task_status.started(self.port)
             await anyio.sleep_forever()
@@ -169,6 +175,7 @@ class Sockets:
         time (a peer that stopped reading) is cut."""
         server = self.server
         assert server is not None, "the hub is not listening"
+        await self._front.close()
         server.close(close_connections=True, reason="shutting down")
         with anyio.move_on_after(CLOSE_DEADLINE):
             await server.wait_closed()
