@@ -4,10 +4,10 @@ Run as `python tests/support/kithub.py`: starts a hub on 127.0.0.1 port 0 (in-me
 and prints one JSON line `{"url": "http://127.0.0.1:PORT"}`. Then it reads commands on
 stdin, one JSON object a line, and answers each with one JSON line:
 
-- `{"worker": ID, "ask": bool, "tokens": int, "delay": float}`: a worker on conversation ID
-  answering every user message with `kitworker.Turn` (reasoning, text, a `weather` call, its
-  result, an answer of `tokens` words); with `ask`, it asks a person to approve the call
-  first. Answers `{"ok": true}` once the worker is connected.
+- `{"worker": ID, "tokens": int, "delay": float}`: a worker on conversation ID answering
+  every user message with `kitworker.Turn` (reasoning, text, a `weather` call, its result,
+  an answer of `tokens` words); when the message says "approve", it asks a person to approve
+  the call first. Answers `{"ok": true}` once the worker is connected.
 - `{"state": ID}`: the conversation as the hub holds it: `{"entries": [...], "asides":
   [...]}` (the state's JSON).
 
@@ -52,7 +52,6 @@ async def main() -> None:
             command = json.loads(line)
             if "worker" in command:
                 turn = Turn(
-                    ask=bool(command.get("ask")),
                     tokens=int(command.get("tokens", 120)),
                     delay=float(command.get("delay", 0.01)),
                 )

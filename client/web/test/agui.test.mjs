@@ -162,9 +162,9 @@ test('a client reattaching mid-run ends with exactly the uncut client messages',
 });
 
 test('an approval answered through resume lands once; a second resume gets RUN_ERROR', { skip }, async () => {
-  await hub.ask({ worker: 'ag-ask', ask: true, tokens: 10 });
+  await hub.ask({ worker: 'ag-ask', tokens: 10 });
   const a = agent('ag-ask');
-  say(a, 'Weather please, but ask me first.');
+  say(a, 'Weather please; I approve each call first.'); // the worker asks on "approve"
   const first = await run(a);
   const finished = first.seen.at(-1);
   assert.equal(finished.type, 'RUN_FINISHED');
