@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint types unit services demo bench load chaos chaos-pg clean screenshot bench-viewer attack bench-hocuspocus
+.PHONY: test lint types unit services demo bench load chaos chaos-pg clean screenshot bench-viewer attack bench-hocuspocus bench-aisdk
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -79,6 +79,13 @@ bench: $(STAMP)
 bench-hocuspocus: $(STAMP)
 	scripts/ensure-hocuspocus
 	$(PY) bench/peer_hocuspocus/run.py
+
+# /v1/aisdk against the AI SDK's resumable setup (resumable-stream on Redis, the npm packages
+# from the lockfile in bench/aisdk); figures go to docs/benchmarks.md (a few minutes).
+bench-aisdk: $(STAMP)
+	scripts/ensure-services $(PY)
+	cd bench/aisdk && npm ci --no-audit --no-fund --loglevel=error
+	$(PY) bench/aisdk/run.py
 
 # The viewer in headless Chromium: catch-up of a 10,000-message conversation to first paint;
 # figures go to docs/benchmarks.md.

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
 from sync.entries import Failed, Stopped
@@ -169,13 +169,13 @@ class AiSdk:
                     or not isinstance(approved, bool)
                 ):
                     raise KitRefused(400, "an approval response needs its id and approved")
-                held = watch.replica.approvals.get(id_)  # type: ignore[arg-type]
+                held = watch.replica.approvals.get(id_)
                 if held is None:
                     raise KitRefused(404, "no such approval")
                 if held.is_open:
                     reason = approval.get("reason")
                     await watch.decide(
-                        id_,  # type: ignore[arg-type]
+                        id_,
                         approve=approved,
                         reason=reason if isinstance(reason, str) else None,
                     )
@@ -221,7 +221,7 @@ class _Streamed:
         finally:
             await self._watch.aclose()
 
-    async def _generate(self, writer: ChunkWriter, target: str | None) -> AsyncIterator[bytes]:
+    async def _generate(self, writer: ChunkWriter, target: str | None) -> AsyncGenerator[bytes]:
         watch = self._watch
         with self._kits.streaming("aisdk"):
             while True:

@@ -39,6 +39,8 @@ from sync import Conversation
 from sync.errors import UsageError
 
 from .agui import mount as mount_agui
+from .aisdk import PATH as AISDK_PATH
+from .aisdk import AiSdk
 from .auth import KeyRing
 from .background import Background
 from .bus import Relay, open_bus
@@ -134,6 +136,7 @@ class Hub:
             waiting=waiting,
             principals=Caps(self.config.max_per_principal),
         )
+        self.front.route(AISDK_PATH, AiSdk(self).route)  # the AI SDK's chat (SPEC 13)
         self._follower: Follower | None = None  # on a shared store
         self._relay: Relay | None = None  # the bus to other hubs, on a shared store
 

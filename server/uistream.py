@@ -341,9 +341,8 @@ def ui_messages(conversation: Conversation) -> list[dict[str, Any]]:
             elif isinstance(part, Text):
                 parts.append({"type": "text", "text": part.text, "state": "done"})
             else:  # the SDK keeps a reasoning part's stream id in the part
-                parts.append(
-                    {"type": "reasoning", "id": f"{ref.id}:{key}", "text": part.text, "state": "done"}
-                )
+                shown = {"type": "reasoning", "id": f"{ref.id}:{key}", "text": part.text}
+                parts.append({**shown, "state": "done"})
     return messages
 
 

@@ -30,7 +30,8 @@ class Turn:
     result: str = "18°C, clear"
     tokens: int = 120
     delay: float = 0.01  # seconds between two appends
-    ask_when: str = "approve"  # ask a person to approve the call when the request says it
+    ask: bool = False  # ask a person to approve every call before running it
+    ask_when: str = "approve"  # ...or only when the request's text holds this word
 
     def answer(self, n: int) -> str:
         return "".join(f"w{i} " for i in range(self.tokens)) + f"(turn {n})"
@@ -90,7 +91,7 @@ async def _steps(replica: Replica, turn: Turn, n: int, partial: list[str]) -> No
         )
         await d.commit(step)
     denied = False
-    if turn.ask_when and turn.ask_when in _request_text(replica):
+    if turn.ask or (turn.ask_when and turn.ask_when in _request_text(replica)):
         decision = await replica.ask(call=call_id, prompt=f"Look up the weather in {turn.city}?")
         denied = not decision.approved
     if denied:
