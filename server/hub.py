@@ -38,6 +38,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from sync import Conversation
 from sync.errors import UsageError
 
+from .agui import mount as mount_agui
 from .aisdk import PATH as AISDK_PATH
 from .aisdk import AiSdk
 from .auth import KeyRing
@@ -125,6 +126,7 @@ class Hub:
         self._http = Http(self, self._web, waiting)
         self.front = Front(self, self._http, waiting)
         """The plain HTTP of the hub's port: `front.route(prefix, route)` adds a route."""
+        mount_agui(self)  # POST /v1/agui/{id} (SPEC 13)
         self._sockets = Sockets(
             self,
             rooms=self._rooms,
