@@ -4,7 +4,6 @@ and the same stop, made through AG-UI."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -17,8 +16,6 @@ from kitworker import Turn, answer_turns
 
 from client import DraftChanged, connect
 from server import Hub
-from server.aisdk import PATH as AISDK_PATH
-from server.aisdk import AiSdk
 from sync import Assistant, Text
 from sync.entries import Stopped
 
@@ -33,9 +30,6 @@ async def test_a_python_ui_an_agui_client_and_an_ai_sdk_client_see_one_answer_an
     the same text, which is the aborted answer the log keeps and the draft the Python UI saw
     grow."""
     node = require_client()
-    # /v1/aisdk is mounted by the hub once the kits branch wires it; until then, here
-    with contextlib.suppress(ValueError):
-        hub.front.route(AISDK_PATH, AiSdk(hub).route, methods=("GET", "POST"))
     chat = "together-1"
     drafted: dict[str, str] = {}
     async with (
