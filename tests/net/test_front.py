@@ -6,13 +6,17 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import ssl
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import anyio
 import h11
 import pytest
-from anyio.abc import SocketStream
+from anyio.abc import ByteStream
+from anyio.streams.tls import TLSStream
+from certs import self_signed
 from conftest import bound, hub_config
 from websockets.asyncio.client import connect as ws_connect
 
@@ -27,7 +31,7 @@ SECRET_TEXT = "the-user-said-something-private"
 class Client:
     """One TCP connection to the hub, spoken to with h11 (as a client)."""
 
-    def __init__(self, stream: SocketStream) -> None:
+    def __init__(self, stream: ByteStream) -> None:
         self.stream = stream
         self.h11 = h11.Connection(h11.CLIENT)
 
@@ -386,6 +390,26 @@ async def test_pipelined_requests_are_answered_in_order_and_head_has_no_body() -
             assert (head.status_code, body) == (404, b"")
             assert header(head, "content-length") == str(len(b"no such conversation\n"))
             c.next_cycle()  # and no stray body bytes after the HEAD's answer
+            await c.request("GET", "/healthz")
+            head, body = await c.response()
+            assert (head.status_code, body) == (200, b"ok\n")
+
+
+async def test_over_tls_a_stream_and_keep_alive_work_too(tmp_path: Path) -> None:
+    """With `tls_cert`, plain HTTPS requests reach the front too: a stream, then another
+    request on the same TLS connection."""
+    cert, key = self_signed(tmp_path)
+    echo = Echo()
+    async with running(echo, tls_cert=cert, tls_key=key) as hub:
+        with anyio.fail_after(bound(10)):
+            context = ssl.create_default_context(cafile=cert)
+            tcp = await anyio.connect_tcp("127.0.0.1", hub.port)
+            c = Client(await TLSStream.wrap(tcp, hostname="127.0.0.1", ssl_context=context))
+            _OPEN.append(c)
+            await c.request("POST", "/v1/echo", b'{"lines": ["secure"]}')
+            head, body = await c.response()
+            assert (head.status_code, body) == (200, b'data: "secure"\n\n')
+            c.next_cycle()
             await c.request("GET", "/healthz")
             head, body = await c.response()
             assert (head.status_code, body) == (200, b"ok\n")
