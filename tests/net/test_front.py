@@ -413,3 +413,19 @@ async def test_over_tls_a_stream_and_keep_alive_work_too(tmp_path: Path) -> None
             await c.request("GET", "/healthz")
             head, body = await c.response()
             assert (head.status_code, body) == (200, b"ok\n")
+
+
+async def test_a_body_slower_than_open_timeout_gets_408() -> None:
+    """A body that does not arrive within `open_timeout` of its head gets 408 and the
+    connection closes; the route never sees it."""
+    echo = Echo()
+    async with running(echo, open_timeout=0.3) as hub:
+        with anyio.fail_after(bound(10)):
+            c = await client(hub)
+            head_sent = [("Host", "127.0.0.1"), ("Content-Length", "10")]
+            await c.send(h11.Request(method="POST", target="/v1/echo", headers=head_sent))
+            await c.send(h11.Data(data=b"abc"))
+            head, body = await c.response()
+            assert (head.status_code, body) == (408, b"request body too slow\n")
+            assert header(head, "connection") == "close"
+    assert echo.bodies == []
