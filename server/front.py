@@ -443,6 +443,9 @@ class Door(HubConnection):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._door = cast(asyncio.Transport, transport)
+        if self.front.closing:  # accepted while the hub shuts down (a browser's preconnect)
+            self._door.abort()
+            return
         timeout = self.front._hub.config.open_timeout
         self._timer = asyncio.get_running_loop().call_later(timeout, self.transport_abort)
         self.front._doors.add(self)
