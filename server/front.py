@@ -271,6 +271,13 @@ class Front:
                     group.start_soon(conn.run, head)
             finally:
                 self._handoff = None
+                while True:  # handed over but never started: the group is ending
+                    try:
+                        conn, _ = receive.receive_nowait()
+                    except (anyio.WouldBlock, anyio.EndOfStream):
+                        break
+                    conn.transport.abort()
+                    self._gone(conn)
 
     async def close(self) -> None:
         """Stop serving: connections without a request head are cut, idle ones closed, a
