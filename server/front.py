@@ -271,6 +271,13 @@ class Front:
                     group.start_soon(conn.run, head)
             finally:
                 self._handoff = None
+                while True:  # handed over but never started: the group is ending
+                    try:
+                        conn, _ = receive.receive_nowait()
+                    except (anyio.WouldBlock, anyio.EndOfStream):
+                        break
+                    conn.transport.abort()
+                    self._gone(conn)
 
     async def close(self) -> None:
         """Stop serving: connections without a request head are cut, idle ones closed, a
@@ -443,6 +450,9 @@ class Door(HubConnection):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._door = cast(asyncio.Transport, transport)
+        if self.front.closing:  # accepted while the hub shuts down (a browser's preconnect)
+            self._door.abort()
+            return
         timeout = self.front._hub.config.open_timeout
         self._timer = asyncio.get_running_loop().call_later(timeout, self.transport_abort)
         self.front._doors.add(self)

@@ -6,13 +6,17 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import ssl
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import anyio
 import h11
 import pytest
-from anyio.abc import SocketStream
+from anyio.abc import ByteStream
+from anyio.streams.tls import TLSStream
+from certs import self_signed
 from conftest import bound, hub_config
 from websockets.asyncio.client import connect as ws_connect
 
@@ -27,7 +31,7 @@ SECRET_TEXT = "the-user-said-something-private"
 class Client:
     """One TCP connection to the hub, spoken to with h11 (as a client)."""
 
-    def __init__(self, stream: SocketStream) -> None:
+    def __init__(self, stream: ByteStream) -> None:
         self.stream = stream
         self.h11 = h11.Connection(h11.CLIENT)
 
@@ -320,3 +324,108 @@ async def test_websockets_still_open_on_the_same_port() -> None:
             await c.request("GET", "/healthz")
             head, _ = await c.response()
             assert head.status_code == 200
+
+
+async def test_connections_over_the_caps_get_503_but_healthz_answers() -> None:
+    """Open HTTP connections count per address and in `max_connections`: one more gets 503
+    (`/healthz` is answered anyway), and once one closes a new one is served."""
+    echo = Echo()
+    async with running(echo, max_waiting_per_address=2) as hub:
+        with anyio.fail_after(bound(10)):
+            held = [await client(hub), await client(hub)]
+            for c in held:
+                await c.request("GET", "/v1/echo")
+                assert (await c.response())[0].status_code == 200
+            assert hub.metrics.http_connections == 2
+            c = await client(hub)
+            await c.request("GET", "/v1/echo")
+            head, body = await c.response()
+            assert (head.status_code, body) == (503, b"too many connections from this address\n")
+            c = await client(hub)
+            await c.request("GET", "/healthz")
+            assert (await c.response())[0].status_code == 200
+            await held[0].stream.aclose()
+            for _ in range(200):  # the hub sees the close a moment later
+                c = await client(hub)
+                await c.request("GET", "/v1/echo")
+                if (await c.response())[0].status_code == 200:
+                    break
+                await anyio.sleep(0.02)
+            else:
+                raise AssertionError("a closed connection was never given back")
+    async with running(echo, max_connections=1) as hub:
+        with anyio.fail_after(bound(10)):
+            first = await client(hub)
+            await first.request("GET", "/v1/echo")
+            assert (await first.response())[0].status_code == 200
+            c = await client(hub)
+            await c.request("GET", "/v1/echo")
+            head, body = await c.response()
+            assert (head.status_code, body) == (503, b"too many connections\n")
+
+
+async def test_pipelined_requests_are_answered_in_order_and_head_has_no_body() -> None:
+    """Two requests sent at once are answered one after the other on the connection; a
+    HEAD gets the GET's headers (its Content-Length) without the body, and the connection
+    goes on."""
+    echo = Echo()
+    async with running(echo) as hub:
+        with anyio.fail_after(bound(10)):
+            c = await client(hub)
+            host = [("Host", "127.0.0.1")]
+            get = h11.Request(method="GET", target="/healthz", headers=host)
+            head_only = h11.Request(method="HEAD", target="/v1/conversations/nope-2", headers=host)
+            await c.stream.send(  # both at once: h11 (the client's) would wait for an answer
+                b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+                b"HEAD /v1/conversations/nope-2 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+            )
+            c.h11.send(get)  # the client's parser told what was sent, to read the answers
+            c.h11.send(h11.EndOfMessage())
+            head, body = await c.response()
+            assert (head.status_code, body) == (200, b"ok\n")
+            c.next_cycle()
+            c.h11.send(head_only)
+            c.h11.send(h11.EndOfMessage())
+            head, body = await c.response()
+            assert (head.status_code, body) == (404, b"")
+            assert header(head, "content-length") == str(len(b"no such conversation\n"))
+            c.next_cycle()  # and no stray body bytes after the HEAD's answer
+            await c.request("GET", "/healthz")
+            head, body = await c.response()
+            assert (head.status_code, body) == (200, b"ok\n")
+
+
+async def test_over_tls_a_stream_and_keep_alive_work_too(tmp_path: Path) -> None:
+    """With `tls_cert`, plain HTTPS requests reach the front too: a stream, then another
+    request on the same TLS connection."""
+    cert, key = self_signed(tmp_path)
+    echo = Echo()
+    async with running(echo, tls_cert=cert, tls_key=key) as hub:
+        with anyio.fail_after(bound(10)):
+            context = ssl.create_default_context(cafile=cert)
+            tcp = await anyio.connect_tcp("127.0.0.1", hub.port)
+            c = Client(await TLSStream.wrap(tcp, hostname="127.0.0.1", ssl_context=context))
+            _OPEN.append(c)
+            await c.request("POST", "/v1/echo", b'{"lines": ["secure"]}')
+            head, body = await c.response()
+            assert (head.status_code, body) == (200, b'data: "secure"\n\n')
+            c.next_cycle()
+            await c.request("GET", "/healthz")
+            head, body = await c.response()
+            assert (head.status_code, body) == (200, b"ok\n")
+
+
+async def test_a_body_slower_than_open_timeout_gets_408() -> None:
+    """A body that does not arrive within `open_timeout` of its head gets 408 and the
+    connection closes; the route never sees it."""
+    echo = Echo()
+    async with running(echo, open_timeout=0.3) as hub:
+        with anyio.fail_after(bound(10)):
+            c = await client(hub)
+            head_sent = [("Host", "127.0.0.1"), ("Content-Length", "10")]
+            await c.send(h11.Request(method="POST", target="/v1/echo", headers=head_sent))
+            await c.send(h11.Data(data=b"abc"))
+            head, body = await c.response()
+            assert (head.status_code, body) == (408, b"request body too slow\n")
+            assert header(head, "connection") == "close"
+    assert echo.bodies == []
