@@ -6,34 +6,7 @@ import { test } from 'node:test';
 import { Conversation, Message, Refused, connect } from '../convsync.js';
 import { COMPACT_AT, LAYOUT } from '../lib/persist.js';
 
-/** A WebSocket stand-in: records what is sent; the test plays the hub. */
-class FakeSocket {
-  static made = [];
-  constructor(url, protocol) {
-    this.url = url;
-    this.readyState = 0;
-    this.sent = [];
-    FakeSocket.made.push(this);
-  }
-  open() {
-    this.readyState = 1;
-    this.onopen?.({});
-  }
-  send(data) {
-    this.sent.push(JSON.parse(data));
-  }
-  deliver(message) {
-    this.onmessage?.({ data: JSON.stringify(message) });
-  }
-  close(code = 1005, reason = '') {
-    if (this.readyState === 3) return;
-    this.readyState = 3;
-    this.onclose?.({ code, reason });
-  }
-  pushes() {
-    return this.sent.filter((frame) => frame.type === 'push');
-  }
-}
+import { FakeSocket } from './support/fakes.mjs';
 
 let outboxes = 0;
 

@@ -1,4 +1,4 @@
-// Stand-ins the socket-shell tests share (shell.test.mjs, react.test.mjs): a WebSocket the
+// Stand-ins the socket-shell tests share (shell, react and persist tests): a WebSocket the
 // test plays the hub through, and timers it fires by hand. No tests here.
 
 /** A WebSocket stand-in: records what is sent; the test plays the hub. */
@@ -21,6 +21,10 @@ export class FakeSocket {
   }
   deliver(message) {
     this.onmessage?.({ data: JSON.stringify(message) });
+  }
+  /** The push frames sent so far. */
+  pushes() {
+    return this.sent.filter((frame) => frame.type === 'push');
   }
   /** As a browser reports a close that carried no status code: 1005. */
   close(code = 1005, reason = '') {
