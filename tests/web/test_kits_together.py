@@ -1,18 +1,21 @@
-"""Several protocols on one conversation at once (SPEC 13): a Python UI replica, an AG-UI
-client and an AI SDK client (tests/support/kits_together.mjs) see the same answer stream
-and the same stop, made through AG-UI."""
+"""Several protocols on one conversation at once (SPEC 13): a Python UI replica, the viewer
+(in Chromium), an AG-UI client and an AI SDK client (tests/support/kits_together.mjs) see the
+same answer stream and the same stop, made through AG-UI."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
 from pathlib import Path
 
 import anyio
+import pytest
 from aguiclient import require_client
 from conftest import bound
 from kitworker import Turn, answer_turns
+from test_browser import Pages, browser, hub, page_url, pages  # noqa: F401
 
 from client import DraftChanged, connect
 from server import Hub
@@ -21,17 +24,40 @@ from sync.entries import Stopped
 
 SCRIPT = Path(__file__).resolve().parents[1] / "support" / "kits_together.mjs"
 
+pytestmark = pytest.mark.asyncio(loop_scope="module")  # the browser's loop (test_browser)
 
-async def test_a_python_ui_an_agui_client_and_an_ai_sdk_client_see_one_answer_and_one_stop(
-    hub: Hub,
+# Run in the viewer page: keeps every text its answer draft showed, in order, as it changed
+# (a MutationObserver, so no growth step between two polls is missed).
+RECORD_DRAFTS = """() => {
+  const seen = [];
+  globalThis.seenDrafts = seen;
+  const look = () => {
+    for (const el of document.querySelectorAll('[data-draft-id] [data-part=text]')) {
+      const text = el.textContent;
+      if (text.startsWith('w0 ') && seen.at(-1) !== text) seen.push(text);
+    }
+  };
+  new MutationObserver(look).observe(document.body, {
+    subtree: true, childList: true, characterData: true,
+  });
+}"""
+
+
+async def test_a_python_ui_the_viewer_an_agui_and_an_ai_sdk_client_see_one_answer_and_stop(
+    hub: Hub,  # noqa: F811
+    pages: Pages,  # noqa: F811
 ) -> None:
-    """While a worker streams a long answer, the AG-UI client, the AI SDK client and a Python
-    UI replica all watch it; the AG-UI client stops it: both kits' streams end there, with
-    the same text, which is the aborted answer the log keeps and the draft the Python UI saw
-    grow."""
+    """While a worker streams a long answer, the AG-UI client, the AI SDK client, the viewer
+    and a Python UI replica all watch it; the AG-UI client stops it: both kits' streams end
+    there, with the same text, which is the aborted answer the log keeps, the one the viewer
+    shows as aborted, and the draft the Python UI and the viewer saw grow."""
     node = require_client()
     chat = "together-1"
     drafted: dict[str, str] = {}
+    # the viewer is open on the conversation before anything is asked or streamed
+    page = await pages.open(page_url(hub, f"/c/{chat}"))
+    await page.wait_for_selector("#app[data-connection-state=connected]")
+    await page.evaluate(RECORD_DRAFTS)
     async with (
         connect(hub.url, chat, client="worker") as worker,
         connect(hub.url, chat, client="ui") as ui,
@@ -77,3 +103,17 @@ async def test_a_python_ui_an_agui_client_and_an_ai_sdk_client_see_one_answer_an
     # the Python UI saw the same draft grow (the stop keeps its text as a new entry)
     [seen] = [t for t in drafted.values() if t.startswith("w0 ")]
     assert text.startswith(seen) and len(seen) > len("w0 w1 w2 w3 ")
+    # the viewer saw the same draft grow, step by step, each step a prefix of the next ...
+    shown: list[str] = await page.evaluate("globalThis.seenDrafts")
+    assert len(shown) > 1, shown
+    assert all(b.startswith(a) and len(b) > len(a) for a, b in itertools.pairwise(shown))
+    assert text.startswith(shown[-1]) and len(shown[-1]) > len("w0 w1 w2 w3 ")
+    # ... and once stopped shows no draft, but the kept answer, marked aborted, its text the log's
+    await page.wait_for_selector("[data-draft-id]", state="detached")
+    answer = page.locator(f'[data-entry-id="{kept.id}"]')
+    await answer.wait_for(timeout=bound(15) * 1000)
+    assert await answer.locator(".text").text_content() == text
+    stop = kept.message.stop if isinstance(kept.message, Assistant) else None
+    assert stop is not None
+    assert await answer.locator(".stopped").text_content() == f"(aborted: {stop.detail})"
+    assert pages.errors == []
