@@ -429,3 +429,34 @@ async def test_a_body_slower_than_open_timeout_gets_408() -> None:
             assert (head.status_code, body) == (408, b"request body too slow\n")
             assert header(head, "connection") == "close"
     assert echo.bodies == []
+
+
+async def test_connections_arriving_while_the_hub_shuts_down_are_all_closed() -> None:
+    """Sockets that connect while the hub shuts down (a browser's preconnect) are each closed
+    by the hub: every one reads its end (asyncio's server, closed while an accepted socket
+    waited for its transport, used to drop that socket unclosed, never answered)."""
+    for _ in range(5):
+        clients: list[anyio.abc.SocketStream] = []
+        hub = Hub(MemoryStore(), port=0, config=hub_config())
+        async with anyio.create_task_group() as group:
+            async with hub:
+
+                async def keep_connecting(
+                    port: int = hub.port, made: list[anyio.abc.SocketStream] = clients
+                ) -> None:
+                    while True:
+                        try:
+                            made.append(await anyio.connect_tcp("127.0.0.1", port))
+                        except OSError:
+                            return
+
+                group.start_soon(keep_connecting)
+                await anyio.sleep(0.05)
+            group.cancel_scope.cancel()
+        assert clients
+        for client in clients:
+            with anyio.fail_after(bound(5)):  # a socket the hub dropped unclosed never ends
+                with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+                    while await client.receive():
+                        pass
+            await client.aclose()
