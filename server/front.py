@@ -44,7 +44,7 @@ import anyio
 import h11
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from websockets.asyncio.server import ServerConnection
+from websockets.asyncio.server import Server, ServerConnection
 from websockets.datastructures import Headers
 from websockets.http11 import SERVER, Request, Response
 
@@ -278,6 +278,20 @@ class Front:
                         break
                     conn.transport.abort()
                     self._gone(conn)
+
+    async def stop_accepting(self, server: Server) -> None:
+        """Take no more connections on `server` (the hub's websockets `Server`), then let
+        those accepted already reach their protocol; call before `close`.
+
+        asyncio's server, closed while a socket it accepted waits for its transport (one turn
+        of the loop), drops that socket unclosed (`Server._attach` asserts): a browser's
+        preconnect at shutdown left one open. So the listening sockets stop being read first,
+        and two turns of the loop let what was accepted be made; `close` then cuts it."""
+        loop = asyncio.get_running_loop()
+        for sock in server.sockets:
+            loop.remove_reader(sock.fileno())
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
 
     async def close(self) -> None:
         """Stop serving: connections without a request head are cut, idle ones closed, a

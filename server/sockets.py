@@ -20,7 +20,6 @@ Async API: anyio (websockets' own calls aside: `recv`, the server's `start_servi
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import ssl
 import time
@@ -177,7 +176,7 @@ class Sockets:
         time (a peer that stopped reading) is cut."""
         server = self.server
         assert server is not None, "the hub is not listening"
-        await self._stop_accepting(server)
+        await self._front.stop_accepting(server)
         await self._front.close()
         server.close(close_connections=True, reason="shutting down")
         with anyio.move_on_after(CLOSE_DEADLINE):
@@ -186,21 +185,6 @@ class Sockets:
             cut_if_open(connection)
         with anyio.move_on_after(CLOSE_DEADLINE):
             await server.wait_closed()
-
-    @staticmethod
-    async def _stop_accepting(server: Server) -> None:
-        """Take no more connections, then let those accepted already reach their protocol.
-
-        asyncio's server, closed while a socket it accepted waits for its transport (one
-        turn of the loop), drops that socket unclosed (`Server._attach` asserts): a browser's
-        preconnect at shutdown left one open. So the listening sockets stop being read first
-        (asyncio's own call, the one exception to anyio here), and two turns of the loop let
-        what was accepted be made; the front cuts it (it is closing)."""
-        loop = asyncio.get_running_loop()
-        for sock in server.sockets:
-            loop.remove_reader(sock.fileno())
-        await asyncio.sleep(0)
-        await asyncio.sleep(0)
 
     def hold_principal(self, sub: str) -> bool:
         """`Hub.hold_principal`."""

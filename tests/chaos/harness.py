@@ -251,6 +251,8 @@ async def _nemeses(
         kind = rng.choice(kinds)
         proxy = rng.choice(proxies)
         editing = [slot for slot in slots if not slot.edited.is_set()]
+        if chaos.kill_replicas and editing and "kill_replica" not in chaos.faults:
+            kind = "kill_replica"  # the first fault: a quick run still kills a replica once
         if kind == "kill_replica" and not editing:
             continue  # every replica is done editing: the run is about to calm down
         chaos.faults.append(kind)
