@@ -24,6 +24,7 @@ closes when the peer goes away.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import AsyncGenerator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -43,9 +44,9 @@ PREFIX = "/v1/agui/"
 
 def mount(hub: Hub) -> None:
     """Serve AG-UI under `/v1/agui/` on `hub`'s front door."""
-    try:
-        import ag_ui.core  # noqa: F401  (the extra)
-    except ImportError:
+    # Only whether the extra is installed: importing it loads pydantic (about 8 MiB), which a
+    # hub whose clients never speak AG-UI should not pay for. The first run imports it.
+    if importlib.util.find_spec("ag_ui") is None:
         hub.front.route(PREFIX, _missing, methods=("POST",))
         return
     hub.front.route(PREFIX, Agui(hub).respond, methods=("POST",))

@@ -6,7 +6,10 @@ which stops nothing."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -21,6 +24,7 @@ from sync import Message
 SECRET = b"agui-secret-for-tests-only-0123456789"
 KEYS = KeyRing.of(Key.secret(SECRET))
 CONV = "agui-1"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def token(scope: str) -> str:
@@ -146,3 +150,43 @@ async def test_an_open_run_is_counted_and_its_client_leaving_loses_nothing() -> 
         async with connect(hub.url, CONV, client="reader") as reader:
             [ref] = reader.conversation.entries()
             assert ref.source_id == "kit-1" and ref.message == Message.user("anyone there?")
+
+
+PROBE = """
+import json, sys, threading, urllib.request
+import anyio
+from server import Hub, HubConfig, MemoryStore
+
+async def main():
+    config = HubConfig(ping_interval=None)
+    async with Hub(MemoryStore(), host="127.0.0.1", port=0, config=config) as hub:
+        before = sorted(m for m in ("ag_ui", "pydantic") if m in sys.modules)
+        body = json.dumps({"threadId": "probe", "runId": "r1", "messages": []}).encode()
+        request = urllib.request.Request(f"http://127.0.0.1:{hub.port}/v1/agui/probe", body,
+                                         {"Content-Type": "application/json"})
+        def post():
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status, response.read()
+        status, _ = await anyio.to_thread.run_sync(post)
+        after = sorted(m for m in ("ag_ui", "pydantic") if m in sys.modules)
+        print(json.dumps({"before": before, "after": after, "status": status}))
+
+anyio.run(main)
+"""
+
+
+def test_a_hub_imports_the_agui_extra_only_when_a_run_arrives() -> None:
+    # The extra brings pydantic (about 8 MiB): a hub whose clients never speak AG-UI must not
+    # load it at start, and the first run must still find it.
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        capture_output=True,
+        text=True,
+        timeout=bound(60),
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["before"] == [], seen
+    assert seen["after"] == ["ag_ui", "pydantic"], seen
+    assert seen["status"] == 200, seen
