@@ -206,7 +206,8 @@ def report(results: list[Result], rate: float) -> str:
     ]
     for r in results:
         rows.append(
-            f"| {r.interval * 1000:.0f} ms | {r.uis} | {r.tokens} | {r.p50:.1f} ms | "
+            f"| {r.interval * 1000:.0f} ms{' (default)' if r.interval == 0 else ''} | "
+            f"{r.uis} | {r.tokens} | {r.p50:.1f} ms | "
             f"{r.p99:.1f} ms | {r.cpu_per_delta:.0f} µs | {r.deltas} | "
             f"{r.bytes_per_token:.1f} B | {r.whole_per_token:.0f} B | "
             f"{r.whole_per_token / r.bytes_per_token:.0f}x |"
@@ -225,8 +226,10 @@ def report(results: list[Result], rate: float) -> str:
             f"One worker (a `Replica`) appends one token every {1000 / rate:.0f} ms to one "
             "draft; the UIs are raw websockets that only read. The hub runs in its own process "
             "(in-memory store); the worker's replica coalesces with the same `draft_interval` "
-            "as the hub. Latency runs from `d.append` to the UI holding the token's last "
-            "character. The 100-UI rows stream fewer tokens to keep the run short.",
+            "as the hub (at 0, both defaults, it sends each append at once within the hub's "
+            "draft budget and the hub relays each delta at once). Latency runs from `d.append` "
+            "to the UI holding the token's last character. The 100-UI rows stream fewer "
+            "tokens to keep the run short.",
             "",
             *rows,
             "",

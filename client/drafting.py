@@ -1,7 +1,7 @@
 """`DraftWriter`: one message in progress that a replica streams to every UI (SPEC 7).
 
 Use as `async with replica.draft() as d:`; `d.append(text)` returns at once (the replica sends
-what was appended at most once per `draft_interval`, and `keep` while the model is silent);
+each append at once within the hub's draft budget, and `keep` while the model is silent);
 `await d.commit(message)` pushes the finished message under the draft's id, which ends the
 draft for everyone in the same step as its record lands. Leaving the block without a commit,
 or with an exception, aborts it. When the hub ends the draft (a user stopped the turn: status

@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 
 from sync import Author, Conversation, UsageError
+from sync.budget import TokenBucket, pacer_for
 from sync.protocol import (
     DraftEnd,
     DraftInfo,
@@ -166,6 +167,10 @@ class LiveState:
         self.status_due = False  # the status must be (re)sent
         self._snapshot: list[DraftInfo] | None = None  # a `drafts` snapshot being received
         self._aborts: list[str] = []  # own drafts aborted here, the `abort` not sent yet
+        self._pacer: TokenBucket | None = None  # within the hub's draft budget, once welcomed
+        self.paced_until: float | None = None
+        """When `ops_to_send` held the ops back to stay within the hub's draft budget: the
+        time (in its `now`'s clock) to ask again; None when it did not."""
 
     # ------------------------------------------------------------------ connections
 
@@ -180,6 +185,7 @@ class LiveState:
 
     def welcomed(self, welcome: Welcome) -> list[Any]:
         self.features = list(welcome.features)
+        self._pacer = pacer_for((welcome.limits or {}).get("draft"))
         self.status_due = self.status is not None and "presence" in self.features
         events: list[Any] = []
         if "drafts" not in self.features:
@@ -362,8 +368,18 @@ class LiveState:
             self._aborts.append(id_)
 
     def ops_to_send(self, now: float, keep_every: float) -> list[DraftOp]:
-        """The draft ops to send now, in order (none unless the hub offers drafts)."""
+        """The draft ops to send now, in order (none unless the hub offers drafts).
+
+        They are paced within the draft budget the hub's `welcome` gave: while it is spent
+        nothing is sent (`paced_until` says until when) and appends made meanwhile go
+        together in one op per draft part, so a model emitting 1,000 tokens a second never
+        reaches the hub's limit while one emitting fewer has each token sent at once."""
+        self.paced_until = None
         if "drafts" not in self.features:
+            return []
+        pacer = self._pacer
+        if pacer is not None and pacer.available(now) < 1:
+            self.paced_until = pacer.ready_at(now)
             return []
         ops = [DraftOp(id_, "abort") for id_ in self._aborts]
         self._aborts = []
@@ -398,4 +414,7 @@ class LiveState:
             elif now - own.heard >= keep_every:
                 ops.append(DraftOp(own.id, "keep"))
                 own.heard = now
+        if pacer is not None:
+            for _ in ops:  # a debt of a few ops at most (one per draft part): the next wait
+                pacer.spend(now)
         return ops

@@ -112,8 +112,9 @@ class Replica(Steering, Turns, Approving):
         max_backoff: ...up to this cap. Each delay is drawn uniformly below the cap.
         connect_timeout: how long entering the `async with` waits for the first catch-up.
         compression: `"deflate"` to offer permessage-deflate (the hub must enable it too).
-        draft_interval: seconds between two sends of a draft's appends (coalescing; 0: each
-            append at once).
+        draft_interval: seconds between two sends of a draft's appends (fixed coalescing).
+            0, the default: each append goes at once, paced within the hub's draft budget
+            (appends made while it is spent go together).
         keep_every: seconds of silence after which an open draft is kept alive (`keep`).
         kind: what this replica is (`user`, `agent`), shown in presence without a token.
         token: the access token for a hub with auth: a string, or a callable (sync or async)
@@ -163,7 +164,7 @@ class Replica(Steering, Turns, Approving):
         max_backoff: float = 5.0,
         connect_timeout: float = 10.0,
         compression: str | None = None,
-        draft_interval: float = 0.05,
+        draft_interval: float = 0.0,
         keep_every: float = 10.0,
         kind: str | None = None,
         token: Token | None = None,
@@ -733,8 +734,9 @@ class Replica(Steering, Turns, Approving):
             pass  # the reading side sees the close and ends the connection
 
     async def _live_loop(self, ws: ClientConnection) -> None:
-        """Send the status and draft ops as they become due: appends coalesced per
-        `draft_interval`, a `keep` for a draft silent `keep_every` seconds."""
+        """Send the status and draft ops as they become due: appends at once within the
+        hub's draft budget (or coalesced per a fixed `draft_interval`), a `keep` for a draft
+        silent `keep_every` seconds."""
         live = self.session.live
         try:
             while True:
@@ -749,6 +751,9 @@ class Replica(Steering, Turns, Approving):
                     await ws.send(encode_message(op), text=True)
                 if ops and self._draft_interval > 0:
                     await anyio.sleep(self._draft_interval)
+                elif live.paced_until is not None:  # within the hub's draft budget: wait,
+                    await anyio.sleep(live.paced_until - time.monotonic())  # then send all
+                    self._live_wake.set()
         except ConnectionClosed:
             pass  # the reading side sees the close and ends the connection
 

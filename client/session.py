@@ -30,7 +30,6 @@ and resumes with a new `hello()`.
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable, Sequence
 
 import msgspec
@@ -47,7 +46,7 @@ from sync import (
     encode,
 )
 from sync.approvals import is_decision
-from sync.budget import Budget, TokenBucket, pace
+from sync.budget import TokenBucket, pacer_for
 from sync.errors import Refused, RemoteProtocolError, Unavailable, reject_rule, retry_of
 from sync.frames import MAX_FRAME, PUSH_OVERHEAD, fill_budget, push_frame, runs
 from sync.protocol import (
@@ -507,7 +506,7 @@ class ReplicaSession:
         self._step(Welcome)
         self._welcome = self._last_welcome = welcome
         budget = (welcome.limits or {}).get("push")
-        self._pacer = None if budget is None else _pacer(budget)
+        self._pacer = pacer_for(budget)
         # A client id reused by a new process continues after the seqs the hub holds.
         self.seq = max(self.seq, welcome.acked)
         batch, self._inflight = self._inflight, None
@@ -878,12 +877,3 @@ def _folded(base: Conversation, records: Sequence[ChangeRecord]) -> Conversation
     except ApplyError:
         return None
     return base
-
-
-def _pacer(budget: Budget) -> TokenBucket | None:
-    """The bucket a replica paces its pushes by within the hub's push `budget` (None for a
-    budget no bucket can hold: the hub then meters nothing this replica needs to mind)."""
-    paced = pace(budget)
-    if not (0 < paced.rate < math.inf and 1 <= paced.burst < math.inf):
-        return None
-    return TokenBucket(paced.rate, paced.burst, 0.0)

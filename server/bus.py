@@ -3,7 +3,7 @@
 How this works: a `Relay` runs in the hub's task group when the store is shared. Three loops:
 the listener hands every bus message to the pure `Mirror` and shows its changes in loaded
 rooms (answering asks from this hub's own rooms); the publisher takes, at most once per
-`draft_interval`, what each room that said it had news wants other hubs to know
+`bus_interval`, what each room that said it had news wants other hubs to know
 (`server.remote.relay_ops`) and publishes it as one message per conversation (several when a
 payload would not fit the bus); the heartbeat writes this hub's heartbeat with its TTL, reads
 the hubs alive, and has the mirror end what dead hubs held. A room that loads starts from the
@@ -140,7 +140,7 @@ class Relay:
 
     Args:
         bus: the bus.
-        config: the hub's settings (`draft_interval`, heartbeats).
+        config: the hub's settings (`bus_interval`, heartbeats).
         rooms: the hub's loaded rooms, by conversation id (read, never changed).
     """
 
@@ -256,7 +256,7 @@ class Relay:
             await self.bus.publish(payloads)
 
     async def _publish_loop(self) -> None:
-        interval = self.config.draft_interval
+        interval = self.config.bus_interval
         failures = 0
         while True:
             await self._wake.wait()

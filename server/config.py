@@ -43,8 +43,12 @@ class HubConfig:
         head_check: seconds between two re-reads of each loaded conversation's head when
             other hubs share the store (PostgreSQL, SPEC 9); the backstop for a lost notice.
             Unused on a store only this hub writes (SQLite, memory).
-        draft_interval: seconds between two draft delta messages to one replica (0: each
-            delta at once).
+        draft_interval: seconds between two draft delta messages to one replica. 0, the
+            default: each delta at once, and the deltas of a subscriber whose socket is
+            behind merge while they wait (one per draft part), so a slow reader costs no
+            more frames than it can take.
+        bus_interval: seconds between two bus messages about one conversation to other
+            hubs (SPEC 9: never one per delta).
         draft_timeout: seconds of silence after which a draft ends `timeout`.
         draft_grace: seconds a draft waits for its producer to reconnect.
         turn_grace: seconds an open turn's worker may stay away (SPEC 10): its hub renews the
@@ -122,7 +126,8 @@ class HubConfig:
     ping_interval: float | None = 20.0
     max_connections: int = 10_000
     head_check: float = 1.0
-    draft_interval: float = 0.05
+    draft_interval: float = 0.0
+    bus_interval: float = 0.05
     draft_timeout: float = 30.0
     draft_grace: float = 10.0
     turn_grace: float = 30.0
@@ -214,6 +219,7 @@ _NUMBERS: dict[str, tuple[type, float, bool, str]] = {
     "max_connections": (int, 1, True, "connections"),
     "head_check": (float, 0.01, True, "seconds"),
     "draft_interval": (float, 0, True, "seconds"),
+    "bus_interval": (float, 0, True, "seconds"),
     "draft_timeout": (float, 0, False, "seconds"),
     "draft_grace": (float, 0, True, "seconds"),
     "turn_grace": (float, 0, False, "seconds"),

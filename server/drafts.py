@@ -80,7 +80,8 @@ class DraftConfig:
     """The draft settings, in milliseconds and bytes.
 
     Attributes:
-        interval: the least time between two delta messages to one subscriber (0: each at once).
+        interval: the least time between two delta messages to one subscriber (0: each at once;
+            the socket shell merges the deltas of a subscriber that is behind).
         timeout: a draft whose producer sent nothing for this long ends `timeout`.
         grace: a draft whose producer's socket closed this long ago ends `timeout`.
         max_bytes: the UTF-8 bytes a draft's parts may hold together.
@@ -89,7 +90,7 @@ class DraftConfig:
         max_per_conversation: open drafts one conversation may hold, whoever owns them.
     """
 
-    interval: int = 50
+    interval: int = 0
     timeout: int = 30_000
     grace: int = 10_000
     max_bytes: int = 512 * 1024

@@ -2,7 +2,7 @@
 
 How this works: every hub keeps its own drafts and presence in memory (`DraftBoard`,
 `PresenceBoard`) and tells the other hubs what changed over a bus, one `BusMessage` per
-conversation per `draft_interval` holding several `BusOp`s: `BusDraft` (a draft exists: who,
+conversation per `bus_interval` holding several `BusOp`s: `BusDraft` (a draft exists: who,
 what it follows), `BusGrow` (a part grew at a code point offset), `BusEnd`, `BusPresence` (the
 sender's whole list of sockets on that conversation) and `BusAsk` (send me draft `id` again,
 or everything of a conversation). A `Mirror` holds what the other hubs said, for every

@@ -11,13 +11,14 @@ each push rather than sending more pushes. Nothing here reads a clock: every cal
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import msgspec
 
 from .errors import UsageError
 
-__all__ = ["BUDGETS", "Budget", "BudgetKind", "TokenBucket", "pace"]
+__all__ = ["BUDGETS", "Budget", "BudgetKind", "TokenBucket", "pace", "pacer_for"]
 
 BudgetKind = Literal["push", "draft", "status", "control"]
 """What a message spends: `push`; `draft` (draft ops); `status` (presence); `control` (hello,
@@ -41,14 +42,26 @@ BUDGETS: dict[BudgetKind, Budget] = {
 """The hub's defaults; `push` is the `rate` / `rate_burst` settings. A writer at 1,000
 records a second stays within the push budget even unbatched, and so within what a replica
 paces itself to (0.9 of it); the others are far above what a
-replica sends (draft appends are coalesced per `draft_interval`, a ping goes every few
-seconds)."""
+replica sends (a replica paces its draft ops within the `draft` budget, a ping goes every
+few seconds)."""
 
 
 def pace(budget: Budget) -> Budget:
     """The budget a replica paces itself by for a hub's `budget`: a tenth slower and half the
     burst, so that the jitter of the network between them never empties the hub's bucket."""
     return Budget(budget.rate * 0.9, max(1.0, budget.burst / 2))
+
+
+def pacer_for(budget: Budget | None) -> TokenBucket | None:
+    """The bucket a replica paces one kind of message by within the hub's `budget` for it
+    (None for no budget, or one no bucket can hold: the hub then meters nothing this replica
+    needs to mind). It starts full."""
+    if budget is None:
+        return None
+    paced = pace(budget)
+    if not (0 < paced.rate < math.inf and 1 <= paced.burst < math.inf):
+        return None
+    return TokenBucket(paced.rate, paced.burst, 0.0)
 
 
 class TokenBucket:

@@ -6,6 +6,7 @@ from fakelink import FakeHub, Link, settle
 
 from client.live import FEATURES, DraftEnded, LiveState
 from client.session import ReplicaSession
+from sync.budget import Budget
 from sync.ids import IdMinter
 from sync.protocol import DraftEnd, DraftState, Welcome, encode_message
 
@@ -91,6 +92,44 @@ def test_a_silent_draft_is_kept_alive_every_keep_interval() -> None:
     assert live.ops_to_send(9.9, 10.0) == []
     assert [op.op for op in live.ops_to_send(10.0, 10.0)] == ["keep"]
     assert live.ops_to_send(15.0, 10.0) == []
+
+
+def test_appends_go_at_once_within_the_draft_budget_and_together_past_it() -> None:
+    """Within the hub's draft budget (`welcome.limits`, paced at 0.9 of its rate and half its
+    burst) every append is its own op, sent when made; once the burst is spent nothing goes
+    until a token is back (`paced_until`), and what was appended meanwhile goes as one op
+    carrying all of it, from the offset the hub has."""
+    live = LiveState()
+    live.welcomed(Welcome(1, 0, 0, ["drafts"], limits={"draft": Budget(10.0, 4.0)}))
+    d = _ids.message_id()
+    live.open(d, None, None, 0.0)
+    live.append(d, "a", "text", None)
+    assert [op.op for op in live.ops_to_send(0.0, 10.0)] == ["open", "append"]  # 2 of 2
+    live.append(d, "b", "text", None)
+    assert live.ops_to_send(0.0, 10.0) == []  # the paced burst (2) is spent
+    assert live.paced_until == 1 / 9  # one token back at 9 a second
+    for token in "cde":
+        live.append(d, token, "text", None)
+        assert live.ops_to_send(0.05, 10.0) == []
+    [together] = live.ops_to_send(1 / 9, 10.0)
+    assert (together.offset, together.text, live.paced_until) == (1, "bcde", None)
+    live.append(d, "f", "text", None)
+    assert live.ops_to_send(1 / 9 + 0.01, 10.0) == []
+    [alone] = live.ops_to_send(2 / 9, 10.0)
+    assert (alone.offset, alone.text) == (5, "f")
+
+
+def test_without_a_draft_budget_nothing_is_held_back() -> None:
+    """A hub that meters no drafts (no `limits`): every append goes when asked."""
+    live = LiveState()
+    live.welcomed(Welcome(1, 0, 0, ["drafts"]))
+    d = _ids.message_id()
+    live.open(d, None, None, 0.0)
+    sent = []
+    for i in range(500):
+        live.append(d, str(i % 10), "text", None)
+        sent += live.ops_to_send(0.0, 10.0)
+    assert len(sent) == 501 and live.paced_until is None
 
 
 def test_a_refused_op_ends_the_producers_draft_but_not_the_one_it_watches() -> None:

@@ -230,7 +230,7 @@ async def bus_hubs(
     dsn: str, schema: str, bus: str | None, count: int = 2, **config: Any
 ) -> AsyncIterator[list[Hub]]:
     """`count` in-process hubs on one schema, relaying drafts and presence over `bus`."""
-    settings: dict[str, Any] = {"draft_interval": 0.01, "bus": bus, **config}
+    settings: dict[str, Any] = {"bus_interval": 0.01, "bus": bus, **config}
     async with contextlib.AsyncExitStack() as stack:
         running = []
         for _ in range(count):
@@ -377,9 +377,9 @@ async def test_deltas_cross_the_bus_coalesced_per_interval_not_one_per_token(
     postgres_dsn: str, pg_schema: str, bus: str | None
 ) -> None:
     """A producer sending every token at once (no replica throttle): hub A publishes at most
-    one bus message per `draft_interval` for the conversation, and B still gets every token."""
+    one bus message per `bus_interval` for the conversation, and B still gets every token."""
     async with (
-        bus_hubs(postgres_dsn, pg_schema, bus, draft_interval=0.05) as (a, b),
+        bus_hubs(postgres_dsn, pg_schema, bus, bus_interval=0.05) as (a, b),
         connect(b.url, "coalesced", client="ui") as ui,
         connect(a.url, "coalesced", client="worker", draft_interval=0) as worker,
         worker.draft() as d,

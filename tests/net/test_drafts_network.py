@@ -13,6 +13,7 @@ from functools import partial
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import pytest
 from conftest import bound, drop_connection, hub_config
 from terminal import last_frame
@@ -343,6 +344,31 @@ async def test_slow_appends_arrive_in_order_with_or_without_coalescing(
                     d.append(token)
                 await until(lambda: d.id in ui.drafts and ui.drafts[d.id].text == FULL)
             await until(lambda: not ui.drafts)
+
+
+async def test_a_fast_model_is_paced_within_the_hubs_draft_budget_and_nothing_is_lost(
+    hub: Hub,
+) -> None:
+    """With the defaults (no fixed coalescing on either side) a worker appending far faster
+    than the hub's draft budget sends each append while the paced burst lasts, then what
+    gathered while it waits: the hub relays no more deltas than the budget lets in (the
+    replica paces at 180 a second with a burst of 200; each delta goes to the UI and back to
+    the producer) and the UI ends with the whole text."""
+    tokens = [f"t{i} " for i in range(1500)]
+    async with (
+        connect(hub.url, "fast", client="worker") as worker,
+        connect(hub.url, "fast", client="ui") as ui,
+    ):
+        async with worker.draft() as d:
+            started = time.monotonic()
+            for token in tokens:
+                d.append(token)
+                await anyio.lowlevel.checkpoint()  # the worker's sender may run after each
+            await until(lambda: d.id in ui.drafts and ui.drafts[d.id].text == "".join(tokens))
+            elapsed = time.monotonic() - started
+            relayed = hub.metrics.draft_deltas_relayed
+    assert 2 < relayed <= 2 * (200 + 180 * elapsed + 2), (relayed, elapsed)
+    assert relayed < 2 * len(tokens), (relayed, elapsed)
 
 
 async def test_tail_draws_a_draft_growing_under_the_last_message_and_who_is_online(
