@@ -10,8 +10,9 @@ The anchor is the AI SDK docs' "Chatbot Resume Streams" recipe (`bench/aisdk/anc
 UI message stream whose SSE copy goes to `resumable-stream` on this machine's Redis (keys
 under a random prefix), an `activeStreamId` per chat, `GET /api/chat/{id}/stream` resuming
 it, on Node's `http`. convsync is a hub in this process (in-memory store) with a Python
-worker replica that streams the same tokens through a draft (the replica's default 50 ms
-coalescing of appends, `draft_interval`, unless `--draft-interval` says otherwise). Both
+worker replica that streams the same tokens through a draft, both with their default settings
+(each append sent at once within the hub's draft budget, each delta relayed at once) unless
+`--draft-interval` (the worker's) or `--hub-draft-interval` set a fixed coalescing. Both
 produce TOKENS tokens `t{i}:{epoch ms} `, one every DELAY ms. The clients are the AI SDK's
 own `DefaultChatTransport` in Node (`bench/aisdk/clients.mjs`); the systems alternate.
 
@@ -33,6 +34,7 @@ import subprocess
 import sys
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import anyio
@@ -88,6 +90,8 @@ async def main(args: argparse.Namespace) -> None:
         # The 100 cut clients all come from 127.0.0.1: more than the 64 sockets one address
         # may hold by default (`max_waiting_per_address`, a guard against one host's flood).
         config = HubConfig(ping_interval=None, max_waiting_per_address=512)
+        if args.hub_draft_interval is not None:
+            config = replace(config, draft_interval=args.hub_draft_interval)
         async with Hub(MemoryStore(), port=0, config=config) as hub:
             for r in range(args.repeats):
                 order = ["anchor", "convsync"] if r % 2 == 0 else ["convsync", "anchor"]
@@ -106,6 +110,10 @@ async def main(args: argparse.Namespace) -> None:
         print(f"wrote {write_section(SECTION, body)}")
 
 
+def _interval(seconds: float | None) -> str:
+    return "the default (0: at once)" if seconds is None else f"{seconds} s"
+
+
 async def _once(
     system: str, mode: str, hub: Hub, anchor_api: str, args: argparse.Namespace
 ) -> dict:
@@ -114,7 +122,8 @@ async def _once(
     if system == "anchor":
         return await _run(anchor_api, chat, mode, args)
     api = f"http://127.0.0.1:{hub.port}/v1/aisdk"
-    async with connect(hub.url, chat, client="worker", draft_interval=args.draft_interval) as w:
+    options = {} if args.draft_interval is None else {"draft_interval": args.draft_interval}
+    async with connect(hub.url, chat, client="worker", **options) as w:
         async with anyio.create_task_group() as group:
             group.start_soon(_worker, w, args.tokens, args.delay)
             out = await _run(api, chat, mode, args)
@@ -183,8 +192,9 @@ def _table(
         f"Date: {started}; the run took {seconds:.0f} s; git {_commit()}  \n"
         f"Machine: {machine()}, shared with other jobs; load average {l0:.1f} at the start, "
         f"{l1:.1f} at the end  \n"
-        f"Tokens: {args.tokens}, one every {args.delay * 1000:.0f} ms; convsync's worker "
-        f"`draft_interval` {args.draft_interval} s; repeats {args.repeats}, interleaved\n\n"
+        f"Tokens: {args.tokens}, one every {args.delay * 1000:.0f} ms; convsync's "
+        f"`draft_interval`: worker {_interval(args.draft_interval)}, hub "
+        f"{_interval(args.hub_draft_interval)}; repeats {args.repeats}, interleaved\n\n"
         + __doc__.split("\n\n", 3)[3].strip()
         + "\n\n"
         + "\n".join(rows)
@@ -196,16 +206,17 @@ def _table(
 
 
 def _commit() -> str:
+    """The commit measured, and whether the engine had uncommitted changes."""
+
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+
     try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
+        head = git("rev-parse", "--short", "HEAD").stdout.strip() or "unknown"
+        dirty = git("diff", "--quiet", "HEAD", "--", "sync", "server", "client").returncode
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+    return head + (" + uncommitted changes to the engine" if dirty else "")
 
 
 if __name__ == "__main__":
@@ -216,7 +227,12 @@ if __name__ == "__main__":
     parser.add_argument("--cuts", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--draft-interval", type=float, default=0.05)
+    parser.add_argument(
+        "--draft-interval", type=float, help="the worker's fixed coalescing, seconds"
+    )
+    parser.add_argument(
+        "--hub-draft-interval", type=float, help="the hub's fixed coalescing, seconds"
+    )
     parser.add_argument(
         "--redis", default=os.environ.get("CONVSYNC_TEST_REDIS", "redis://127.0.0.1:6379")
     )
