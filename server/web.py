@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import re
 import time
 import urllib.parse
@@ -101,6 +102,12 @@ STATIC: Final[dict[str, tuple[str, str]]] = {
     },
 }
 PAGE: Final = ("viewer.html", "text/html; charset=utf-8")
+# The module each page of the viewer imports (viewer.js picks it by the path). The page is
+# served with a `modulepreload` link for every module it will import, so the browser fetches
+# them all at once instead of one level of imports after another (the list page does not need
+# the replica, so it does not fetch it).
+PAGE_MODULES: Final = {"conversation": "viewer/conversation.js", "list": "viewer/list.js"}
+_IMPORT: Final = re.compile(r"""(?:\bfrom|\bimport)\s*(\(?)\s*['"](\.{1,2}/[^'"]+\.js)['"]""")
 
 _JSON: Final = msgspec.json.Encoder()
 Visible = Callable[[str], bool]
@@ -135,6 +142,7 @@ class Web:
     def __init__(self, hub: Hub, static_dir: Path = STATIC_DIR) -> None:
         self._hub = hub
         self._static_dir = static_dir
+        self._pages: dict[str, bytes] = {}  # the viewer's page for each of PAGE_MODULES
         # The windows the summary sockets show, by window and grant: one per distinct window.
         self._windows: dict[tuple[Page, tuple[str, ...]], _Window] = {}
         # Each conversation's row as last built, and its JSON, by id: built once per change
@@ -212,7 +220,7 @@ class Web:
         """The response to a plain HTTP request this module serves, else None."""
         path, _, query = request.path.partition("?")
         if path == "/" or path.startswith("/c/"):
-            return self._file(*PAGE)
+            return self._page("conversation" if path.startswith("/c/") else "list")
         static = STATIC.get(path)
         if static is not None:
             return self._file(*static)
@@ -224,6 +232,23 @@ class Web:
                 return response
             return await self._list(query, bearer_token(request.headers.get("Authorization")))
         return None
+
+    def _page(self, which: str) -> Response:
+        """The viewer's page, its head preloading the modules of page `which`."""
+        body = self._pages.get(which)
+        if body is None:
+            try:
+                html = (self._static_dir / PAGE[0]).read_text(encoding="utf-8")
+            except OSError:
+                return _response(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain; charset=utf-8")
+            shell = module_graph(self._static_dir, ["viewer.js"], dynamic=False)
+            page = module_graph(self._static_dir, [PAGE_MODULES[which]])
+            modules = shell + [name for name in page if name not in shell]
+            links = "".join(
+                f'    <link rel="modulepreload" href="/static/{name}" />\n' for name in modules
+            )
+            body = self._pages[which] = html.replace("  </head>", links + "  </head>", 1).encode()
+        return _response(HTTPStatus.OK, body, PAGE[1])
 
     def _file(self, name: str, content_type: str) -> Response:
         try:
@@ -814,6 +839,28 @@ def page_of(
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIMIT:
         raise ValueError(f"limit: 1 to {MAX_LIMIT} (got {limit!r})")
     return Page(prefix, order, after, limit)
+
+
+def module_graph(static_dir: Path, entries: list[str], dynamic: bool = True) -> list[str]:
+    """Every module that `entries` (paths under `static_dir`) import, themselves included, in
+    the order first reached; only files the hub serves. `dynamic` False: the entries' own
+    `import(...)` calls are not followed (the modules those reach still are)."""
+    seen: list[str] = []
+    todo = [(name, dynamic) for name in entries]
+    while todo:
+        name, follow = todo.pop(0)
+        if name in seen or f"/static/{name}" not in STATIC:
+            continue
+        seen.append(name)
+        try:
+            source = (static_dir / name).read_text(encoding="utf-8")
+        except OSError:
+            continue
+        folder = Path(name).parent
+        for call, spec in _IMPORT.findall(source):
+            if follow or not call:
+                todo.append((os.path.normpath(folder / spec), True))
+    return seen
 
 
 def _response(status: HTTPStatus, body: bytes, content_type: str) -> Response:

@@ -168,6 +168,24 @@ def test_the_list_page_loads_the_summary_feed_not_the_replica() -> None:
     assert len(graph) <= len(page_graph("/static/viewer/conversation.js")) // 2
 
 
+async def test_each_page_preloads_the_modules_it_will_import_and_no_others(hub: Hub) -> None:
+    """The page's head lists a `modulepreload` for every module its view imports, so the
+    browser fetches them at once rather than one level of imports after the other (a
+    conversation's first paint waited for nine such levels); the list page preloads its
+    view's modules, not the replica's."""
+
+    async def preloads(path: str) -> set[str]:
+        _, _, body = await get(hub, path)
+        return set(re.findall(r'<link rel="modulepreload" href="([^"]+)" />', body.decode()))
+
+    shell = {"/static/viewer.js", "/static/viewer/token.js", "/static/viewer/dom.js"}
+    conversation = page_graph("/static/viewer/conversation.js")
+    listing = page_graph("/static/viewer/list.js")
+    assert await preloads("/c/demo.1") == shell | {"/static/markdown.js"} | conversation
+    assert await preloads("/") == shell | {"/static/markdown.js"} | listing
+    assert "/static/convsync.js" not in await preloads("/")
+
+
 async def test_the_page_has_no_inline_script_or_style(hub: Hub) -> None:
     """The page loads its script and style from files, so the CSP lets them run."""
     _, _, body = await get(hub, "/")

@@ -2,7 +2,7 @@
 // id and reused, only the last WINDOW entries in the page until the reader scrolls up.
 
 import { Author, Message, QUEUED_KIND, STOP_KIND, connect, stop } from '../convsync.js';
-import { h, jsonText } from './dom.js';
+import { h, jsonText, warmTimes } from './dom.js';
 import { getToken, hubUrl, carryToken, tokenPrompt } from './token.js';
 import {
   compactionsBySummary,
@@ -32,6 +32,7 @@ export class ConversationView {
     this.root = root;
     this.id = conversationId;
     this.replica = connect(hubUrl, conversationId, { live: true, getToken });
+    setTimeout(warmTimes, 0); // while the socket opens and the catch-up streams in
     this.window = WINDOW;
     /** @type {Map<string, {entry: any, element: HTMLElement, stamp: string}>} */
     this.drawn = new Map();
