@@ -149,6 +149,11 @@ class RoomLog(Generic[C]):
         self.gone = False  # the conversation was deleted (SPEC 15): the room serves no one
         self._recent: list[bytes] = []
         self._recent_from = 0
+        # The state's frames as last encoded, by format, with the value and revision they are
+        # of: every fresh replica that catches up by the state until the log moves gets the
+        # same bytes (10,000 messages: 5-8 ms to encode). Dropped when records land.
+        self._state_cache: tuple[Conversation, int, int, dict[str | None, list[bytes]]] | None
+        self._state_cache = None
         # The revision that last replaced each entry's content or each aside, since
         # `_edits_from` (the revision this room first saw): a stale edit is placed only on
         # content that has not changed since its base (SPEC 16; the hub keeps no bases).
@@ -304,8 +309,18 @@ class RoomLog(Generic[C]):
         return [Send(conn, frame, True) for frame in self._state_frames(state_format)]
 
     def _state_frames(self, state_format: str | None = None) -> list[bytes]:
-        state = self.conversation.state()
-        return state_frames(self.lineage, self.revision, state, self.config.max_frame, state_format)
+        """The state's frames in `state_format`, encoded once per revision of the log (a
+        room's operations run one at a time, so the value is the revision's here)."""
+        cache = self._state_cache
+        value, lineage, revision = self.conversation, self.lineage, self.revision
+        if cache is None or cache[0] is not value or cache[1:3] != (lineage, revision):
+            cache = self._state_cache = (value, lineage, revision, {})
+        frames = cache[3].get(state_format)
+        if frames is None:
+            state = value.state()
+            frames = state_frames(lineage, revision, state, self.config.max_frame, state_format)
+            cache[3][state_format] = frames
+        return frames
 
     def leave(self, conn: C, now: int | None = None) -> None:
         """`conn` is gone; it gets nothing more. Its presence entry goes at the next `tick`;
@@ -424,6 +439,7 @@ class RoomLog(Generic[C]):
         return lambda id_: edited.get(id_, known_from) > revision
 
     def _remember(self, encoded: list[bytes]) -> None:
+        self._state_cache = None  # the log moved: those frames are of an older revision
         self._bytes_since_snapshot += sum(map(len, encoded))
         keep = self.config.recent_records
         if not keep:

@@ -384,6 +384,26 @@ def test_catch_up_by_records_by_state_and_from_the_store() -> None:
     assert [type(m) for m in frames_to(fresh, "r3")] == [Welcome, State]
 
 
+def test_fresh_replicas_share_the_state_frames_until_the_log_moves() -> None:
+    """Two fresh replicas joining at one revision get the same encoded state (made once);
+    after a push lands, the next gets the new revision's state, with the new message."""
+    room = core()
+    joined(room, "w")
+    land(room, "w", 1, "first")
+
+    def state_of(conn: str) -> list[Any]:
+        actions = room.join(conn, Hello(conn, Lineage.EMPTY, 0))
+        return [a.frame for a in actions if isinstance(a, Send) and a.to == conn][1:]
+
+    one, two = state_of("f1"), state_of("f2")
+    assert one and all(a is b for a, b in zip(one, two, strict=True))
+    land(room, "w", 2, "second")
+    three = state_of("f3")
+    state = decode_hub_message(three[0])
+    assert isinstance(state, State) and state.revision == room.revision == 2
+    assert [e.message.content[0].text for e in state.state.entries] == ["first", "second"]
+
+
 def test_log_moved_forwards_exactly_what_the_room_folds_then_rejects() -> None:
     """When another hub appended first, the room reads what it lacks, folds it, sends those
     records (and nothing past them) to every subscriber, then rejects the push `behind`."""
