@@ -523,7 +523,38 @@ export interface ConnectOptions {
   locks?: unknown;
   /** Ms to wait for the outbox's lock before refusing `outbox_in_use` (default 3000). */
   lockWait?: number;
+  /** The socket `openEarly` opened for this replica (the same `client`): its first connection
+   * uses it and what it received; one that would say another hello connects anew. */
+  early?: EarlySocket;
 }
+
+/** A replica's first socket, opened before its modules loaded (`openEarly`). */
+export interface EarlySocket {
+  readonly url: string;
+  readonly client: string;
+  readonly sent: boolean;
+  readonly ended: boolean;
+  taken: boolean;
+}
+
+/**
+ * Open the socket of a fresh replica `client` of `conversationId` now and send its hello, so
+ * the catch-up streams in while the rest of the page loads; `connect(url, id, {client,
+ * early})` adopts it. `token`, `live`, `auth` (the replica has a `getToken`) and `ping` (it
+ * keeps the default keepalive; default true) must be what that replica's hello will carry.
+ */
+export function openEarly(
+  url: string,
+  conversationId: string,
+  options: {
+    client: string;
+    token?: string | null;
+    live?: boolean;
+    auth?: boolean;
+    ping?: boolean;
+    WebSocket?: new (url: string, protocol: string) => unknown;
+  },
+): EarlySocket;
 
 export interface StateEvent {
   type: 'state';

@@ -82,5 +82,6 @@ export { ReplicaSession } from './lib/session.js';
 export { appendToDraft } from './lib/live.js';
 export { retryRule, backoffDelay, whenEnded } from './lib/reconnect.js';
 export { Replica, connect } from './lib/replica.js';
+export { openEarly } from './lib/early.js';
 export { LAYOUT as OUTBOX_LAYOUT, Outbox } from './lib/persist.js';
 export { SummaryFeed } from './lib/summary.js';

@@ -10,7 +10,8 @@
 // The page's parts are in `viewer/`: `dom.js` (elements from text), `token.js`, `entries.js` (how
 // an entry is drawn), `editing.js`, `conversation.js` (the `/c/{id}` page), `list.js` (`/`).
 
-import { onFreshToken, takeToken, useToken } from './viewer/token.js';
+import { openEarly } from './lib/early.js';
+import { getToken, hubUrl, onFreshToken, takeToken, useToken } from './viewer/token.js';
 
 const root = /** @type {HTMLElement} */ (document.getElementById('app'));
 const path = location.pathname;
@@ -25,6 +26,18 @@ function idOfPath(at) {
 
 const id = path.startsWith('/c/') && path.length > 3 ? idOfPath(path) : null;
 
+// The conversation's socket opens now, with the hello its replica will send, so the hub's
+// catch-up streams in while the replica's modules load (`lib/early.js`); the view adopts it.
+const early =
+  id !== null
+    ? openEarly(hubUrl, id, {
+        client: `web-${Array.from(crypto.getRandomValues(new Uint32Array(2)), (n) => n.toString(16)).join('')}`,
+        token: getToken(),
+        live: true,
+        auth: true,
+      })
+    : null;
+
 // Only the page shown is loaded: the list needs the summary feed and its few modules, not the
 // replica (the conversation page loads all of `convsync.js`).
 const View =
@@ -36,7 +49,7 @@ const View =
 function open() {
   // Exposed for tests and for the curious: the replica (or feed) behind the page. The list
   // serves also a `/c/` address that names no conversation (it stayed blank).
-  globalThis.convsyncView = id !== null ? new View(root, id) : new View(root);
+  globalThis.convsyncView = id !== null ? new View(root, id, early) : new View(root);
 }
 
 // A fresh token: a connection the hub refused starts again with it; a live one sends it at

@@ -500,6 +500,35 @@ async def test_a_long_conversation_draws_only_its_tail(hub: Hub, pages: Pages) -
         assert await page.locator(".log [data-entry-id]").count() > drawn
 
 
+async def test_the_page_opens_one_socket_before_its_replica_loads_and_uses_it(
+    hub: Hub, pages: Pages
+) -> None:
+    """The conversation page opens its socket (hello sent) before the replica's modules load
+    and the replica adopts it: one websocket for the page, the history drawn, and a message
+    typed there lands on it."""
+    async with connect(hub.url, "early.1", client="py") as py:
+        py.conversation.extend(Message.user(f"message {n}") for n in range(300))
+        await py.flush()
+        ctx = await pages.browser.new_context()
+        pages.contexts.append(ctx)
+        page = await ctx.new_page()
+        page.set_default_timeout(bound(15) * 1000)
+        sockets: list[str] = []
+        page.on("websocket", lambda ws: sockets.append(ws.url))
+        page.on("pageerror", lambda error: pages.errors.append(str(error)))
+        await page.goto(page_url(hub, "/c/early.1"))
+        last = py.conversation.entries()[-1].id
+        await page.wait_for_selector(f'[data-entry-id="{last}"]')
+        await page.fill("textarea[name=message]", "typed on the early socket")
+        await page.click("button[data-action=send]")
+        await until(py, lambda: "typed on the early socket" in texts(py))
+        await settled(page)
+        assert sockets == [f"ws://127.0.0.1:{hub.port}/v1/conversations/early.1"]
+        assert await page.evaluate("globalThis.convsyncView.replica.connects") == 1
+        assert texts(py).count("typed on the early socket") == 1
+        assert pages.errors == []
+
+
 async def test_a_streamed_draft_grows_intact_and_is_replaced_by_one_message(
     hub: Hub, pages: Pages
 ) -> None:

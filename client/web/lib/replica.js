@@ -19,8 +19,11 @@ const MAX_TIMER_MS = 2 ** 31 - 1;
  *   conversation?: Conversation, WebSocket?: any, maxFrame?: number, backoff?: number,
  *   maxBackoff?: number, random?: () => number, setTimeout?: (fn: () => void, ms: number) => any,
  *   clearTimeout?: (handle: any) => void, live?: boolean, keepalive?: number | null,
- *   persist?: 'indexeddb', outbox?: string, indexedDB?: any, locks?: any, lockWait?: number
+ *   persist?: 'indexeddb', outbox?: string, indexedDB?: any, locks?: any, lockWait?: number,
+ *   early?: import('./early.js').Early
  * }} ConnectOptions
+ * `early`: the socket `openEarly` (`lib/early.js`) opened for this replica before its modules
+ * loaded, with the same `client`: the first connection uses it and what it received.
  * `persist: 'indexeddb'`: keep the confirmed value, the pending edits and the batch in flight
  * with its seq in IndexedDB (`lib/persist.js`), in the outbox `outbox` (default: named after
  * the url); a reload resumes them, and `loaded` resolves once they are in `conversation`.
@@ -69,6 +72,9 @@ export class Replica extends Shell {
       persist === null ? Promise.resolve(this) : this.#load(persist, options.client ?? null);
     this.loaded.catch(() => {}); // `ready` rejects with the same error
     this.getToken = options.getToken ?? null;
+    /** The socket `openEarly` opened for the first connection (`options.early`), until used. */
+    /** @type {import('./early.js').Early | null} */
+    this.early = options.early ?? null;
     /** @type {string | null} */ this.lastToken = null; // sent in the last attempt
     /** @type {string | null} */ this.refusedToken = null; // the hub said `unauthorized` to it
     this.WebSocket = options.WebSocket ?? globalThis.WebSocket;
@@ -306,9 +312,11 @@ export class Replica extends Shell {
     }
     this.lastToken = token;
     this.refusedToken = null;
-    let ws;
+    // The socket `openEarly` opened for this replica's first connection, if it can be used.
+    const early = this.#adoptable();
+    let ws = early?.ws;
     try {
-      ws = new this.WebSocket(this.url, SUBPROTOCOL);
+      ws ??= new this.WebSocket(this.url, SUBPROTOCOL);
     } catch (error) {
       this.#ended(null, null, `${error}`);
       return;
@@ -322,14 +330,7 @@ export class Replica extends Shell {
       if (this.ws === ws) this.ws = null;
       this.#ended(errorCode, closeCode, reason);
     };
-    ws.onopen = () => {
-      const hello = /** @type {any} */ (this.session.hello(token));
-      if (this.getToken !== null)
-        hello.features = [...hello.features, 'auth'];
-      if (this.keepalive !== null) hello.features = [...hello.features, 'ping'];
-      if (this.watch) hello.watch = true; // in no presence, not `online` (SPEC §17)
-      ws.send(JSON.stringify(hello));
-    };
+    ws.onopen = () => ws.send(this.#hello(token));
     ws.onmessage = (message) => {
       if (done) return;
       try {
@@ -360,6 +361,56 @@ export class Replica extends Shell {
       }
     };
     whenEnded(ws, finish);
+    if (early?.sent) {
+      // Its hello went when it opened: what it said must be what this replica says.
+      const hello = this.#hello(token);
+      if (hello !== early.hello) {
+        // Not this replica's socket after all (another kept value, other options): connect
+        // anew, as after any connection that ended before its welcome.
+        try {
+          ws.close(1000, '');
+        } catch {
+          // closing already
+        }
+        finish(null, 'the early socket said another hello');
+        return;
+      }
+      for (const data of early.messages.splice(0)) ws.onmessage?.({ data });
+    }
+  }
+
+  /** This connection's hello (the session moves on to waiting for the welcome). */
+  #hello(token) {
+    const hello = /** @type {any} */ (this.session.hello(token));
+    if (this.getToken !== null) hello.features = [...hello.features, 'auth'];
+    if (this.keepalive !== null) hello.features = [...hello.features, 'ping'];
+    if (this.watch) hello.watch = true; // in no presence, not `online` (SPEC §17)
+    return JSON.stringify(hello);
+  }
+
+  /**
+   * The early socket (`lib/early.js`) given as `options.early`, taken once, for this
+   * replica's first connection: its own listeners detached and its kept messages still in
+   * it; null when there is none, or it is of another conversation or client, or it closed.
+   */
+  #adoptable() {
+    const early = this.early;
+    this.early = null;
+    if (early === null) return null;
+    const usable =
+      !this.closing &&
+      early.url === this.url &&
+      early.client === this.client &&
+      !early.ended &&
+      early.ws.readyState <= 1;
+    early.detach();
+    if (usable) return early;
+    try {
+      early.ws.close(1000, '');
+    } catch {
+      // closing already
+    }
+    return null;
   }
 
   /**
@@ -524,6 +575,7 @@ export class Replica extends Shell {
   /** Disconnect and stop reconnecting. Unacknowledged edits stay in `conversation.unsaved()`. */
   close() {
     this.closing = true;
+    this.#adoptable(); // an early socket not used yet is closed
     void this.keeper?.close(); // written first, then let go (another tab may take it)
     this.#stopKeepalive();
     this.reconnect.cancel();

@@ -27,11 +27,17 @@ const STEP = 200; // more when the reader scrolls to the top
 const NEAR_BOTTOM = 80; // px: a reader this close to the end follows new messages
 
 export class ConversationView {
-  /** @param {HTMLElement} root @param {string} conversationId */
-  constructor(root, conversationId) {
+  /**
+   * @param {HTMLElement} root @param {string} conversationId
+   * @param {import('../lib/early.js').Early | null} [early] the page's early socket, taken
+   *   by the first view only (a view made again after a refusal connects anew)
+   */
+  constructor(root, conversationId, early = null) {
     this.root = root;
     this.id = conversationId;
-    this.replica = connect(hubUrl, conversationId, { live: true, getToken });
+    const adopt = early !== null && !early.taken ? { client: early.client, early } : {};
+    if (early !== null) early.taken = true;
+    this.replica = connect(hubUrl, conversationId, { live: true, getToken, ...adopt });
     setTimeout(warmTimes, 0); // while the socket opens and the catch-up streams in
     this.window = WINDOW;
     /** @type {Map<string, {entry: any, element: HTMLElement, stamp: string}>} */
