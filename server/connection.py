@@ -23,10 +23,15 @@ from websockets.protocol import State
 
 from sync.protocol import Error, encode_message
 
-__all__ = ["LET_GO", "HubConnection", "let_go"]
+__all__ = ["LET_GO", "LET_GO_AFTER", "HubConnection", "let_go"]
 
 LET_GO = 16 * 1024
-"""Data frames larger than this are let go of by a ping once read (`let_go`)."""
+"""Data frames larger than this are let go of by a ping (`let_go`) when no other frame follows
+within `LET_GO_AFTER` seconds."""
+LET_GO_AFTER = 1.0
+"""How long a socket may sit on a large frame before the hub pings to let go of it: a writer
+sending batch after batch gets no ping per batch (a ping and its pong cost both ends a wake-up
+each)."""
 
 _DATA_OPCODES = (Opcode.TEXT, Opcode.BINARY, Opcode.CONT)
 

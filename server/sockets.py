@@ -45,7 +45,7 @@ from sync.protocol import (
 
 from .auth import AuthError, bearer_token
 from .config import HubConfig
-from .connection import LET_GO, let_go
+from .connection import LET_GO, LET_GO_AFTER, let_go
 from .front import Front
 from .http import Http, remote_address
 from .limits import Caps
@@ -306,9 +306,21 @@ class Sockets:
         session: HubSession,
         conversation_id: str,
     ) -> None:
+        big = False  # the last data frame was over LET_GO bytes
         while not sub.closing:
             try:
-                data = await ws.recv(decode=False)
+                if big:
+                    # Held by websockets' parser until the next frame: a busy writer sends
+                    # it soon; for one that went quiet, a ping's pong replaces it (issue 32).
+                    with anyio.move_on_after(LET_GO_AFTER):
+                        data = await ws.recv(decode=False)
+                        big = False
+                    if big:
+                        await let_go(ws)
+                        big = False
+                        continue
+                else:
+                    data = await ws.recv(decode=False)
             except ConnectionClosed:
                 break
             now = time.time()
@@ -318,8 +330,7 @@ class Sockets:
                 message = session.receive(data, now)
                 # Not held while this socket is idle: a writer's last push frame (up to a
                 # MiB) stayed alive per connection until its next message (issue 32).
-                if len(data) > LET_GO:  # websockets' parser holds it too: a pong replaces it
-                    await let_go(ws)
+                big = len(data) > LET_GO  # websockets' parser holds it too (see above)
                 data = b""
                 wait = session.throttle(message, now)
                 if wait:  # over its budget: read this socket no faster than the budget

@@ -354,3 +354,65 @@ async def test_a_writer_idle_after_a_large_push_leaves_no_frame_on_the_hub() -> 
                     await asyncio.sleep(0.02)
             assert not _frames_over(100 << 10)
             assert hub.metrics.pushes_accepted == 1
+
+
+def _large_push(seq: int, lineage: int) -> dict[str, object]:
+    """A push of one message of 200 KiB (over `LET_GO`), a fresh id per `seq`."""
+    return {
+        "type": "push",
+        "seq": seq,
+        "lineage": lineage,
+        "revision": seq - 1,
+        "records": [
+            {
+                "change": {
+                    "type": "push",
+                    "entries": [
+                        {
+                            "message": {
+                                "role": "user",
+                                "content": [{"type": "text", "text": "z" * (200 << 10)}],
+                            },
+                            "id": f"msg_0190a5b2c3d47e0f8a1b2c3d4e5f6{seq:03x}",
+                        }
+                    ],
+                }
+            }
+        ],
+    }
+
+
+async def test_a_writer_sending_large_pushes_back_to_back_is_pinged_once_it_stops(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The ping that lets go of a large frame waits for the writer to go quiet: five large
+    pushes back to back cost one ping, after the last, not one each."""
+    import server.sockets
+
+    pings: list[int] = []
+    let_go = server.sockets.let_go
+
+    async def counted(ws: object) -> None:
+        pings.append(1)
+        await let_go(ws)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(server.sockets, "let_go", counted)
+    async with running(ping_interval=None, max_frame=1 << 20) as hub:
+        url = f"{hub.url}/v1/conversations/busy-writer"
+        async with ws_connect(url, subprotocols=[SUBPROTOCOL], ping_interval=None) as ws:  # type: ignore[list-item]
+            await ws.send(json.dumps({"type": "hello", "client": "w", "lineage": 0, "revision": 0}))
+            with anyio.fail_after(bound(10)):
+                welcome = json.loads(await ws.recv())
+                for seq in range(1, 6):
+                    await ws.send(json.dumps(_large_push(seq, welcome["lineage"])))
+                acks = 0
+                while acks < 5:
+                    answer = json.loads(await ws.recv())
+                    kind = answer["type"]
+                    assert kind == "ack", answer
+                    acks += kind == "ack"
+                while not pings:  # noqa: ASYNC110 - the ping is the hub's own, a second later
+                    await asyncio.sleep(0.02)
+            await asyncio.sleep(0.2)
+            assert len(pings) == 1
+            assert hub.metrics.pushes_accepted == 5
