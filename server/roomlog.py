@@ -261,6 +261,7 @@ class RoomLog(Generic[C]):
     def load(self, loaded: Loaded | None) -> None:
         """Take the store's log (`LogStore.load`'s answer) as the room's state."""
         self._stale = False
+        self._state_cache = None  # the frames of the value this load replaces
         self._snapshot_revision = 0
         self._snapshot_bytes = self._bytes_since_snapshot = 0
         self._recent, self._recent_from = [], 0

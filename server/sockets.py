@@ -309,18 +309,17 @@ class Sockets:
         big = False  # the last data frame was over LET_GO bytes
         while not sub.closing:
             try:
-                if big:
-                    # Held by websockets' parser until the next frame: a busy writer sends
-                    # it soon; for one that went quiet, a ping's pong replaces it (issue 32).
-                    with anyio.move_on_after(LET_GO_AFTER):
-                        data = await ws.recv(decode=False)
-                        big = False
-                    if big:
-                        await let_go(ws)
-                        big = False
-                        continue
-                else:
+                if not big:  # (no cancel scope per frame: this is every push's path)
                     data = await ws.recv(decode=False)
+                else:
+                    # After a large frame, which websockets' parser holds until the next one:
+                    # a busy writer sends that soon; for one gone quiet, a pong replaces it.
+                    big = False
+                    with anyio.move_on_after(LET_GO_AFTER) as quiet:
+                        data = await ws.recv(decode=False)
+                    if quiet.cancelled_caught:
+                        await let_go(ws)
+                        continue
             except ConnectionClosed:
                 break
             now = time.time()

@@ -311,51 +311,6 @@ def _frames_over(size: int) -> list[int]:
     return [len(o.data) for o in gc.get_objects() if type(o) is Frame and len(o.data) > size]
 
 
-async def test_a_writer_idle_after_a_large_push_leaves_no_frame_on_the_hub() -> None:
-    """websockets' parser keeps the last frame it read until the next comes: an idle writer's
-    last push (up to `max_size`) stayed alive on the hub for each connection (issue 32: 100
-    idle writers held 47 MiB). The hub pings after a large frame; the pong replaces it."""
-    text = "y" * (200 << 10)
-    push = {
-        "type": "push",
-        "seq": 1,
-        "lineage": 0,
-        "revision": 0,
-        "records": [
-            {
-                "change": {
-                    "type": "push",
-                    "entries": [
-                        {
-                            "message": {
-                                "role": "user",
-                                "content": [{"type": "text", "text": text}],
-                            },
-                            "id": "msg_0190a5b2c3d47e0f8a1b2c3d4e5f6071",
-                        }
-                    ],
-                }
-            }
-        ],
-    }
-    async with running(ping_interval=None, max_frame=1 << 20) as hub:
-        url = f"{hub.url}/v1/conversations/idle-writer"
-        async with ws_connect(url, subprotocols=[SUBPROTOCOL], ping_interval=None) as ws:  # type: ignore[list-item]
-            await ws.send(json.dumps({"type": "hello", "client": "w", "lineage": 0, "revision": 0}))
-            await ws.send(json.dumps(push))
-            with anyio.fail_after(bound(5)):
-                kinds = [json.loads(await ws.recv())["type"]]
-                while kinds[-1] not in ("ack", "reject", "error"):
-                    kinds.append(json.loads(await ws.recv())["type"])
-            assert kinds[-1] == "ack", kinds
-            # The writer now sends nothing more (its own side answers the hub's ping).
-            with anyio.fail_after(bound(5)):
-                while _frames_over(100 << 10):  # noqa: ASYNC110 - no event tells a frame is freed
-                    await asyncio.sleep(0.02)
-            assert not _frames_over(100 << 10)
-            assert hub.metrics.pushes_accepted == 1
-
-
 def _large_push(seq: int, lineage: int) -> dict[str, object]:
     """A push of one message of 200 KiB (over `LET_GO`), a fresh id per `seq`."""
     return {
@@ -380,6 +335,28 @@ def _large_push(seq: int, lineage: int) -> dict[str, object]:
             }
         ],
     }
+
+
+async def test_a_writer_idle_after_a_large_push_leaves_no_frame_on_the_hub() -> None:
+    """websockets' parser keeps the last frame it read until the next comes: an idle writer's
+    last push (up to `max_size`) stayed alive on the hub for each connection (issue 32: 100
+    idle writers held 47 MiB). The hub pings after a large frame; the pong replaces it."""
+    async with running(ping_interval=None, max_frame=1 << 20) as hub:
+        url = f"{hub.url}/v1/conversations/idle-writer"
+        async with ws_connect(url, subprotocols=[SUBPROTOCOL], ping_interval=None) as ws:  # type: ignore[list-item]
+            await ws.send(json.dumps({"type": "hello", "client": "w", "lineage": 0, "revision": 0}))
+            await ws.send(json.dumps(_large_push(1, 0)))
+            with anyio.fail_after(bound(5)):
+                kinds = [json.loads(await ws.recv())["type"]]
+                while kinds[-1] not in ("ack", "reject", "error"):
+                    kinds.append(json.loads(await ws.recv())["type"])
+            assert kinds[-1] == "ack", kinds
+            # The writer now sends nothing more (its own side answers the hub's ping).
+            with anyio.fail_after(bound(5)):
+                while _frames_over(100 << 10):  # noqa: ASYNC110 - no event tells a frame is freed
+                    await asyncio.sleep(0.02)
+            assert not _frames_over(100 << 10)
+            assert hub.metrics.pushes_accepted == 1
 
 
 async def test_a_writer_sending_large_pushes_back_to_back_is_pinged_once_it_stops(

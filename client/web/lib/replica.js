@@ -535,6 +535,7 @@ export class Replica extends Shell {
 
   /** Stop for good, refused by the hub (`code`): `closed`, a `refused` event, `ready` rejects. */
   #refuse(code, reason, closeCode) {
+    this.#adoptable(); // an early socket not used yet is closed: this replica is done
     this.refused = new Refused(code, reason, closeCode);
     // A deleted conversation takes no edits: what its outbox kept will never go.
     if (code === 'deleted' && this.keeper !== null) void this.keeper.clear();
