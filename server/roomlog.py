@@ -16,7 +16,7 @@ the subclasses (`server.push.Pushing`, `server.core.RoomCore`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Generator, Hashable, Sequence
+from collections.abc import Callable, Generator, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -32,7 +32,7 @@ from sync import (
     decode_state,
 )
 from sync.budget import Budget
-from sync.frames import records_frames, state_frames
+from sync.frames import iter_state_frames, records_frames
 from sync.ids import IdMinter
 from sync.kinds import MOVES_CALLS, SPLICE, TOUCHES, USER_TEXT, kinds_of
 from sync.protocol import (
@@ -56,6 +56,7 @@ from .actions import (
     PutLease,
     ReadRecords,
     Send,
+    SendFrames,
     StoreCall,
     WriteSnapshot,
 )
@@ -305,23 +306,48 @@ class RoomLog(Generic[C]):
         return True
 
     def _state_to(self, conn: C) -> list[Action[C]]:
+        """The state for `conn`, in the format its hello asked for: the frames this revision
+        already encoded, or frames encoded as they are written (the first goes while the next
+        is encoded), kept for the next fresh replica once all are made."""
         hello = self.live.hellos.get(conn)
         state_format = hello.state_format if hello is not None else None
-        return [Send(conn, frame, True) for frame in self._state_frames(state_format)]
+        made = self._revision_cache()
+        frames = made.get(state_format)
+        if frames is not None:
+            return [Send(conn, frame, True) for frame in frames]
+        return [SendFrames(conn, self._making(made, state_format))]
 
     def _state_frames(self, state_format: str | None = None) -> list[bytes]:
-        """The state's frames in `state_format`, encoded once per revision of the log (a
-        room's operations run one at a time, so the value is the revision's here)."""
+        """The state's frames in `state_format`, encoded once per revision of the log."""
+        made = self._revision_cache()
+        frames = made.get(state_format)
+        if frames is None:
+            frames = list(self._making(made, state_format))
+        return frames
+
+    def _revision_cache(self) -> dict[str | None, list[bytes]]:
+        """The state frames made at this revision, by format (a room's operations run one at
+        a time, so the value is the revision's here)."""
         cache = self._state_cache
         value, lineage, revision = self.conversation, self.lineage, self.revision
         if cache is None or cache[0] is not value or cache[1:3] != (lineage, revision):
             cache = self._state_cache = (value, lineage, revision, {})
-        frames = cache[3].get(state_format)
-        if frames is None:
-            state = value.state()
-            frames = state_frames(lineage, revision, state, self.config.max_frame, state_format)
-            cache[3][state_format] = frames
-        return frames
+        return cache[3]
+
+    def _making(
+        self, made: dict[str | None, list[bytes]], state_format: str | None
+    ) -> Iterator[bytes]:
+        """The state's frames as of now (taken here, not when the first frame is), each
+        encoded when taken; all of them go into `made` once the last is (the cache of a
+        revision since passed is dropped with it)."""
+        frames = iter_state_frames(
+            self.lineage,
+            self.revision,
+            self.conversation.state(),
+            self.config.max_frame,
+            state_format,
+        )
+        return _kept(frames, made, state_format)
 
     def leave(self, conn: C, now: int | None = None) -> None:
         """`conn` is gone; it gets nothing more. Its presence entry goes at the next `tick`;
@@ -675,3 +701,14 @@ def _loaded(outcome: object) -> Loaded | None:
     """`outcome` of a `LoadLog`, checked."""
     assert outcome is None or isinstance(outcome, Loaded)
     return outcome
+
+
+def _kept(
+    frames: Iterator[bytes], made: dict[str | None, list[bytes]], state_format: str | None
+) -> Iterator[bytes]:
+    """The frames of `frames`, put into `made[state_format]` once the last was taken."""
+    kept: list[bytes] = []
+    for frame in frames:
+        kept.append(frame)
+        yield frame
+    made.setdefault(state_format, kept)

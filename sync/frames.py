@@ -35,6 +35,7 @@ __all__ = [
     "RECORD_SLACK",
     "Binary",
     "fill_budget",
+    "iter_state_frames",
     "push_frame",
     "records_frame",
     "records_frames",
@@ -179,44 +180,63 @@ def state_frames(
     entry larger than that goes alone). Asides, halt and retired ids travel in the first
     frame. `state_format` `msgpack`: the same messages in MessagePack, as `Binary` frames
     (JSON when the state holds what MessagePack cannot: an integer past 64 bits in an
-    aside's value)."""
+    aside's value, or, for that frame alone, in an entry)."""
+    return list(iter_state_frames(lineage, revision, state, max_frame, state_format))
+
+
+def iter_state_frames(
+    lineage: int,
+    revision: int,
+    state: ConversationState,
+    max_frame: int,
+    state_format: str | None = None,
+) -> Iterator[bytes]:
+    """`state_frames`, each frame encoded only when the one before it was taken: a hub
+    writes the first while it encodes the next (and other rooms run in between). `state`
+    must not change meanwhile (`Conversation.state()` is a snapshot)."""
+    budget = fill_budget(max_frame, RECORDS_OVERHEAD)
     if state_format == "msgpack":
+        frames = _msgpack_state_frames(lineage, revision, state, budget)
         try:
-            return _msgpack_state_frames(lineage, revision, state, max_frame)
+            first = next(frames)  # what MessagePack cannot hold here sends it all as JSON
         except (OverflowError, TypeError):
             pass
+        else:
+            yield first
+            yield from frames
+            return
     rest = b',"asides":%s,"halt":%s,"retired":%s}' % (
         encode(state.asides),
         encode(state.halt),
         encode(state.retired),
     )
     head = _encoder.encode(_StateOut(lineage, revision, msgspec.Raw(b"{}"), True))
-    budget = fill_budget(max_frame, RECORDS_OVERHEAD)
     arrays = _encoded_arrays(state.entries, budget - len(head) - len(rest), budget)
-    more = len(arrays) > 1
-    first = b'{"entries":' + arrays[0] + rest
-    frames = [_encoder.encode(_StateOut(lineage, revision, msgspec.Raw(first), more))]
-    for k, array in enumerate(arrays[1:], start=2):
-        frames.append(_encoder.encode(_EntriesOut(msgspec.Raw(array), k < len(arrays))))
-    return frames
+    array, more = next(arrays)
+    first_body = b'{"entries":' + array + rest
+    yield _encoder.encode(_StateOut(lineage, revision, msgspec.Raw(first_body), more))
+    for array, more in arrays:
+        yield _encoder.encode(_EntriesOut(msgspec.Raw(array), more))
 
 
 def _msgpack_state_frames(
-    lineage: int, revision: int, state: ConversationState, max_frame: int
-) -> list[bytes]:
-    """`state_frames` in MessagePack: the same messages, each frame `Binary`."""
+    lineage: int, revision: int, state: ConversationState, budget: int
+) -> Iterator[bytes]:
+    """`iter_state_frames` in MessagePack: the same messages, each frame `Binary`. The first
+    raises what MessagePack cannot hold in it; a later run of entries it cannot hold goes as
+    JSON `entries` frames (a replica tells the two apart per frame)."""
     pack = _msgpack_encoder.encode
     rest = _StateBody(msgspec.Raw(pack([])), state.asides, state.halt, state.retired)
     head = len(pack(_StateOut(lineage, revision, msgspec.Raw(pack(rest)), True)))
-    budget = fill_budget(max_frame, RECORDS_OVERHEAD)
-    arrays = _encoded_arrays(state.entries, budget - head, budget, pack)
-    more = len(arrays) > 1
-    body = msgspec.structs.replace(rest, entries=msgspec.Raw(arrays[0]))
-    first = _StateOut(lineage, revision, msgspec.Raw(pack(body)), more)
-    frames: list[bytes] = [Binary(pack(first))]
-    for k, array in enumerate(arrays[1:], start=2):
-        frames.append(Binary(pack(_EntriesOut(msgspec.Raw(array), k < len(arrays)))))
-    return frames
+    arrays = _encoded_arrays(state.entries, budget - head, budget, pack, fallback=encode)
+    array, more = next(arrays)
+    body = msgspec.structs.replace(rest, entries=msgspec.Raw(array))
+    yield Binary(pack(_StateOut(lineage, revision, msgspec.Raw(pack(body)), more)))
+    for array, more in arrays:
+        if array[:1] == b"[":  # JSON (`fallback`): a MessagePack array never starts so
+            yield _encoder.encode(_EntriesOut(msgspec.Raw(array), more))
+        else:
+            yield Binary(pack(_EntriesOut(msgspec.Raw(array), more)))
 
 
 def _encoded_arrays(
@@ -224,27 +244,41 @@ def _encoded_arrays(
     first_budget: int,
     budget: int,
     encode: Callable[[object], bytes] = encode,
-) -> list[bytes]:
+    fallback: Callable[[object], bytes] | None = None,
+) -> Iterator[tuple[bytes, bool]]:
     """`items` encoded (JSON unless `encode` says otherwise) as consecutive arrays, the first
     at most `first_budget` bytes and the others at most `budget` (an item larger than that
-    goes alone). Each array is encoded in one call, sized from a sample, so the cost is about
-    one encoding of everything."""
+    goes alone), each with whether more follow; an array is encoded when it is taken. Each
+    array is encoded in one call, sized from a sample, so the cost is about one encoding of
+    everything. Past the first array, a run `encode` cannot hold (OverflowError, TypeError)
+    is encoded with `fallback`, if given."""
     count_all = len(items)
     if not count_all:
-        return [encode([])]
+        yield encode([]), False
+        return
     sample = min(64, count_all)
-    per_item = max(1, len(encode(list(items[:sample]))) // sample)
-    arrays: list[bytes] = []
+    try:
+        per_item = max(1, len(encode(list(items[:sample]))) // sample)
+    except (OverflowError, TypeError):
+        if fallback is None:
+            raise
+        per_item = max(1, len(fallback(list(items[:sample]))) // sample)
     start = 0
     limit = first_budget
     while start < count_all:
         count = max(1, min(count_all - start, int(limit * 0.9) // per_item))
+        coder = encode
         while True:
-            data = encode(list(items[start : start + count]))
+            try:
+                data = coder(list(items[start : start + count]))
+            except (OverflowError, TypeError):
+                if fallback is None or start == 0 or coder is fallback:
+                    raise
+                coder = fallback
+                continue
             if len(data) <= limit or count == 1:
                 break
             count = max(1, count // 2)
-        arrays.append(data)
         start += count
         limit = budget
-    return arrays
+        yield data, start < count_all

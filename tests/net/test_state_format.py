@@ -14,9 +14,9 @@ from websockets.exceptions import ConnectionClosed
 from client import connect
 from server import Hub, MemoryStore
 from server.session import HubSession
-from sync import Aside, Author, Conversation, Message, UsageError
+from sync import Aside, Assistant, Author, Conversation, Message, ToolCall, UsageError
 from sync.errors import ProtocolError
-from sync.frames import Binary, state_frames
+from sync.frames import MIN_FRAME, Binary, state_frames
 from sync.protocol import SUBPROTOCOL, Entries, Hello, State, Welcome, decode_hub_message
 
 LIMIT = 64 * 1024
@@ -136,3 +136,22 @@ def test_a_state_msgpack_cannot_hold_goes_as_json() -> None:
         1, 1, Conversation.from_messages([Message.user("q")]).state(), LIMIT, "msgpack"
     )
     assert isinstance(packed[0], Binary)
+
+
+def test_entries_msgpack_cannot_hold_go_as_json_frames_of_their_own() -> None:
+    """A tool call's argument past 64 bits in a later frame of a MessagePack state: that
+    run of entries goes as JSON `entries` frames, the others stay MessagePack, and the
+    frames decode to the whole state in order."""
+    value = Conversation()
+    for k in range(200):
+        value.push(Message.user(f"m{k} " + "x" * 400))
+    value.push(Assistant([ToolCall("c1", "count", {"n": 2**70})]))
+    value.push(Message.tool_result("c1", "count", "done"))
+    frames = state_frames(1, 3, value.state(), MIN_FRAME * 4, "msgpack")
+    kinds = [isinstance(frame, Binary) for frame in frames]
+    assert kinds[0] and kinds.count(False) >= 1 and kinds.count(True) > 1
+    decoded = [decode_hub_message(bytes(frame)) for frame in frames]  # as a socket gives them
+    entries = [e for m in decoded for e in (m.state.entries if isinstance(m, State) else m.entries)]
+    assert [e.message for e in entries] == [e.message for e in value.state().entries]
+    assert [getattr(m, "more", None) for m in decoded[1:]][-1] is False
+    assert all(m.more for m in decoded[1:-1]) and decoded[0].more

@@ -20,6 +20,7 @@ from server.core import (
     RewriteLog,
     RoomCore,
     Send,
+    SendFrames,
     WriteSnapshot,
     deliver,
 )
@@ -40,6 +41,7 @@ from sync import (
     encode,
 )
 from sync.entries import Entry
+from sync.frames import MIN_FRAME
 from sync.protocol import (
     Ack,
     Hello,
@@ -56,7 +58,7 @@ NOW = 1_700_000_000_000
 
 
 def core(**config: Any) -> RoomCore[str]:
-    room: RoomCore[str] = RoomCore("c", CoreConfig(max_frame=1 << 20, **config))
+    room: RoomCore[str] = RoomCore("c", CoreConfig(**{"max_frame": 1 << 20, **config}))
     room.load(None)
     return room
 
@@ -77,6 +79,8 @@ def frames_to(actions: list[Any], conn: str) -> list[HubMessage]:
             out.append(decode_hub_message(action.frame))
         elif isinstance(action, Broadcast) and conn in action.to:
             out.append(decode_hub_message(action.frame))
+        elif isinstance(action, SendFrames) and action.to == conn:
+            out += [decode_hub_message(frame) for frame in action.frames]
     return out
 
 
@@ -385,16 +389,24 @@ def test_catch_up_by_records_by_state_and_from_the_store() -> None:
 
 
 def test_fresh_replicas_share_the_state_frames_until_the_log_moves() -> None:
-    """Two fresh replicas joining at one revision get the same encoded state (made once);
-    after a push lands, the next gets the new revision's state, with the new message."""
+    """The first fresh replica at a revision gets its state encoded as it is written; once
+    all of it was, the next fresh replica gets the same frames (made once); after a push
+    lands, the next gets the new revision's state, with the new message."""
     room = core()
     joined(room, "w")
     land(room, "w", 1, "first")
 
     def state_of(conn: str) -> list[Any]:
-        actions = room.join(conn, Hello(conn, Lineage.EMPTY, 0))
-        return [a.frame for a in actions if isinstance(a, Send) and a.to == conn][1:]
+        frames: list[Any] = []
+        for action in room.join(conn, Hello(conn, Lineage.EMPTY, 0)):
+            if isinstance(action, Send) and action.to == conn:
+                frames.append(action.frame)
+            elif isinstance(action, SendFrames) and action.to == conn:
+                frames += list(action.frames)
+        return frames[1:]  # after the welcome
 
+    first = room.join("f0", Hello("f0", Lineage.EMPTY, 0))
+    assert [type(a) for a in first if getattr(a, "to", None) == "f0"] == [Send, SendFrames]
     one, two = state_of("f1"), state_of("f2")
     assert one and all(a is b for a, b in zip(one, two, strict=True))
     land(room, "w", 2, "second")
@@ -402,6 +414,29 @@ def test_fresh_replicas_share_the_state_frames_until_the_log_moves() -> None:
     state = decode_hub_message(three[0])
     assert isinstance(state, State) and state.revision == room.revision == 2
     assert [e.message.content[0].text for e in state.state.entries] == ["first", "second"]
+
+
+def test_a_state_encoded_as_it_is_written_is_the_log_at_the_join() -> None:
+    """A fresh replica's state made frame by frame is the log as it was when the replica
+    joined, though a push lands before the first frame is taken; the records after it
+    follow it, and a later replica is not handed that older state."""
+    room = core(max_frame=MIN_FRAME)
+    joined(room, "w")
+    for k in range(1, 41):
+        land(room, "w", k, f"message {k} " + "x" * 200)
+    joining = room.join("f", Hello("f", Lineage.EMPTY, 0))
+    lazy = next(a for a in joining if isinstance(a, SendFrames))
+    landed = land(room, "w", 41, "after the join")
+    frames = [decode_hub_message(frame) for frame in lazy.frames]
+    assert len(frames) > 2  # several frames, each made after the push landed
+    assert isinstance(frames[0], State) and frames[0].revision == 40
+    entries = [e for m in frames for e in (m.state.entries if isinstance(m, State) else m.entries)]
+    assert len(entries) == 40 and entries[-1].message.content[0].text.startswith("message 40 ")
+    assert [m.more for m in frames[1:]] == [True] * (len(frames) - 2) + [False]
+    (records,) = frames_to(landed, "f")
+    assert isinstance(records, Records) and records.from_ == 40
+    later = frames_to(room.join("g", Hello("g", Lineage.EMPTY, 0)), "g")
+    assert isinstance(later[1], State) and later[1].revision == 41
 
 
 def test_log_moved_forwards_exactly_what_the_room_folds_then_rejects() -> None:
