@@ -28,10 +28,12 @@ __all__ = ["LET_GO", "LET_GO_AFTER", "HubConnection", "let_go"]
 LET_GO = 16 * 1024
 """Data frames larger than this are let go of by a ping (`let_go`) when no other frame follows
 within `LET_GO_AFTER` seconds."""
-LET_GO_AFTER = 1.0
+LET_GO_AFTER = 0.05
 """How long a socket may sit on a large frame before the hub pings to let go of it: a writer
-sending batch after batch gets no ping per batch (a ping and its pong cost both ends a wake-up
-each)."""
+sending batch after batch (one per ack) gets no ping per batch (a ping and its pong cost both
+ends a wake-up each). Short, because the frames held meanwhile add up: at 1 s, a hub that had
+100 writers load 1,000 messages each kept 35 MiB more RSS (213 -> 248 MiB, the Hocuspocus
+memory row), at 0.2 s 6 MiB, at 0.05 s none."""
 
 _DATA_OPCODES = (Opcode.TEXT, Opcode.BINARY, Opcode.CONT)
 

@@ -374,6 +374,8 @@ async def test_a_writer_sending_large_pushes_back_to_back_is_pinged_once_it_stop
         await let_go(ws)  # type: ignore[arg-type]
 
     monkeypatch.setattr(server.sockets, "let_go", counted)
+    # A quiet time no stall of this test's own sends reaches (the rule, not the tuning).
+    monkeypatch.setattr(server.sockets, "LET_GO_AFTER", 1.0)
     async with running(ping_interval=None, max_frame=1 << 20) as hub:
         url = f"{hub.url}/v1/conversations/busy-writer"
         async with ws_connect(url, subprotocols=[SUBPROTOCOL], ping_interval=None) as ws:  # type: ignore[list-item]
