@@ -7,11 +7,15 @@ which is what a transaction gives the durable store.
 A snapshot is kept compressed (zlib, level 1): it repeats what the records hold, and is read
 only when a room loads, while the records stay as they are (a room shares them for catch-up).
 In a hub holding 100 conversations of 1,000 messages, the snapshots were 45 MiB of 240
-(issue 32).
+(issue 32). It is compressed in a worker thread (zlib lets go of the GIL), so the room that
+wrote it goes on at once: on the event loop, compressing a growing conversation's snapshots
+cost a writer 2.8 µs a record at 100,000 records (`bench/hub.py fanout`, one reader). Until
+the thread is done, the snapshot is held as written.
 """
 
 from __future__ import annotations
 
+import asyncio
 import zlib
 from collections.abc import Sequence
 from types import TracebackType
@@ -42,7 +46,7 @@ from .base import (
 __all__ = ["MemoryStore"]
 
 SNAPSHOT_LEVEL = 1
-"""zlib's level for snapshots: the fastest (a snapshot is written on the event loop)."""
+"""zlib's level for snapshots: the fastest."""
 
 
 class _Log:
@@ -53,8 +57,8 @@ class _Log:
     def __init__(self, lineage: int) -> None:
         self.lineage = lineage
         self.records: list[bytes] = []
-        # lineage, revision, the state compressed (`zlib`)
-        self.snapshot: tuple[int, int, bytes] | None = None
+        # lineage, revision, the state, and whether it is compressed yet (`zlib`)
+        self.snapshot: tuple[int, int, bytes, bool] | None = None
         self.clients: dict[str, ClientMark] = {}
 
     @property
@@ -83,8 +87,8 @@ class MemoryStore(Counted):
         snapshot: bytes | None = None
         snapshot_revision = 0
         if log.snapshot is not None and log.snapshot[0] == log.lineage:
-            _, snapshot_revision, packed = log.snapshot
-            snapshot = zlib.decompress(packed)
+            _, snapshot_revision, kept, packed = log.snapshot
+            snapshot = zlib.decompress(kept) if packed else kept
         return Loaded(
             lineage=log.lineage,
             revision=log.revision,
@@ -150,8 +154,9 @@ class MemoryStore(Counted):
         check_snapshot_revision(revision, log.revision)
         if log.snapshot is not None and log.snapshot[0] == lineage and log.snapshot[1] >= revision:
             return
-        log.snapshot = (lineage, revision, zlib.compress(state, SNAPSHOT_LEVEL))
+        written = log.snapshot = (lineage, revision, state, False)
         self._commits += 1
+        _compress_later(log, written)
 
     async def rewrite(
         self,
@@ -278,3 +283,18 @@ class MemoryStore(Counted):
 
 def _soonest(lease: Lease) -> int:
     return min(t for t in (lease.expires, lease.stop_expires) if t is not None)
+
+
+def _compress_later(log: _Log, written: tuple[int, int, bytes, bool]) -> None:
+    """Compress snapshot `written` in a worker thread; put it in its place on the event loop
+    once done, unless another snapshot (or none, after a rewrite) took that place meanwhile."""
+    lineage, revision, state, _ = written
+    done = asyncio.get_running_loop().run_in_executor(None, zlib.compress, state, SNAPSHOT_LEVEL)
+
+    def keep(future: asyncio.Future[bytes]) -> None:  # on the event loop
+        if future.cancelled() or future.exception() is not None:
+            return  # (retrieved: the uncompressed snapshot stays, as good)
+        if log.snapshot is written:
+            log.snapshot = (lineage, revision, future.result(), True)
+
+    done.add_done_callback(keep)

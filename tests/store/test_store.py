@@ -1043,13 +1043,38 @@ async def test_postgres_a_connection_left_mid_operation_is_discarded(
 
 async def test_the_memory_store_keeps_a_snapshot_compressed() -> None:
     """A memory store's snapshot repeats what its records hold and is read only when a room
-    loads: it is kept compressed (issue 32: 45 MiB of 240 in the memory row), and a load
-    gives back the very bytes written."""
+    loads: it is kept compressed (issue 32: 45 MiB of 240 in the memory row), compressed in a
+    worker thread so the room goes on at once; a load gives back the very bytes written,
+    before and after. A newer snapshot is never replaced by an older one compressed late."""
+
+    async def compressed(store: MemoryStore) -> tuple[int, int, bytes, bool]:
+        async with asyncio.timeout(TIMEOUT):
+            while True:
+                held = store._logs["c"].snapshot
+                assert held is not None
+                if held[3]:
+                    return held
+                await asyncio.sleep(0.005)
+
     state = b'{"entries": [' + b'{"text": "the same words again"},' * 20_000 + b"{}]}"
     async with MemoryStore() as store:
         await store.append("c", L1, 0, recs("a", "b"))
         await store.write_snapshot("c", L1, 2, state)
-        held = store._logs["c"].snapshot
-        assert held is not None and len(held[2]) * 20 < len(state)
+        loaded = await store.load("c")  # at once, compressed or not
+        assert loaded is not None and loaded.snapshot == state and loaded.snapshot_revision == 2
+        held = await compressed(store)
+        assert len(held[2]) * 20 < len(state)
         loaded = await store.load("c")
         assert loaded is not None and loaded.snapshot == state and loaded.snapshot_revision == 2
+        # Two snapshots written back to back, the first far larger (its thread ends last):
+        # the later stands.
+        await store.append("c", L1, 2, recs("c", "d"))
+        large = bytes(range(256)) * 100_000  # 26 MB that compress slowly
+        await store.write_snapshot("c", L1, 3, large)
+        await store.write_snapshot("c", L1, 4, state)
+        held = await compressed(store)
+        assert held[1] == 4
+        await asyncio.sleep(1.0)  # the first one's thread is done too (0.2 s here)
+        assert store._logs["c"].snapshot is held
+        loaded = await store.load("c")
+        assert loaded is not None and loaded.snapshot == state and loaded.snapshot_revision == 4
