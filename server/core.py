@@ -424,13 +424,18 @@ class RoomCore(Pushing[C]):
 
     def tick(self, now: int) -> list[Action[C]]:
         """What is due at `now`: coalesced draft deltas, drafts that timed out, a presence
-        diff. The shell calls it when `next_deadline()` comes."""
+        diff; the state frames kept for fresh replicas let go of. The shell calls it when
+        `next_deadline()` comes."""
         self._now = now
+        self._expire_cache(now)
         return self.live.tick(now)
 
     def next_deadline(self) -> int | None:
         """When `tick` next has something to do (ms, on the callers' clock), or None."""
-        return self.live.next_deadline()
+        live, cache = self.live.next_deadline(), self._cache_deadline()
+        if live is None or cache is None:
+            return cache if live is None else live
+        return min(live, cache)
 
     def _live_join(self, conn: C) -> list[Action[C]]:
         """A joined connection's presence entry, then the drafts and presence it sees."""

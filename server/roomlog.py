@@ -121,6 +121,11 @@ class CoreConfig:
     """Ms a worker has to finish a stopped turn before any hub finishes it."""
 
 
+STATE_CACHE_MS = 10_000
+"""How long a room keeps the state frames it made for a fresh replica (ms): the replicas of a
+burst (a hub restarted, a page shared) share them; a room gone idle lets them go."""
+
+
 class RoomLog(Generic[C]):
     """The room's copy of the log and the driver of its operations (see the module).
 
@@ -152,9 +157,12 @@ class RoomLog(Generic[C]):
         self._recent_from = 0
         # The state's frames as last encoded, by format, with the value and revision they are
         # of: every fresh replica that catches up by the state until the log moves gets the
-        # same bytes (10,000 messages: 5-8 ms to encode). Dropped when records land.
+        # same bytes (10,000 messages: 5-8 ms to encode). Dropped when records land, and at
+        # `cache_until` (`STATE_CACHE_MS` after it was made), so an idle room does not hold a
+        # second copy of its conversation.
         self._state_cache: tuple[Conversation, int, int, dict[str | None, list[bytes]]] | None
         self._state_cache = None
+        self.cache_until = 0
         # The revision that last replaced each entry's content or each aside, since
         # `_edits_from` (the revision this room first saw): a stale edit is placed only on
         # content that has not changed since its base (SPEC 16; the hub keeps no bases).
@@ -332,7 +340,17 @@ class RoomLog(Generic[C]):
         value, lineage, revision = self.conversation, self.lineage, self.revision
         if cache is None or cache[0] is not value or cache[1:3] != (lineage, revision):
             cache = self._state_cache = (value, lineage, revision, {})
+            self.cache_until = self._now + STATE_CACHE_MS
         return cache[3]
+
+    def _expire_cache(self, now: int) -> None:
+        """Drop the state's frames once `cache_until` has come (`tick`)."""
+        if self._state_cache is not None and now >= self.cache_until:
+            self._state_cache = None
+
+    def _cache_deadline(self) -> int | None:
+        """When `_expire_cache` has something to do, or None."""
+        return self.cache_until if self._state_cache is not None else None
 
     def _making(
         self, made: dict[str | None, list[bytes]], state_format: str | None

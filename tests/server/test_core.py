@@ -24,6 +24,7 @@ from server.core import (
     WriteSnapshot,
     deliver,
 )
+from server.roomlog import STATE_CACHE_MS
 from server.store import ClientMark, Loaded, LogMoved, SeqTaken, StoreError
 from sync import (
     Assistant,
@@ -82,6 +83,18 @@ def frames_to(actions: list[Any], conn: str) -> list[HubMessage]:
         elif isinstance(action, SendFrames) and action.to == conn:
             out += [decode_hub_message(frame) for frame in action.frames]
     return out
+
+
+def fresh_state(room: RoomCore[str], conn: str, now: int = NOW) -> list[Any]:
+    """The encoded state frames a fresh replica `conn` joining `room` is sent (after the
+    welcome), whether encoded already (`Send`) or as they are written (`SendFrames`)."""
+    frames: list[Any] = []
+    for action in room.join(conn, Hello(conn, Lineage.EMPTY, 0), now):
+        if isinstance(action, Send) and action.to == conn:
+            frames.append(action.frame)
+        elif isinstance(action, SendFrames) and action.to == conn:
+            frames += list(action.frames)
+    return frames[1:]
 
 
 def joined(room: RoomCore[str], *conns: str) -> None:
@@ -396,24 +409,35 @@ def test_fresh_replicas_share_the_state_frames_until_the_log_moves() -> None:
     joined(room, "w")
     land(room, "w", 1, "first")
 
-    def state_of(conn: str) -> list[Any]:
-        frames: list[Any] = []
-        for action in room.join(conn, Hello(conn, Lineage.EMPTY, 0)):
-            if isinstance(action, Send) and action.to == conn:
-                frames.append(action.frame)
-            elif isinstance(action, SendFrames) and action.to == conn:
-                frames += list(action.frames)
-        return frames[1:]  # after the welcome
-
     first = room.join("f0", Hello("f0", Lineage.EMPTY, 0))
     assert [type(a) for a in first if getattr(a, "to", None) == "f0"] == [Send, SendFrames]
-    one, two = state_of("f1"), state_of("f2")
+    one, two = fresh_state(room, "f1"), fresh_state(room, "f2")
     assert one and all(a is b for a, b in zip(one, two, strict=True))
     land(room, "w", 2, "second")
-    three = state_of("f3")
+    three = fresh_state(room, "f3")
     state = decode_hub_message(three[0])
     assert isinstance(state, State) and state.revision == room.revision == 2
     assert [e.message.content[0].text for e in state.state.entries] == ["first", "second"]
+
+
+def test_a_room_lets_go_of_its_state_frames_after_a_while() -> None:
+    """The frames made for fresh replicas are kept `STATE_CACHE_MS` (the deadline says so),
+    shared until then, and let go of at the tick that passes it: the next fresh replica gets
+    a state made anew, as good."""
+    room = core()
+    joined(room, "w")
+    land(room, "w", 1, "first")
+    assert room.next_deadline() is None  # nothing made yet: nothing to let go of
+
+    made = fresh_state(room, "f1", NOW)
+    assert room.next_deadline() == NOW + STATE_CACHE_MS
+    room.tick(NOW + STATE_CACHE_MS - 1)
+    kept = fresh_state(room, "f2", NOW + STATE_CACHE_MS - 1)
+    assert all(a is b for a, b in zip(made, kept, strict=True))
+    room.tick(NOW + STATE_CACHE_MS)
+    assert room.next_deadline() is None
+    anew = fresh_state(room, "f3", NOW + STATE_CACHE_MS)
+    assert anew == made and not any(a is b for a, b in zip(made, anew, strict=True))
 
 
 def test_a_state_encoded_as_it_is_written_is_the_log_at_the_join() -> None:
