@@ -45,7 +45,8 @@ async def main(
     url: str, conversation_id: str, client: str, seed: int, ops: int, out: Path, outbox: str | None
 ) -> None:
     path = out / f"{client}.jsonl"
-    done = path.read_text().count('"kind": "op"') if path.exists() else 0
+    lines = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    done = sum(line["kind"] == "op" for line in lines)
     history = path.open("a", buffering=1)
 
     def log(**line: Any) -> None:
@@ -84,9 +85,12 @@ async def main(
     replica.on_conflict = conflicted
     async with replica:
         run = Run(conversation=replica.conversation)
-        # The approvals this replica asked and went on after: those its value answers already
-        # (a restarted worker's outbox holds the answers it pushed before the kill).
-        resumed = set(ANSWER.findall(encode(replica.conversation).decode()))
+        # The approvals this replica asked and went on after, as a worker keeps them: in its
+        # history (another replica may have removed or rewritten an answer since it landed,
+        # so the log alone cannot tell), and in its value, for an answer pushed just before
+        # a kill and not yet logged (the outbox holds it).
+        resumed = {id_ for line in lines for id_ in line.get("answered", ())}
+        resumed |= set(ANSWER.findall(encode(replica.conversation).decode()))
 
         async def watch() -> None:
             async for _ in replica.events():
@@ -114,9 +118,10 @@ async def main(
                     approval_op(replica, client, op[1], op[2])
                 else:
                     run.do(op)
-                made = run.made_since(before) + resume(replica, client, resumed)
+                answered = resume(replica, client, resumed)
+                made = run.made_since(before) + list(answered.values())
                 saw = sorted(saw | set(TOKEN.findall(encode(replica.conversation).decode())))
-                log(kind="op", step=step, op=op[0], made=made, saw=saw)
+                log(kind="op", step=step, op=op[0], made=made, saw=saw, answered=list(answered))
                 await anyio.sleep(rng.random() * 0.015)
             print("edited", flush=True)
             await _expect("settle")
@@ -188,19 +193,19 @@ def approval_op(replica: Replica, client: str, roll: float, pick: int) -> None:
         pass  # no open turn, or decided here already: nothing to do
 
 
-def resume(replica: Replica, client: str, resumed: set[str]) -> list[str]:
+def resume(replica: Replica, client: str, resumed: set[str]) -> dict[str, str]:
     """The asking worker goes on once a person decided (SPEC 12): for each approval this
     replica asked that it now sees decided, its answer, pushed once (`after ID: STATE`, a text
     of its own, so the checker finds any copy of it: "no assistant message duplicated after an
     approval"). It goes on a decision in the log (`session.confirmed`), not on one made in
     its own local value, which the hub refuses (the asker never decides its own approval).
-    Returns the entries it pushed."""
-    made = []
+    Returns the entries it pushed, by the approval each answers."""
+    made = {}
     for id_, approval in approvals.approvals(replica.session.confirmed):
         if approval.asked_client != client or approval.is_open or id_ in resumed:
             continue
         resumed.add(id_)
-        made.append(replica.conversation.push(Message.assistant(answer_text(id_, approval))))
+        made[id_] = replica.conversation.push(Message.assistant(answer_text(id_, approval)))
     return made
 
 
