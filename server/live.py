@@ -109,7 +109,8 @@ class LiveRoom(Generic[C]):
                 self.metrics.watchers += 1
         else:
             principal, client = owner
-            self.presence.join(conn, principal, client, kind, name, now)
+            socket = getattr(conn, "shared_socket", None)  # a channel of one (`server.mux`)
+            self.presence.join(conn, principal, client, kind, name, now, socket)
         actions: list[Action[C]] = []
         if "drafts" in hello.features:
             actions.append(SendFrames(conn, self.drafts.subscribe(conn)))

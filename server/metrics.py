@@ -16,6 +16,7 @@ class Metrics:
     def __init__(self) -> None:
         self.connections = 0
         self.http_connections = 0  # keep-alive HTTP connections (`server.front`)
+        self.channels = 0  # sessions over shared sockets (`server.mux`), one socket each above
         self.conversations_loaded = 0
         self.records_appended = 0
         self.pushes_accepted = 0
@@ -45,6 +46,9 @@ class Metrics:
             "# HELP convsync_connections Open websocket connections.",
             "# TYPE convsync_connections gauge",
             f"convsync_connections {self.connections}",
+            "# HELP convsync_channels Replica sessions over shared websockets (/v1/mux).",
+            "# TYPE convsync_channels gauge",
+            f"convsync_channels {self.channels}",
             "# HELP convsync_http_connections Open plain HTTP connections.",
             "# TYPE convsync_http_connections gauge",
             f"convsync_http_connections {self.http_connections}",

@@ -45,11 +45,12 @@ class _Entry:
     status: str | None = None  # as the client set it
     detail: Any = None
     shown: str | None = None  # what others see (`drafting` while drafting, unless set)
+    socket: int | None = None  # the shared socket it is a channel of (`server.mux`)
 
     def wire(self) -> PresenceEntry:
         return PresenceEntry(
             self.connection, self.principal, self.client, self.since, self.kind, self.name,
-            self.shown, self.detail,
+            self.shown, self.detail, self.socket,
         )  # fmt: skip
 
 
@@ -88,10 +89,18 @@ class PresenceBoard(Generic[C]):
         return self._last_flush + self.throttle
 
     def join(
-        self, conn: C, principal: str, client: str, kind: str | None, name: str | None, now: int
+        self,
+        conn: C,
+        principal: str,
+        client: str,
+        kind: str | None,
+        name: str | None,
+        now: int,
+        socket: int | None = None,
     ) -> int:
-        """Add `conn`'s entry; returns its connection id."""
-        entry = _Entry(self._next_id, principal, client, kind, name, now)
+        """Add `conn`'s entry (a channel of shared socket `socket`, if given); returns its
+        connection id."""
+        entry = _Entry(self._next_id, principal, client, kind, name, now, socket=socket)
         self._next_id += 1
         entry.shown = DRAFTING if (principal, client) in self._drafting else None
         self.entries[conn] = entry
@@ -164,7 +173,13 @@ class PresenceBoard(Generic[C]):
             entry = known.pop(wire.connection, None)
             if entry is None:
                 entry = _Entry(
-                    self._next_id, wire.principal, wire.client, wire.kind, wire.name, wire.since
+                    self._next_id,
+                    wire.principal,
+                    wire.client,
+                    wire.kind,
+                    wire.name,
+                    wire.since,
+                    socket=wire.socket,
                 )
                 self._next_id += 1
                 entry.status = entry.shown = wire.status

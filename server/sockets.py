@@ -49,6 +49,7 @@ from .connection import LET_GO, LET_GO_AFTER, let_go
 from .front import Front
 from .http import Http, remote_address
 from .limits import Caps
+from .mux import Channel, is_mux_path, serve_mux
 from .room import Room
 from .rooms import Rooms
 from .session import Access, HubSession, Limits, conversation_id_of, is_conversation_id
@@ -209,7 +210,34 @@ class Sockets:
             return
         metrics = self._hub.metrics
         metrics.connections += 1
-        sub = Subscriber(ws, self._hub.config.send_queue, metrics)
+        try:
+            if ws.request is not None and is_mux_path(ws.request.path):
+                await self._shared(ws)
+            else:
+                await self._session(ws)
+        finally:
+            metrics.connections -= 1
+
+    async def _shared(self, ws: ServerConnection) -> None:
+        """A socket shared by several sessions (`server.mux`): each channel's session runs as
+        a socket's does, in a task of this one's; counted in `channels`."""
+        metrics = self._hub.metrics
+
+        async def channel_session(channel: Channel) -> None:
+            metrics.channels += 1
+            try:
+                await self._session(channel)  # type: ignore[arg-type]  # it quacks as one
+            finally:
+                metrics.channels -= 1
+                await channel.close(1000, "")
+
+        async with anyio.create_task_group() as group:
+            await serve_mux(ws, channel_session, group.start_soon)
+            group.cancel_scope.deadline = anyio.current_time() + 10
+
+    async def _session(self, ws: ServerConnection) -> None:
+        """One replica session over `ws` (its own socket, or a channel of a shared one)."""
+        sub = Subscriber(ws, self._hub.config.send_queue, self._hub.metrics)
         held = _Held(remote_address(ws))
         try:
             async with anyio.create_task_group() as group:
@@ -222,7 +250,6 @@ class Sockets:
                     sub.close(1000, "")  # the writer flushes what is queued, then closes
                     group.cancel_scope.deadline = anyio.current_time() + 10
         finally:
-            metrics.connections -= 1
             self._let_go(held, sub)
 
     async def _summary(self, ws: ServerConnection) -> None:

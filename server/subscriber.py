@@ -125,7 +125,9 @@ class Subscriber:
         # Without an extension (permessage-deflate) a frame's bytes do not depend on the
         # connection: they are written to the transport as built once (`_wire`).
         self._plain = not ws.protocol.extensions
+        self._relay = getattr(ws, "relay", None)
         self.client: str | None = None
+        self.shared_socket: int | None = getattr(ws, "shared_socket", None)  # `server.mux`
 
     @property
     def closing(self) -> bool:
@@ -188,6 +190,8 @@ class Subscriber:
             except Exception:  # as in websockets' broadcast: one bad socket stops no other
                 log.warning("a frame could not be written; dropping the connection", exc_info=True)
                 self._ws.transport.abort()  # its replica reconnects and catches up
+        elif self._relay is not None:
+            self._relay(frame)  # a channel of a shared socket (`server.mux`)
         else:
             broadcast((self._ws,), frame, text=type(frame) is not Binary)
 

@@ -355,7 +355,9 @@ class DraftEnd(msgspec.Struct, frozen=True, tag_field="type", tag="draft_end", o
 
 
 class PresenceEntry(msgspec.Struct, frozen=True, omit_defaults=True):
-    """One live socket: its connection id (the hub's), who, and its status."""
+    """One live session: its connection id (the hub's), who, and its status. `socket`: the
+    shared socket (`/v1/mux`, SPEC 14) it is a channel of, if any; the tabs of one browser
+    share one, so a view shows them as one person."""
 
     connection: int
     principal: str
@@ -365,6 +367,7 @@ class PresenceEntry(msgspec.Struct, frozen=True, omit_defaults=True):
     name: str | None = None
     status: str | None = None
     detail: Any = None
+    socket: int | None = None
 
 
 class PresenceSnapshot(msgspec.Struct, frozen=True, tag_field="type", tag="presence"):
