@@ -328,7 +328,15 @@ export interface PresenceItem {
   status?: string | null;
   detail?: unknown;
   since?: number;
+  /** The shared socket (`shared: true`) this session is a channel of: one browser's tabs. */
+  socket?: number;
 }
+
+/** The people in a replica's `presence`: one item per shared socket (one browser's tabs) and
+ * per session on a socket of its own, with `connections`, every session it stands for. */
+export function people(
+  presence: Map<string, PresenceItem>,
+): Array<PresenceItem & { connections: Array<string | number> }>;
 
 /** Append `text` at code-point `offset` of `part`; skips what the draft has, ignores a gap. */
 export function appendToDraft(
@@ -526,7 +534,25 @@ export interface ConnectOptions {
   /** The socket `openEarly` opened for this replica (the same `client`): its first connection
    * uses it and what it received; one that would say another hello connects anew. */
   early?: EarlySocket;
+  /** Share one socket to the hub with the other tabs of this origin (SPEC §14): this replica
+   * is a session of its own (client, token, outbox) over a channel of it; one tab, chosen
+   * by a Web Lock, holds the socket and hands it over when it closes. */
+  shared?: boolean;
+  /** BroadcastChannel for `shared` (default: globalThis.BroadcastChannel). */
+  BroadcastChannel?: unknown;
+  /** Tests: `shared` replicas of one realm given different names act as different tabs. */
+  tab?: string;
 }
+
+/** ms a `shared` replica's channel waits for the leading tab to open it before it retries. */
+export const SHARED_OPEN_WAIT: number;
+
+/** This tab's part in sharing hub `base`'s socket (`shared: true`); `close()` acts as the tab
+ * closing: its channels end, the socket it led closes and the next tab leads. */
+export function sharedLink(
+  base: string,
+  options?: { BroadcastChannel?: unknown; locks?: unknown; WebSocket?: unknown; tab?: string },
+): { readonly tab: string; readonly leading: boolean; close(): void };
 
 /** A replica's first socket, opened before its modules loaded (`openEarly`). */
 export interface EarlySocket {

@@ -79,9 +79,10 @@ export {
 } from './lib/approvals.js';
 export { SUBPROTOCOL, MAX_FRAME } from './lib/frames.js';
 export { ReplicaSession } from './lib/session.js';
-export { appendToDraft } from './lib/live.js';
+export { appendToDraft, people } from './lib/live.js';
 export { retryRule, backoffDelay, whenEnded } from './lib/reconnect.js';
 export { Replica, connect } from './lib/replica.js';
 export { openEarly } from './lib/early.js';
 export { LAYOUT as OUTBOX_LAYOUT, Outbox } from './lib/persist.js';
 export { SummaryFeed } from './lib/summary.js';
+export { OPEN_WAIT as SHARED_OPEN_WAIT, sharedLink } from './lib/shared.js';

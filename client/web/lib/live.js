@@ -187,3 +187,31 @@ export function sweepDrafts(session) {
   }
   return events;
 }
+
+/**
+ * The people in `presence` (a replica's `presence` map, connection → item): one item per
+ * shared socket (the tabs of one browser, `shared: true`, SPEC §14) and one per session on a
+ * socket of its own. Each is the item of its first session (by connection id), with
+ * `connections`, the ids of every session it stands for, and the first status any of them set.
+ * @param {Map<string, any>} presence
+ * @returns {any[]}
+ */
+export function people(presence) {
+  /** @type {Map<string, any>} */
+  const groups = new Map();
+  const sessions = [...presence.values()].sort((a, b) => a.connection - b.connection);
+  for (const item of sessions) {
+    const key = Number.isInteger(item.socket) ? `socket ${item.socket}` : `one ${item.connection}`;
+    const group = groups.get(key);
+    if (group === undefined) {
+      groups.set(key, { ...item, connections: [item.connection] });
+      continue;
+    }
+    group.connections.push(item.connection);
+    if (group.status == null && item.status != null) {
+      group.status = item.status;
+      group.detail = item.detail;
+    }
+  }
+  return [...groups.values()];
+}

@@ -33,6 +33,8 @@ import { conflict } from './rebase.js';
 
 /** The layout of what is kept; bumped when it changes. */
 export const LAYOUT = 1;
+/** Outboxes of one name a `shared: true` origin's tabs take, one each (`Outbox.openAny`). */
+export const SHARED_OUTBOXES = 16;
 /** Records folded after the snapshot before it is rewritten. */
 export const COMPACT_AT = 256;
 const STORES = ['meta', 'confirmed', 'pending'];
@@ -180,6 +182,39 @@ export class Outbox {
       release();
       throw new UsageError('outbox_unreadable', `the outbox "${name}" cannot be opened: ${error}`);
     }
+  }
+
+  /**
+   * Take one of the outboxes `name`, `name#2`, ... `name#SHARED_OUTBOXES` (`shared: true`,
+   * where each tab is a replica of its own): the one this tab held before a reload first
+   * (waiting up to `lockWait` ms for its old document to let go; the tab's sessionStorage
+   * remembers which), else the first free one. After every tab closed, the tabs opened next
+   * take them in order and resume their pending edits.
+   * @param {string} name
+   * @param {{indexedDB?: IDBFactory, locks?: any, lockWait?: number, sessionStorage?: any}} [options]
+   * @throws {Refused} `outbox_in_use`: every one is held.
+   */
+  static async openAny(name, options = {}) {
+    const storage = options.sessionStorage ?? globalThis.sessionStorage ?? null;
+    const key = `convsync-outbox-slot:${name}`;
+    const named = (/** @type {number} */ k) => (k === 1 ? name : `${name}#${k}`);
+    const mine = Number(storage?.getItem(key) ?? NaN);
+    const slots = Array.from({ length: SHARED_OUTBOXES }, (_, at) => at + 1);
+    const order = Number.isInteger(mine) && slots.includes(mine) ? [mine] : [];
+    for (const slot of [...order, ...slots.filter((k) => k !== mine)]) {
+      try {
+        const wait = slot === mine ? options.lockWait : 0;
+        const outbox = await Outbox.open(named(slot), { ...options, lockWait: wait });
+        storage?.setItem(key, String(slot));
+        return outbox;
+      } catch (error) {
+        if (!(error instanceof Refused)) throw error;
+      }
+    }
+    throw new Refused(
+      'outbox_in_use',
+      `all ${SHARED_OUTBOXES} outboxes "${name}" (#2, #3, ...) are held by other tabs`,
+    );
   }
 
   /**
@@ -547,6 +582,7 @@ export function persistOption(options) {
     indexedDB: options.indexedDB,
     locks: options.locks,
     lockWait: options.lockWait,
+    shared: options.shared === true, // each tab a replica (and an outbox) of its own
   };
 }
 
@@ -560,8 +596,11 @@ export function persistOption(options) {
  *   `outbox_corrupt`: nothing was changed.
  */
 export async function openKeeper(session, url, options, client) {
-  const name = options.name ?? `convsync:${url}`;
-  const outbox = await Outbox.open(name, options);
+  const wanted = options.name ?? `convsync:${url}`;
+  const outbox = options.shared
+    ? await Outbox.openAny(wanted, options)
+    : await Outbox.open(wanted, options);
+  const name = outbox.name;
   try {
     const kept = await outbox.load();
     if (kept !== null && client !== null && kept.client !== client) {

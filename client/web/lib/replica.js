@@ -9,6 +9,7 @@ import { openKeeper, persistOption } from './persist.js';
 import { Shell, keepaliveOption, whenEnded } from './reconnect.js';
 import { isObject } from './records.js';
 import { ReplicaSession } from './session.js';
+import { sharedSocket } from './shared.js';
 
 /** The longest delay a timer takes (2^31 - 1 ms, 24.8 days); a longer one fires at once. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
@@ -20,8 +21,11 @@ const MAX_TIMER_MS = 2 ** 31 - 1;
  *   maxBackoff?: number, random?: () => number, setTimeout?: (fn: () => void, ms: number) => any,
  *   clearTimeout?: (handle: any) => void, live?: boolean, keepalive?: number | null,
  *   persist?: 'indexeddb', outbox?: string, indexedDB?: any, locks?: any, lockWait?: number,
- *   early?: import('./early.js').Early
+ *   early?: import('./early.js').Early, shared?: boolean, BroadcastChannel?: any, tab?: string
  * }} ConnectOptions
+ * `shared: true`: the tabs of this origin share one socket to the hub (`lib/shared.js`);
+ * this replica is a session of its own over a channel of it (`BroadcastChannel`, `locks`:
+ * for a realm without them; `tab`, tests: replicas named apart act as different tabs).
  * `early`: the socket `openEarly` (`lib/early.js`) opened for this replica before its modules
  * loaded, with the same `client`: the first connection uses it and what it received.
  * `persist: 'indexeddb'`: keep the confirmed value, the pending edits and the batch in flight
@@ -77,10 +81,22 @@ export class Replica extends Shell {
     this.early = options.early ?? null;
     /** @type {string | null} */ this.lastToken = null; // sent in the last attempt
     /** @type {string | null} */ this.refusedToken = null; // the hub said `unauthorized` to it
-    this.WebSocket = options.WebSocket ?? globalThis.WebSocket;
-    if (typeof this.WebSocket !== 'function') {
+    if (options.shared !== undefined && typeof options.shared !== 'boolean') {
+      throw new UsageError('bad_option', `shared must be true or false (got ${options.shared})`);
+    }
+    const WebSocket = options.WebSocket ?? globalThis.WebSocket;
+    if (typeof WebSocket !== 'function') {
       throw new UsageError('no_websocket', 'no WebSocket here: pass options.WebSocket');
     }
+    // `shared`: a channel of the one socket the tabs of this origin share (`lib/shared.js`).
+    this.WebSocket = options.shared
+      ? sharedSocket(url.replace(/\/+$/, ''), {
+          WebSocket,
+          BroadcastChannel: options.BroadcastChannel,
+          locks: options.locks,
+          tab: options.tab,
+        })
+      : WebSocket;
     this.setTimer = setTimer;
     /** @type {any} */
     this.paceTimer = null;
