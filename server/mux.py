@@ -161,8 +161,12 @@ class Channel:
         self.close_reason = reason
         if not self.connection_lost_waiter.done():
             self.connection_lost_waiter.set_result(None)
-        if self._inbox.empty():
-            self._inbox.put_nowait(None)  # a `recv` waiting ends (a full inbox: it sees closed)
+        # What its session will not read goes: that wakes `serve_mux` if it waits to `feed`
+        # a full inbox (else the shared socket would be read no more, its other channels
+        # frozen), and the `None` ends a `recv` waiting.
+        while not self._inbox.empty():
+            self._inbox.get_nowait()
+        self._inbox.put_nowait(None)
 
 
 async def serve_mux(

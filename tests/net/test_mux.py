@@ -237,3 +237,29 @@ async def test_the_tabs_of_one_socket_show_it_in_their_presence(hub: Hub) -> Non
     assert set(sockets) == {"tab-a", "tab-b", "own"}
     assert sockets["tab-a"] == sockets["tab-b"] and isinstance(sockets["tab-a"], int)
     assert sockets["own"] is None  # a socket of its own: no `socket` on the wire
+
+
+async def test_a_channel_ended_with_a_full_inbox_freezes_no_other() -> None:
+    """A channel the hub closes (a flood: `rate_limited`) while its inbox is full and the
+    reader waits to hand it one more message: the shared socket is read on, the other channel
+    still answers, and when the socket closes every gauge goes back to 0. (The reader once
+    waited on that inbox for good: the other channels froze, and so did the hub's shutdown.)"""
+    config = hub_config(rate=2.0, rate_burst=1.0, flood_after=1.0)
+    async with Hub(MemoryStore(), host="127.0.0.1", port=0, config=config) as hub:
+        async with shared(hub) as mux:
+            for number, client in ((1, "flood"), (2, "calm")):
+                await mux.open(number, f"room-{number}")
+                await mux.send(number, hello(client))
+                await mux.until(number, "welcome")
+            for seq in range(1, 40):
+                message_id = f"msg_0190a5b2c3d47e0f8a1b2c3d4e5f{seq:04d}"
+                await mux.send(1, push(seq, f"x{seq}", message_id))
+            closed = await mux.until_closed(1)
+            assert closed == (CODES["rate_limited"].close, "rate_limited")
+            await mux.send(2, push(1, "still read", "msg_0190a5b2c3d47e0f8a1b2c3d4e5f9999"))
+            with anyio.fail_after(bound(10)):
+                answer = await mux.until(2, "ack")
+            assert answer["seq"] == 1
+        with anyio.fail_after(bound(10)):
+            while hub.metrics.connections or hub.metrics.channels:  # noqa: ASYNC110 - gauges
+                await anyio.sleep(0.01)

@@ -577,6 +577,14 @@ export function persistOption(options) {
   if (options.outbox !== undefined && (typeof options.outbox !== 'string' || options.outbox === '')) {
     throw new UsageError('bad_option', 'outbox must be a non-empty name');
   }
+  if (options.shared === true && options.client !== undefined) {
+    // Each tab takes an outbox of its own, and with it the client id it keeps: one id given
+    // to every tab would make them replace one another at the hub.
+    throw new UsageError(
+      'bad_option',
+      'with shared and persist each tab keeps a client id of its own: do not pass client',
+    );
+  }
   return {
     name: options.outbox ?? null,
     indexedDB: options.indexedDB,

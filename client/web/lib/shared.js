@@ -174,7 +174,7 @@ class Link {
     if (channel === undefined) return;
     if (message.t === 'opened') channel.opened();
     else if (message.t === 'msg') channel.received(message.data);
-    else if (message.t === 'closed') channel.ended(message.code, message.reason);
+    else if (message.t === 'closed') channel.ended(message.code, message.reason, true);
   }
 
   /** Another (or this) tab leads now: the channels through the one before end. @param {string} tab */
@@ -292,6 +292,8 @@ class Leader {
           if (route.tab !== tab) continue;
           this.#forget(number);
           this.#send(`c${number} 1001 gone`);
+          // Told too, should it live after all (a lock let go early): it retries.
+          this.link.toTab(tab, { t: 'closed', ch: route.ch, code: 1006, reason: 'gone' });
         }
         this.#idle();
       })
@@ -371,6 +373,7 @@ class Leader {
     const ws = this.ws;
     this.ws = null;
     this.open = false;
+    this.waiting = []; // not for the next socket
     try {
       ws.close(1000, '');
     } catch {
@@ -426,14 +429,18 @@ class ChannelSocket {
 
   /** @param {number} [code] @param {string} [reason] */
   close(code = 1000, reason = '') {
-    if (this.readyState >= 2) return;
-    this.link.toLeader({ t: 'close', ch: this.number, code, reason });
     this.ended(code, reason);
   }
 
-  /** The channel is closed (by either side, or the shared socket moved or failed). */
-  ended(code = 1006, reason = '') {
+  /**
+   * The channel is closed: by this tab, by the hub (`told`: the leader says so), or because
+   * the shared socket moved or no leader opened it. Unless told, the leader is asked to close
+   * it at the hub, should it have opened it there.
+   * @param {number} [code] @param {string} [reason] @param {boolean} [told]
+   */
+  ended(code = 1006, reason = '', told = false) {
     if (this.readyState === 3) return;
+    if (!told) this.link.toLeader({ t: 'close', ch: this.number, code, reason });
     clearTimeout(this.timer);
     this.readyState = 3;
     this.link.drop(this.number);

@@ -265,6 +265,28 @@ test('persist takes only indexeddb', () => {
   assert.throws(() => open(fresh(), { persist: 'localStorage' }), /bad_option/);
 });
 
+test('shared with persist refuses one client id for every tab', () => {
+  // Each tab keeps the client id of the outbox it takes; one given to all would make them
+  // replace one another at the hub.
+  assert.throws(() => open(fresh(), { shared: true, client: 'same' }), /do not pass client/);
+});
+
+test('shared tabs with persist take an outbox each, the first free of the name', async () => {
+  const { Outbox } = await import('../lib/persist.js');
+  const name = fresh();
+  const slots = new Map();
+  const storage = { getItem: (key) => slots.get(key) ?? null, setItem: (k, v) => slots.set(k, v) };
+  const first = await Outbox.openAny(name, { sessionStorage: storage });
+  const second = await Outbox.openAny(name, { sessionStorage: { getItem: () => null, setItem() {} } });
+  assert.deepEqual([first.name, second.name], [name, `${name}#2`]);
+  first.close();
+  // The first tab reloads: it takes its own outbox back, not the next free one.
+  const again = await Outbox.openAny(name, { sessionStorage: storage });
+  assert.equal(again.name, name);
+  again.close();
+  second.close();
+});
+
 test('a tab dying while it catches up keeps the value its pending edits were made on', async () => {
   const name = fresh();
   const a = open(name);
