@@ -1,6 +1,6 @@
 """Instructions per push in the hub's room (callgrind): immune to a shared machine's noise.
 
-    .venv/bin/python bench/push_instructions.py --baseline 19a832e [--pushes 2000]
+    .venv/bin/python bench/push_instructions.py --baseline 19a832e [--pushes 2000] [--records 1]
     .venv/bin/python bench/push_instructions.py --hub --baseline 19a832e [--pushes 300]
 
 For this tree's packages and (with `--baseline REV`) REV's, runs a child process under
@@ -9,7 +9,9 @@ joins a writer and 10 subscribers (fakes: a send counts, nothing is written), la
 messages of 120 characters, then counts the instructions of `--pushes` more one-record pushes,
 each decoded from its push frame and handed to `Room.push` (the core's checks, the store's
 append, the ack and the broadcast): instrumentation is switched on around those pushes only
-(`callgrind_control -i`). Prints instructions per push and new / old. Needs valgrind; not
+(`callgrind_control -i`). Prints instructions per push and new / old. `--records N`: pushes
+of N records each (5 warm-up pushes), the per-record costs of a large batch (bench/hub.py
+fanout's writer sends 1,000 per push). Needs valgrind; not
 part of `make bench` (it writes nothing). Issue 24's hunt for the hot path's regression.
 
 With `--hub`: the whole hub process instead (its websockets, sessions, decoding, the room):
@@ -39,8 +41,9 @@ WARM = 200
 HUB_WARM = 50
 
 
-def child(code: str, pushes: int) -> None:
+def child(code: str, pushes: int, records: int = 1) -> None:
     """The measured process: the engine from `code` only."""
+    warm = WARM if records == 1 else 5  # the warm-up is records, not pushes, when they are large
     sys.path.insert(0, code)
     from server.config import HubConfig
     from server.metrics import Metrics
@@ -74,12 +77,13 @@ def child(code: str, pushes: int) -> None:
         for k, sub in enumerate(subs):
             await room.join(sub, Hello(f"sub-{k}", Lineage.EMPTY, 0))  # type: ignore[arg-type]
         source = Conversation()
-        for i in range(WARM + pushes):
+        for i in range((warm + pushes) * records):
             source.push(Message.user((f"message {i} " * 40)[:120]))
+        made = [encode(record) for record in source.take_unsaved()]
         frames = [
             b'{"type":"push","seq":%d,"lineage":%%d,"revision":%d,"records":[%s]}'
-            % (i + 1, i, encode(record))
-            for i, record in enumerate(source.take_unsaved())
+            % (i + 1, i * records, b",".join(made[i * records : (i + 1) * records]))
+            for i in range(warm + pushes)
         ]
 
         async def push(lo: int, hi: int) -> None:
@@ -87,13 +91,13 @@ def child(code: str, pushes: int) -> None:
                 lineage = room.core.lineage if i else Lineage.EMPTY
                 await room.push(writer, decode_client_message(frames[i] % lineage))  # type: ignore[arg-type]
 
-        await push(0, WARM)
+        await push(0, warm)
         control = ["callgrind_control", "-i"]
         # Blocking on purpose: nothing else may run while instrumentation switches.
         subprocess.run([*control, "on", str(os.getpid())], check=True, capture_output=True)  # noqa: ASYNC221
-        await push(WARM, WARM + pushes)
+        await push(warm, warm + pushes)
         subprocess.run([*control, "off", str(os.getpid())], check=True, capture_output=True)  # noqa: ASYNC221
-        assert room.core.revision == WARM + pushes and subs[0].sent >= pushes
+        assert room.core.revision == (warm + pushes) * records and subs[0].sent >= pushes
 
     asyncio.run(run())
 
@@ -121,7 +125,7 @@ def hub_child(code: str) -> None:
     asyncio.run(serve())
 
 
-async def drive_hub(port: int, pid: int, pushes: int) -> None:
+async def drive_hub(port: int, pid: int, pushes: int, records: int = 1, readers: int = 10) -> None:
     """Connect the writer and 10 subscribers, push in lock-step, instrumentation on around
     the counted pushes."""
     from websockets.asyncio.client import ClientConnection, connect
@@ -143,19 +147,20 @@ async def drive_hub(port: int, pid: int, pushes: int) -> None:
         return ws, welcome["lineage"]
 
     writer, lineage = await session("writer")  # the room's lineage, fresh: every push uses it
-    subs = [(await session(f"sub-{k}"))[0] for k in range(10)]
+    subs = [(await session(f"sub-{k}"))[0] for k in range(readers)]
+    warm = HUB_WARM if records == 1 else 5
     source = Conversation()
-    for i in range(HUB_WARM + pushes):
+    for i in range((warm + pushes) * records):
         source.push(Message.user((f"message {i} " * 40)[:120]))
-    records = [encode(record) for record in source.take_unsaved()]
+    made = [encode(record) for record in source.take_unsaved()]
 
     async def push(lo: int, hi: int) -> None:
         for i in range(lo, hi):
             frame = b'{"type":"push","seq":%d,"lineage":%d,"revision":%d,"records":[%s]}' % (
                 i + 1,
                 lineage,
-                i,
-                records[i],
+                i * records,
+                b",".join(made[i * records : (i + 1) * records]),
             )
             await writer.send(frame, text=True)
             answer = msgspec.json.decode(await writer.recv(decode=False))
@@ -164,17 +169,17 @@ async def drive_hub(port: int, pid: int, pushes: int) -> None:
                 got = msgspec.json.decode(await sub.recv(decode=False))
                 assert got["type"] == "records", got
 
-    await push(0, HUB_WARM)
+    await push(0, warm)
     control = ["callgrind_control", "-i"]
     # Blocking on purpose: nothing else may run in the hub while instrumentation switches.
     subprocess.run([*control, "on", str(pid)], check=True, capture_output=True)  # noqa: ASYNC221
-    await push(HUB_WARM, HUB_WARM + pushes)
+    await push(warm, warm + pushes)
     subprocess.run([*control, "off", str(pid)], check=True, capture_output=True)  # noqa: ASYNC221
     for ws in [writer, *subs]:
         await ws.close()
 
 
-def hub_instructions(code: Path, pushes: int) -> int:
+def hub_instructions(code: Path, pushes: int, records: int = 1, readers: int = 10) -> int:
     """Instructions per push of a whole hub from `code` (a callgrind run of `hub_child`)."""
     with tempfile.TemporaryDirectory() as out:
         process = subprocess.Popen(
@@ -196,7 +201,7 @@ def hub_instructions(code: Path, pushes: int) -> int:
         assert process.stdin is not None and process.stdout is not None
         try:
             port, pid = map(int, process.stdout.readline().split())
-            asyncio.run(drive_hub(port, pid, pushes))
+            asyncio.run(drive_hub(port, pid, pushes, records, readers))
         finally:
             _, stderr = process.communicate(timeout=1800)  # closes stdin: the hub stops
     found = re.search(r"I\s+refs:\s+([\d,]+)", stderr)
@@ -204,7 +209,7 @@ def hub_instructions(code: Path, pushes: int) -> int:
     return int(found.group(1).replace(",", "")) // pushes
 
 
-def instructions(code: Path, pushes: int) -> int:
+def instructions(code: Path, pushes: int, records: int = 1) -> int:
     """Instructions per push of the engine in `code` (a callgrind run of `child`)."""
     with tempfile.TemporaryDirectory() as out:
         done = subprocess.run(
@@ -219,6 +224,8 @@ def instructions(code: Path, pushes: int) -> int:
                 str(code),
                 "--pushes",
                 str(pushes),
+                "--records",
+                str(records),
             ],
             capture_output=True,
             text=True,
@@ -251,6 +258,10 @@ def main() -> int:
     parser.add_argument("--baseline", help="also measure the packages of this git revision")
     parser.add_argument("--pushes", type=int, help="pushes counted (2,000; with --hub 300)")
     parser.add_argument("--hub", action="store_true", help="count a whole hub process")
+    parser.add_argument(
+        "--records", type=int, default=1, help="records per push (1; 5 warm-up pushes if more)"
+    )
+    parser.add_argument("--readers", type=int, default=10, help="subscribers (10)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--hub-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -259,15 +270,23 @@ def main() -> int:
         return 0
     pushes = args.pushes or (300 if args.hub else 2000)
     if args.child:
-        child(args.child, pushes)
+        child(args.child, pushes, args.records)
         return 0
-    count = hub_instructions if args.hub else instructions
+    if not args.hub and args.readers != 10:
+        parser.error("--readers is for a whole hub (--hub)")
+
+    def count(code: Path) -> int:
+        if args.hub:
+            return hub_instructions(code, pushes, args.records, args.readers)
+        return instructions(code, pushes, args.records)
+
     with tempfile.TemporaryDirectory() as new_dir, tempfile.TemporaryDirectory() as old_dir:
-        new = count(export(None, Path(new_dir)), pushes)
-        what = "a whole hub" if args.hub else "the room"
+        new = count(export(None, Path(new_dir)))
+        what = f"a whole hub, {args.readers} readers" if args.hub else "the room"
+        what += f", {args.records:,} records per push"
         print(f"this tree: {new:,} instructions per push ({pushes:,} pushes, {what})")
         if args.baseline:
-            old = count(export(args.baseline, Path(old_dir)), pushes)
+            old = count(export(args.baseline, Path(old_dir)))
             print(f"git {args.baseline}: {old:,} instructions per push; new / old {new / old:.3f}")
     return 0
 
