@@ -9,8 +9,9 @@ only when a room loads, while the records stay as they are (a room shares them f
 In a hub holding 100 conversations of 1,000 messages, the snapshots were 45 MiB of 240
 (issue 32). It is compressed in a worker thread (zlib lets go of the GIL), so the room that
 wrote it goes on at once: on the event loop, compressing a growing conversation's snapshots
-cost a writer 2.8 µs a record at 100,000 records (`bench/hub.py fanout`, one reader). Until
-the thread is done, the snapshot is held as written.
+cost a writer 2.8 µs a record at 100,000 records (`bench/hub.py fanout`, one reader). And only
+once it has stood for `SNAPSHOT_QUIET`: a busy conversation's snapshot is soon replaced. Until
+then, and until the thread is done, the snapshot is held as written.
 """
 
 from __future__ import annotations
@@ -47,6 +48,15 @@ __all__ = ["MemoryStore"]
 
 SNAPSHOT_LEVEL = 1
 """zlib's level for snapshots: the fastest."""
+SNAPSHOT_QUIET = 0.05
+"""Seconds a snapshot stands before it is compressed. A conversation being written replaces
+its snapshot every `snapshot_every` records; compressing each one as it came cost the hub's
+process a second core (the threads' zlib) for snapshots soon dropped: `bench/hub.py fanout`,
+one reader, 5,000 records per run, was 0.87 of 19a832e's records/s (whose memory store kept
+snapshots as written), and its hub ran 1.26x the instructions per record, a fifth of them in
+zlib. Only a snapshot that stands is worth its compression. Short, as the snapshots waiting
+add up: at 0.5 s the Hocuspocus memory row (100 conversations built 10 at a time) rose from
+214 to 227 MiB; at 0.05 s, 216 (214-217)."""
 
 
 class _Log:
@@ -286,10 +296,17 @@ def _soonest(lease: Lease) -> int:
 
 
 def _compress_later(log: _Log, written: tuple[int, int, bytes, bool]) -> None:
-    """Compress snapshot `written` in a worker thread; put it in its place on the event loop
-    once done, unless another snapshot (or none, after a rewrite) took that place meanwhile."""
+    """Compress snapshot `written` in a worker thread once it has stood `SNAPSHOT_QUIET`
+    seconds; put it in its place on the event loop once done, unless another snapshot (or
+    none, after a rewrite) took that place meanwhile."""
     lineage, revision, state, _ = written
-    done = asyncio.get_running_loop().run_in_executor(None, zlib.compress, state, SNAPSHOT_LEVEL)
+    loop = asyncio.get_running_loop()
+
+    def begin() -> None:
+        if log.snapshot is not written:
+            return  # replaced already: compressing it would be work for nothing
+        done = loop.run_in_executor(None, zlib.compress, state, SNAPSHOT_LEVEL)
+        done.add_done_callback(keep)
 
     def keep(future: asyncio.Future[bytes]) -> None:  # on the event loop
         if future.cancelled() or future.exception() is not None:
@@ -297,4 +314,4 @@ def _compress_later(log: _Log, written: tuple[int, int, bytes, bool]) -> None:
         if log.snapshot is written:
             log.snapshot = (lineage, revision, future.result(), True)
 
-    done.add_done_callback(keep)
+    loop.call_later(SNAPSHOT_QUIET, begin)
