@@ -123,7 +123,8 @@ class CoreConfig:
 
 STATE_CACHE_MS = 10_000
 """How long a room keeps the state frames it made for a fresh replica (ms): the replicas of a
-burst (a hub restarted, a page shared) share them; a room gone idle lets them go."""
+burst (a hub restarted, a page shared) share them, those that join while the frames are still
+being made too; a room gone idle lets them go."""
 
 
 class RoomLog(Generic[C]):
@@ -158,11 +159,11 @@ class RoomLog(Generic[C]):
         # The state's frames as last encoded, by format, with the value and revision they are
         # of: every fresh replica that catches up by the state until the log moves gets the
         # same bytes (10,000 messages: 5-8 ms to encode). Dropped when records land, and at
-        # `cache_until` (`STATE_CACHE_MS` after it was made), so an idle room does not hold a
+        # `_cache_until` (`STATE_CACHE_MS` after it was made), so an idle room does not hold a
         # second copy of its conversation.
-        self._state_cache: tuple[Conversation, int, int, dict[str | None, list[bytes]]] | None
+        self._state_cache: tuple[Conversation, int, int, dict[str | None, _StateFrames]] | None
         self._state_cache = None
-        self.cache_until = 0
+        self._cache_until = 0
         # The revision that last replaced each entry's content or each aside, since
         # `_edits_from` (the revision this room first saw): a stale edit is placed only on
         # content that has not changed since its base (SPEC 16; the hub keeps no bases).
@@ -319,53 +320,50 @@ class RoomLog(Generic[C]):
         is encoded), kept for the next fresh replica once all are made."""
         hello = self.live.hellos.get(conn)
         state_format = hello.state_format if hello is not None else None
-        made = self._revision_cache()
-        frames = made.get(state_format)
-        if frames is not None:
-            return [Send(conn, frame, True) for frame in frames]
-        return [SendFrames(conn, self._making(made, state_format))]
+        making = self._making(state_format)
+        if making.done:
+            return [Send(conn, frame, True) for frame in making.frames]
+        return [SendFrames(conn, making.reader())]
 
     def _state_frames(self, state_format: str | None = None) -> list[bytes]:
         """The state's frames in `state_format`, encoded once per revision of the log."""
-        made = self._revision_cache()
-        frames = made.get(state_format)
-        if frames is None:
-            frames = list(self._making(made, state_format))
-        return frames
+        return list(self._making(state_format).reader())
 
-    def _revision_cache(self) -> dict[str | None, list[bytes]]:
+    def _revision_cache(self) -> dict[str | None, _StateFrames]:
         """The state frames made at this revision, by format (a room's operations run one at
         a time, so the value is the revision's here)."""
         cache = self._state_cache
         value, lineage, revision = self.conversation, self.lineage, self.revision
         if cache is None or cache[0] is not value or cache[1:3] != (lineage, revision):
             cache = self._state_cache = (value, lineage, revision, {})
-            self.cache_until = self._now + STATE_CACHE_MS
+            self._cache_until = self._now + STATE_CACHE_MS
         return cache[3]
 
     def _expire_cache(self, now: int) -> None:
-        """Drop the state's frames once `cache_until` has come (`tick`)."""
-        if self._state_cache is not None and now >= self.cache_until:
+        """Drop the state's frames once `_cache_until` has come (`tick`)."""
+        if self._state_cache is not None and now >= self._cache_until:
             self._state_cache = None
 
     def _cache_deadline(self) -> int | None:
         """When `_expire_cache` has something to do, or None."""
-        return self.cache_until if self._state_cache is not None else None
+        return self._cache_until if self._state_cache is not None else None
 
-    def _making(
-        self, made: dict[str | None, list[bytes]], state_format: str | None
-    ) -> Iterator[bytes]:
-        """The state's frames as of now (taken here, not when the first frame is), each
-        encoded when taken; all of them go into `made` once the last is (the cache of a
-        revision since passed is dropped with it)."""
-        frames = iter_state_frames(
-            self.lineage,
-            self.revision,
-            self.conversation.state(),
-            self.config.max_frame,
-            state_format,
-        )
-        return _kept(frames, made, state_format)
+    def _making(self, state_format: str | None) -> _StateFrames:
+        """This revision's state frames in `state_format`: made already, being made (the
+        replicas that joined meanwhile share them), or to be made from the state as of now
+        (taken here, not when the first frame is), each encoded when first taken."""
+        made = self._revision_cache()
+        making = made.get(state_format)
+        if making is None:
+            source = iter_state_frames(
+                self.lineage,
+                self.revision,
+                self.conversation.state(),
+                self.config.max_frame,
+                state_format,
+            )
+            making = made[state_format] = _StateFrames(source)
+        return making
 
     def leave(self, conn: C, now: int | None = None) -> None:
         """`conn` is gone; it gets nothing more. Its presence entry goes at the next `tick`;
@@ -721,12 +719,33 @@ def _loaded(outcome: object) -> Loaded | None:
     return outcome
 
 
-def _kept(
-    frames: Iterator[bytes], made: dict[str | None, list[bytes]], state_format: str | None
-) -> Iterator[bytes]:
-    """The frames of `frames`, put into `made[state_format]` once the last was taken."""
-    kept: list[bytes] = []
-    for frame in frames:
-        kept.append(frame)
-        yield frame
-    made.setdefault(state_format, kept)
+class _StateFrames:
+    """One revision's state frames in one format, encoded as the first reader takes them and
+    kept: every reader (`reader()`) gets all of them in order, and each frame is encoded
+    once, however many fresh replicas joined before the last one was made."""
+
+    __slots__ = ("_source", "frames")
+
+    def __init__(self, source: Iterator[bytes]) -> None:
+        self._source: Iterator[bytes] | None = source
+        self.frames: list[bytes] = []
+
+    @property
+    def done(self) -> bool:
+        """Whether every frame is made (the state snapshot is let go of then)."""
+        return self._source is None
+
+    def reader(self) -> Iterator[bytes]:
+        at = 0
+        while True:
+            if at < len(self.frames):
+                yield self.frames[at]
+                at += 1
+                continue
+            if self._source is None:
+                return
+            frame = next(self._source, None)
+            if frame is None:
+                self._source = None
+                return
+            self.frames.append(frame)

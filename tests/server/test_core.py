@@ -8,6 +8,7 @@ import msgspec
 import pytest
 
 import server.actions
+import server.roomlog
 from server.core import (
     SNAPSHOT_SPAN,
     AppendRecords,
@@ -438,6 +439,37 @@ def test_a_room_lets_go_of_its_state_frames_after_a_while() -> None:
     assert room.next_deadline() is None
     anew = fresh_state(room, "f3", NOW + STATE_CACHE_MS)
     assert anew == made and not any(a is b for a, b in zip(made, anew, strict=True))
+
+
+def test_fresh_replicas_joining_while_the_state_is_made_share_its_frames(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Replicas that join before the first one's state is all written (a burst after a hub
+    restart) read the same frames as it is made: each frame is encoded once, not once per
+    replica, whichever replica takes it first, and every one gets all of them in order."""
+    encoded: list[int] = []
+    make = server.roomlog.iter_state_frames
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        for frame in make(*args, **kwargs):
+            encoded.append(len(frame))
+            yield frame
+
+    monkeypatch.setattr(server.roomlog, "iter_state_frames", counted)
+    room = core(max_frame=MIN_FRAME)
+    joined(room, "w")
+    for k in range(1, 31):
+        land(room, "w", k, f"message {k} " + "x" * 200)
+    lazy = []
+    for conn in ("f0", "f1", "f2"):
+        actions = room.join(conn, Hello(conn, Lineage.EMPTY, 0))
+        lazy.append(next(a for a in actions if isinstance(a, SendFrames)).frames)
+    first = next(lazy[1])  # the second replica's writer takes a frame first
+    rest = [[first, *lazy[1]], list(lazy[0]), list(lazy[2])]
+    assert len(rest[0]) > 2 and rest[0] == rest[1] == rest[2]
+    assert len(encoded) == len(rest[0])  # each frame encoded once for the three
+    later = fresh_state(room, "f3")  # made already: the same bytes, sent at once
+    assert later == rest[0] and len(encoded) == len(rest[0])
 
 
 def test_a_state_encoded_as_it_is_written_is_the_log_at_the_join() -> None:
