@@ -22,6 +22,7 @@ PARTS = {
     "leases.py": "anyio",
     "retention.py": "anyio",
     "connection.py": "none",
+    "mux.py": "asyncio",
     "background.py": "asyncio",
 }
 BRIDGES = {"background.py"}
