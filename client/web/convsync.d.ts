@@ -335,7 +335,7 @@ export interface PresenceItem {
 /** The people in a replica's `presence`: one item per shared socket (one browser's tabs) and
  * per session on a socket of its own, with `connections`, every session it stands for. */
 export function people(
-  presence: Map<string, PresenceItem>,
+  presence: Map<string, PresenceItem> | Iterable<PresenceItem>,
 ): Array<PresenceItem & { connections: Array<string | number> }>;
 
 /** Append `text` at code-point `offset` of `part`; skips what the draft has, ignores a gap. */

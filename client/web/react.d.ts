@@ -56,5 +56,9 @@ export function useReplica(url: string, id: string, options?: ReplicaOptions): R
 export function useConversation(replica: Replica | null | undefined): ConversationSnapshot;
 export function useDrafts(replica: Replica | null | undefined): readonly DraftSnapshot[];
 export function usePresence(replica: Replica | null | undefined): readonly PresenceSnapshot[];
+/** One item per person: the sessions of one shared socket (`shared: true`) as one. */
+export function usePeople(
+  replica: Replica | null | undefined,
+): readonly (PresenceSnapshot & { readonly connections: readonly (string | number)[] })[];
 export function useApprovals(replica: Replica | null | undefined): readonly ApprovalSnapshot[];
 export function useConnection(replica: Replica | null | undefined): ConnectionSnapshot;

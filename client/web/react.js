@@ -24,7 +24,7 @@
  */
 import * as React from 'react';
 
-import { Replica, UsageError, approvals as approvalsOf, jsonEqual } from './convsync.js';
+import { Replica, UsageError, approvals as approvalsOf, jsonEqual, people } from './convsync.js';
 
 /**
  * @typedef {import('./lib/replica.js').ConnectOptions & {grace?: number}} ReplicaOptions
@@ -438,6 +438,25 @@ export function useDrafts(replica) {
  */
 export function usePresence(replica) {
   return usePart(replica, 'presence', (view) => view.presenceSnapshot(), EMPTY);
+}
+
+/**
+ * The people connected (with `live`): one item per shared socket (`shared: true`, the tabs of
+ * one browser) and per session on a socket of its own, each with `connections`, the sessions
+ * it stands for (`people` of `convsync.js`). A new list when presence changes.
+ * @param {Replica | null | undefined} replica
+ */
+export function usePeople(replica) {
+  const presence = usePresence(replica);
+  return React.useMemo(
+    () =>
+      Object.freeze(
+        people(presence).map((person) =>
+          Object.freeze({ ...person, connections: Object.freeze(person.connections) }),
+        ),
+      ),
+    [presence],
+  );
 }
 
 /**

@@ -193,13 +193,14 @@ export function sweepDrafts(session) {
  * shared socket (the tabs of one browser, `shared: true`, SPEC §14) and one per session on a
  * socket of its own. Each is the item of its first session (by connection id), with
  * `connections`, the ids of every session it stands for, and the first status any of them set.
- * @param {Map<string, any>} presence
+ * @param {Map<string, any> | Iterable<any>} presence the map, or its items (`usePresence`)
  * @returns {any[]}
  */
 export function people(presence) {
   /** @type {Map<string, any>} */
   const groups = new Map();
-  const sessions = [...presence.values()].sort((a, b) => a.connection - b.connection);
+  const items = presence instanceof Map ? presence.values() : presence;
+  const sessions = [...items].sort((a, b) => order(a.connection, b.connection));
   for (const item of sessions) {
     const key = Number.isInteger(item.socket) ? `socket ${item.socket}` : `one ${item.connection}`;
     const group = groups.get(key);
@@ -214,4 +215,9 @@ export function people(presence) {
     }
   }
   return [...groups.values()];
+}
+
+/** Connection ids in the hub's order (numbers; a string id, as tests give, by its text). */
+function order(a, b) {
+  return typeof a === 'number' && typeof b === 'number' ? a - b : String(a).localeCompare(String(b));
 }

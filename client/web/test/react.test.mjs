@@ -24,7 +24,7 @@ globalThis.IS_REACT_ACT_ENVIRONMENT = true;
 
 const React = await import('react');
 const { render, act } = await import('@testing-library/react');
-const { useReplica, useConversation, useDrafts, usePresence, useApprovals, useConnection } =
+const { useReplica, useConversation, useDrafts, usePresence, usePeople, useApprovals, useConnection } =
   await import('../react.js');
 
 const h = React.createElement;
@@ -317,12 +317,13 @@ test('presence, approvals and connection state follow the replica; drafts end wh
   function Side() {
     const replica = useReplica(HUB, id, options);
     const presence = usePresence(replica);
+    const people = usePeople(replica);
     const approvals = useApprovals(replica);
     const drafts = useDrafts(replica);
     const connection = useConnection(replica);
     const { pending } = useConversation(replica);
     renders.set('side', (renders.get('side') ?? 0) + 1);
-    snapshot = { presence, approvals, drafts, connection, pending, replica };
+    snapshot = { presence, people, approvals, drafts, connection, pending, replica };
     return null;
   }
   const view = render(h(Side));
@@ -342,6 +343,28 @@ test('presence, approvals and connection state follow the replica; drafts end wh
   });
   assert.equal(snapshot.presence.length, 2);
   assert.equal(snapshot.presence[0], firstAgent); // unchanged: the same object
+  assert.equal(snapshot.people.length, 2); // two sockets: two people
+  // Two tabs of one browser (one shared socket): two sessions, one person.
+  await deliver(ws, {
+    type: 'presence_diff',
+    joined: [
+      { connection: 'c3', client: 'tab-1', socket: 7 },
+      { connection: 'c4', client: 'tab-2', socket: 7, status: 'typing' },
+    ],
+    changed: [],
+    left: [],
+  });
+  assert.equal(snapshot.presence.length, 4);
+  assert.deepEqual(
+    snapshot.people.map((person) => [person.client, person.connections, person.status ?? null]),
+    [
+      ['agent', ['c1'], 'thinking'],
+      ['ui', ['c2'], null],
+      ['tab-1', ['c3', 'c4'], 'typing'],
+    ],
+  );
+  await deliver(ws, { type: 'presence_diff', joined: [], changed: [], left: ['c3', 'c4'] });
+  assert.equal(snapshot.people.length, 2);
   // A draft, then the record that makes its id held: the draft ends.
   const draftId = 'msg_019a0000000070008000000000000003';
   await deliver(ws, { type: 'drafts', drafts: [{ id: draftId, parts: { text: 'par' } }] });
