@@ -217,7 +217,14 @@ export function people(presence) {
   return [...groups.values()];
 }
 
-/** Connection ids in the hub's order (numbers; a string id, as tests give, by its text). */
+/**
+ * Connection ids in the hub's order: numbers, or their strings (the presence map's keys,
+ * which `usePresence` items carry), by value; any other id after them, by its text.
+ */
 function order(a, b) {
-  return typeof a === 'number' && typeof b === 'number' ? a - b : String(a).localeCompare(String(b));
+  const [x, y] = [Number(a), Number(b)];
+  const [xn, yn] = [Number.isFinite(x), Number.isFinite(y)];
+  if (xn && yn) return x - y;
+  if (xn !== yn) return xn ? -1 : 1;
+  return String(a).localeCompare(String(b));
 }

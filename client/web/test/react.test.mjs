@@ -365,6 +365,21 @@ test('presence, approvals and connection state follow the replica; drafts end wh
   );
   await deliver(ws, { type: 'presence_diff', joined: [], changed: [], left: ['c3', 'c4'] });
   assert.equal(snapshot.people.length, 2);
+  // The hub's ids are numbers: a person stands for its sessions in their order, 9 before 10
+  // (not as text, where "10" < "9"), and takes the first one's item.
+  await deliver(ws, {
+    type: 'presence_diff',
+    joined: [
+      { connection: 10, client: 'tab-b', socket: 8, status: 'second' },
+      { connection: 9, client: 'tab-a', socket: 8, status: 'first' },
+    ],
+    changed: [],
+    left: [],
+  });
+  const tabs = snapshot.people.find((person) => person.socket === 8);
+  assert.deepEqual([tabs.client, tabs.connections, tabs.status], ['tab-a', ['9', '10'], 'first']);
+  await deliver(ws, { type: 'presence_diff', joined: [], changed: [], left: [9, 10] });
+  assert.equal(snapshot.people.length, 2);
   // A draft, then the record that makes its id held: the draft ends.
   const draftId = 'msg_019a0000000070008000000000000003';
   await deliver(ws, { type: 'drafts', drafts: [{ id: draftId, parts: { text: 'par' } }] });
