@@ -354,7 +354,7 @@ class RoomLog(Generic[C]):
         (taken here, not when the first frame is), each encoded when first taken."""
         made = self._revision_cache()
         making = made.get(state_format)
-        if making is None:
+        if making is None or making.failed is not None:
             source = iter_state_frames(
                 self.lineage,
                 self.revision,
@@ -724,16 +724,17 @@ class _StateFrames:
     kept: every reader (`reader()`) gets all of them in order, and each frame is encoded
     once, however many fresh replicas joined before the last one was made."""
 
-    __slots__ = ("_source", "frames")
+    __slots__ = ("_source", "failed", "frames")
 
     def __init__(self, source: Iterator[bytes]) -> None:
         self._source: Iterator[bytes] | None = source
         self.frames: list[bytes] = []
+        self.failed: BaseException | None = None  # the encoder raised: no reader gets more
 
     @property
     def done(self) -> bool:
         """Whether every frame is made (the state snapshot is let go of then)."""
-        return self._source is None
+        return self._source is None and self.failed is None
 
     def reader(self) -> Iterator[bytes]:
         at = 0
@@ -742,9 +743,15 @@ class _StateFrames:
                 yield self.frames[at]
                 at += 1
                 continue
+            if self.failed is not None:
+                raise self.failed  # never a state cut short, sent as if whole
             if self._source is None:
                 return
-            frame = next(self._source, None)
+            try:
+                frame = next(self._source, None)
+            except BaseException as exc:
+                self._source, self.failed = None, exc
+                raise
             if frame is None:
                 self._source = None
                 return

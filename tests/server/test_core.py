@@ -472,6 +472,42 @@ def test_fresh_replicas_joining_while_the_state_is_made_share_its_frames(
     assert later == rest[0] and len(encoded) == len(rest[0])
 
 
+def test_a_state_whose_encoding_failed_is_never_sent_cut_short(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The encoder raising on a frame fails the replicas reading it (their sockets go; they
+    reconnect), and the next fresh replica gets the whole state made anew: never the frames
+    made before the failure, sent as if they were all of it."""
+    make = server.roomlog.iter_state_frames
+    calls = 0
+
+    def failing_once(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        for k, frame in enumerate(make(*args, **kwargs)):
+            if calls == 1 and k == 1:
+                raise MemoryError("the encoder gave up")
+            yield frame
+
+    monkeypatch.setattr(server.roomlog, "iter_state_frames", failing_once)
+    room = core(max_frame=MIN_FRAME)
+    joined(room, "w")
+    for k in range(1, 31):
+        land(room, "w", k, f"message {k} " + "x" * 200)
+    lazy = [
+        next(
+            a for a in room.join(c, Hello(c, Lineage.EMPTY, 0)) if isinstance(a, SendFrames)
+        ).frames
+        for c in ("f0", "f1")
+    ]
+    for frames in lazy:
+        with pytest.raises(MemoryError):
+            list(frames)
+    later = [decode_hub_message(frame) for frame in fresh_state(room, "f2")]
+    entries = [e for m in later for e in (m.state.entries if isinstance(m, State) else m.entries)]
+    assert calls == 2 and len(entries) == 30 and later[-1].more is False
+
+
 def test_a_state_encoded_as_it_is_written_is_the_log_at_the_join() -> None:
     """A fresh replica's state made frame by frame is the log as it was when the replica
     joined, though a push lands before the first frame is taken; the records after it
