@@ -221,7 +221,10 @@ class MemoryStore(Counted):
         """See `LogStore.delete`."""
         self._check_open()
         check_delete_args(now)
-        if self._logs.pop(conversation_id, None) is None:
+        log = self._logs.pop(conversation_id, None)
+        if log is not None:
+            log.snapshot = None  # (its compression, if due, then finds nothing to do)
+        if log is None:
             return False
         for key in [key for key in self._leases if key[0] == conversation_id]:
             del self._leases[key]  # its turns' leases go with it

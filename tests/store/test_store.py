@@ -1091,3 +1091,9 @@ async def test_the_memory_store_keeps_a_snapshot_compressed(
         assert store._logs["c"].snapshot is held and sizes == [len(state)]
         loaded = await store.load("c")
         assert loaded is not None and loaded.snapshot == state and loaded.snapshot_revision == 4
+        # A conversation deleted before its snapshot stood: nothing is compressed for it.
+        await store.append("d", L1, 0, recs("a"))
+        await store.write_snapshot("d", L1, 1, state)
+        assert await store.delete("d", 0.0)
+        await asyncio.sleep(2 * memory.SNAPSHOT_QUIET)
+        assert sizes == [len(state)]
