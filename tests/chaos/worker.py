@@ -45,7 +45,13 @@ async def main(
     url: str, conversation_id: str, client: str, seed: int, ops: int, out: Path, outbox: str | None
 ) -> None:
     path = out / f"{client}.jsonl"
-    lines = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    text = path.read_text() if path.exists() else ""
+    if text and not text.endswith("\n"):
+        # Killed in the middle of writing a line (a long one goes in several writes): that
+        # step's edit, if made, is in the outbox; its line is cut, and the step made again.
+        text = text[: text.rfind("\n") + 1]
+        path.write_text(text)
+    lines = [json.loads(line) for line in text.splitlines()]
     done = sum(line["kind"] == "op" for line in lines)
     history = path.open("a", buffering=1)
 
