@@ -32,6 +32,8 @@ OPEN = """async ([hub, id, options]) => {
   return r.client;
 }"""
 SAID = "() => globalThis.r.conversation.messages().map((m) => m.content[0].text)"
+STANDING = """() => ({state: globalThis.r?.state, failure: globalThis.r?.failure,
+  connects: globalThis.r?.connects, refused: String(globalThis.r?.refused)})"""
 
 
 async def gauges(hub: Any, connections: int, channels: int) -> None:
@@ -90,7 +92,11 @@ async def test_two_pages_share_one_socket_and_the_leader_hands_it_over(
             await until(py, lambda: len(texts(py)) >= len(expected))
             assert texts(py) == expected  # each edit once, in order
         third = await app_page(ctx, app, errors)
-        await run(third, OPEN, [hub.url, "shared.tabs", {}])
+        try:
+            await run(third, OPEN, [hub.url, "shared.tabs", {}])
+        except TimeoutError:  # say where the third page's replica stands
+            seen = await third.evaluate(STANDING)
+            raise AssertionError(f"the third page never caught up: {seen}") from None
         await gauges(running, connections=1, channels=2)
         assert await run(third, SAID) == expected
         await ctx.close()

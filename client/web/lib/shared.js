@@ -106,7 +106,8 @@ class Link {
     /** Lets go of the leader's lock (or stops waiting for it). */
     this.resign = () => {};
     // This tab's own lock, held while it lives: a leader waits on it to learn it is gone.
-    this.ownLock = holdLock(locks, `convsync-tab:${this.tab}`, 0);
+    // Its name is this tab's alone, so it is free; no channel is asked for before it is held.
+    this.ownLock = holdLock(locks, `convsync-tab:${this.tab}`, OPEN_WAIT);
     this.#campaign();
     this.#post({ t: 'who' }); // a leader, if there is one, says so
   }
@@ -404,9 +405,15 @@ class ChannelSocket {
     if (link.leaderTab !== null) this.ask();
   }
 
-  /** Ask the leader to open this channel. */
+  /**
+   * Ask the leader to open this channel, once this tab holds its own lock: the leader waits
+   * on that lock from this tab's first channel on, to learn the tab is gone, and a wait that
+   * came before this tab's own hold would be granted at once (the tab taken for gone).
+   */
   ask() {
-    this.link.toLeader({ t: 'open', ch: this.number, path: this.path });
+    this.link.ownLock.then(() => {
+      if (this.readyState === 0) this.link.toLeader({ t: 'open', ch: this.number, path: this.path });
+    });
   }
 
   opened() {
