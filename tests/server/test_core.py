@@ -441,6 +441,20 @@ def test_a_room_lets_go_of_its_state_frames_after_a_while() -> None:
     assert anew == made and not any(a is b for a, b in zip(made, anew, strict=True))
 
 
+def lazy_joins(*conns: str) -> tuple[RoomCore[str], list[Any]]:
+    """A room of 30 long messages in frames of `MIN_FRAME`, and the lazy state frames each
+    of `conns` is handed as it joins fresh, none of them taken yet."""
+    room = core(max_frame=MIN_FRAME)
+    joined(room, "w")
+    for k in range(1, 31):
+        land(room, "w", k, f"message {k} " + "x" * 200)
+    lazy = []
+    for conn in conns:
+        actions = room.join(conn, Hello(conn, Lineage.EMPTY, 0))
+        lazy.append(next(a for a in actions if isinstance(a, SendFrames)).frames)
+    return room, lazy
+
+
 def test_fresh_replicas_joining_while_the_state_is_made_share_its_frames(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -456,14 +470,7 @@ def test_fresh_replicas_joining_while_the_state_is_made_share_its_frames(
             yield frame
 
     monkeypatch.setattr(server.roomlog, "iter_state_frames", counted)
-    room = core(max_frame=MIN_FRAME)
-    joined(room, "w")
-    for k in range(1, 31):
-        land(room, "w", k, f"message {k} " + "x" * 200)
-    lazy = []
-    for conn in ("f0", "f1", "f2"):
-        actions = room.join(conn, Hello(conn, Lineage.EMPTY, 0))
-        lazy.append(next(a for a in actions if isinstance(a, SendFrames)).frames)
+    room, lazy = lazy_joins("f0", "f1", "f2")
     first = next(lazy[1])  # the second replica's writer takes a frame first
     rest = [[first, *lazy[1]], list(lazy[0]), list(lazy[2])]
     assert len(rest[0]) > 2 and rest[0] == rest[1] == rest[2]
@@ -490,16 +497,7 @@ def test_a_state_whose_encoding_failed_is_never_sent_cut_short(
             yield frame
 
     monkeypatch.setattr(server.roomlog, "iter_state_frames", failing_once)
-    room = core(max_frame=MIN_FRAME)
-    joined(room, "w")
-    for k in range(1, 31):
-        land(room, "w", k, f"message {k} " + "x" * 200)
-    lazy = [
-        next(
-            a for a in room.join(c, Hello(c, Lineage.EMPTY, 0)) if isinstance(a, SendFrames)
-        ).frames
-        for c in ("f0", "f1")
-    ]
+    room, lazy = lazy_joins("f0", "f1")
     for frames in lazy:
         with pytest.raises(MemoryError):
             list(frames)

@@ -95,6 +95,13 @@ class Hubs:
         self.stack, self.hub = stack, hub
         return hub
 
+    async def taken_down(self) -> None:
+        """Up once (for a port of its own), then down: `up` brings it back on that port."""
+        await self.up()
+        port = self.port
+        await self.down()
+        self.port = port
+
     async def down(self) -> None:
         if self.stack is not None:
             await self.stack.aclose()
@@ -184,10 +191,7 @@ async def test_pending_edits_go_after_every_tab_closed_and_one_reopened(
     (its lock is free again) and, once a hub answers, both land once, in order."""
     errors: list[str] = []
     async with hubs(tmp_path, app) as hub:
-        await hub.up()
-        port = hub.port
-        await hub.down()
-        hub.port = port
+        await hub.taken_down()
         ctx = await app_context(browser)
         page = await app_page(ctx, app, errors)
         await run(page, OPEN, [hub.url, "persist.closed", {}])

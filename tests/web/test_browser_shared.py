@@ -125,10 +125,7 @@ async def test_shared_tabs_keep_an_outbox_each_and_resume_them_after_every_tab_c
     answers both edits land, each once."""
     errors: list[str] = []
     async with hubs(tmp_path, app) as hub:
-        await hub.up()
-        port = hub.port
-        await hub.down()
-        hub.port = port
+        await hub.taken_down()
         ctx = await app_context(browser)
         pages = [await app_page(ctx, app, errors) for _ in range(2)]
         opened = [await run(page, KEPT, [hub.url, "shared.kept"]) for page in pages]
