@@ -157,8 +157,6 @@ class Channel:
         if not self.open:
             return
         self.protocol.state = State.CLOSED
-        self.close_code = code
-        self.close_reason = reason
         if not self.connection_lost_waiter.done():
             self.connection_lost_waiter.set_result(None)
         # What its session will not read goes: that wakes `serve_mux` if it waits to `feed`
@@ -194,11 +192,8 @@ async def serve_mux(
             body = data[found.end() :]
             if kind == b"m":
                 channel = channels.get(number)
-                if channel is not None:
-                    if channel.open:
-                        await channel.feed(body)
-                    else:
-                        del channels[number]
+                if channel is not None:  # (closed ones are dropped at the next open)
+                    await channel.feed(body)
                 continue
             if kind == b"c":
                 channel = channels.pop(number, None)
