@@ -107,6 +107,15 @@ export class RealmLocks {
 const realmLocks = new RealmLocks();
 
 /**
+ * The Web Locks to use: `locks` if given, else the browser's, else one table for this realm
+ * (the outboxes' and the shared tabs' locks alike).
+ * @param {any} [locks]
+ */
+export function locksOf(locks) {
+  return locks ?? globalThis.navigator?.locks ?? realmLocks;
+}
+
+/**
  * Hold lock `name` (Web Locks) until the returned `release` is called; waits up to `wait` ms
  * for it, then resolves null (another holds it).
  * @param {any} locks @param {string} name @param {number} wait
@@ -166,7 +175,7 @@ export class Outbox {
     if (indexedDB == null) {
       throw new UsageError('no_indexeddb', 'no IndexedDB here: pass options.indexedDB');
     }
-    const locks = options.locks ?? globalThis.navigator?.locks ?? realmLocks;
+    const locks = locksOf(options.locks);
     const release = await holdLock(locks, `convsync-outbox:${name}`, options.lockWait ?? 3000);
     if (release === null) {
       throw new Refused('outbox_in_use', `the outbox "${name}" is held by another tab or replica`);

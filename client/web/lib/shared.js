@@ -2,7 +2,8 @@
 // One socket per browser (SPEC §14, `{shared: true}`): the tabs of an origin share one hub
 // socket (`server/mux.py`); each tab's replica is a session of its own over a channel of it.
 import { UsageError } from './errors.js';
-import { holdLock, RealmLocks } from './persist.js';
+import { Lineage } from './ids.js';
+import { holdLock, locksOf } from './persist.js';
 
 /**
  * How this works. Every tab that opens a replica with `shared: true` on hub `base` joins the
@@ -59,7 +60,7 @@ export function sharedLink(base, options = {}) {
     throw new UsageError('no_broadcast_channel', 'shared: true needs BroadcastChannel');
   }
   const WebSocket = options.WebSocket ?? globalThis.WebSocket;
-  const locks = options.locks ?? globalThis.navigator?.locks ?? realmLocks;
+  const locks = locksOf(options.locks);
   const key = options.tab === undefined ? base : `${base} ${options.tab}`;
   let link = links.get(key);
   if (link === undefined || link.closed) {
@@ -67,13 +68,6 @@ export function sharedLink(base, options = {}) {
     links.set(key, link);
   }
   return link;
-}
-
-const realmLocks = new RealmLocks();
-
-/** A fresh random id (a tab's). */
-function freshId() {
-  return Math.random().toString(36).slice(2, 10) + Date.now().toString(36);
 }
 
 /**
@@ -88,7 +82,7 @@ class Link {
   constructor(base, Channel, locks, WebSocket, key) {
     this.base = base.replace(/\/+$/, '');
     this.key = key;
-    this.tab = freshId();
+    this.tab = Lineage.fresh().toString(16); // random, as a replica's client id
     this.locks = locks;
     this.WebSocket = WebSocket;
     this.closed = false;
